@@ -1,0 +1,89 @@
+// Orthogonalization throughput as a fraction of this machine's fp32 GEMM rate, both measured in
+// the same run. FLOPs counted are those of the plain algorithm: per iteration, for a k×m matrix
+// with k ≤ m, 2k²m (A = XXᵀ) + 2k³ (A²) + 2k²m (B·X).
+//
+//   build/bench/bench_orthogonalize                     # all shapes
+//   build/bench/bench_orthogonalize --benchmark_filter=Orthogonalize/1024
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "muon/orthogonalize.h"
+
+namespace {
+
+double g_gemm_flops_per_s = 0;
+
+// Best of several timed square fp32 GEMMs of size n.
+double measure_gemm_rate(int64_t n) {
+  const auto a = at::randn({n, n});
+  const auto b = at::randn({n, n});
+  auto c = at::empty({n, n});
+  at::mm_out(c, a, b);  // warm-up
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    at::mm_out(c, a, b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * n * n * n / s);
+  }
+  return best;
+}
+
+double plain_flops(int64_t rows, int64_t cols, int64_t steps) {
+  const double k = static_cast<double>(std::min(rows, cols));
+  const double m = static_cast<double>(std::max(rows, cols));
+  return static_cast<double>(steps) * (4.0 * k * k * m + 2.0 * k * k * k);
+}
+
+void BM_Orthogonalize(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const int64_t cols = state.range(1);
+  const auto x = at::randn({rows, cols});
+  at::Tensor out;
+  for (auto _ : state) {
+    out = muon::orthogonalize(x);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  const double flops = plain_flops(rows, cols, 5);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["of_gemm"] =
+      benchmark::Counter(flops / g_gemm_flops_per_s, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["orth_err"] = muon::orthogonality_error(out);
+}
+
+void BM_Gemm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto a = at::randn({n, n});
+  const auto b = at::randn({n, n});
+  auto c = at::empty({n, n});
+  for (auto _ : state) at::mm_out(c, a, b);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_Gemm)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Orthogonalize)
+    ->Args({512, 512})
+    ->Args({1024, 1024})
+    ->Args({2048, 2048})
+    ->Args({512, 2048})
+    ->Args({1024, 4096})
+    ->Args({2048, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_gemm_flops_per_s = measure_gemm_rate(2048);
+  std::printf("machine fp32 GEMM rate (2048^3, best of 5): %.1f GFLOP/s, %d threads\n",
+              g_gemm_flops_per_s / 1e9, at::get_num_threads());
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,67 @@
+// Orthogonalization of matrices by Newton–Schulz iteration (SPEC §1): maps each matrix of a batch
+// to approximately U·Vᵀ of its SVD without computing an SVD.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/arg.h>
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace muon {
+
+// One iteration's odd polynomial p(x) = a·x + b·x³ + c·x⁵, applied to a matrix as
+// X ← a·X + (b·A + c·A²)·X with A = X·Xᵀ.
+using Coefficients = std::array<double, 3>;
+
+// A table of per-iteration coefficients plus the normalization X / (‖X‖_F·safety + eps) it was
+// tuned for. When an iteration count exceeds the table, the last row repeats.
+struct CoefficientTable {
+  std::string name;
+  std::vector<Coefficients> rows;
+  double safety = 1.0;
+  double eps = 1e-7;
+
+  // Keller Jordan's quintic (3.4445, −4.7750, 2.0315), used by torch.optim.Muon and optax.
+  static CoefficientTable quintic();
+  // Polar Express (Amsel et al. 2025, arXiv 2505.16932) as nanochat/flaxchat use it: 5 rows
+  // tuned with safety factor 2e-2 and cushion 2.
+  static CoefficientTable polar_express();
+  // The 5-row table of the Dion optimizer (arXiv 2504.05295), optax's `dion` preset.
+  static CoefficientTable dion();
+  // A caller's table; validated when used.
+  static CoefficientTable custom(std::vector<Coefficients> rows, double safety = 1.0,
+                                 double eps = 1e-7);
+  // `quintic`, `polar_express` or `dion`; any other name is an error listing those.
+  static CoefficientTable by_name(const std::string& name);
+
+  // Coefficients of iteration `k` (0-based).
+  const Coefficients& row(int64_t k) const;
+};
+
+struct OrthogonalizeOptions {
+  // Number of Newton–Schulz iterations (≥ 1).
+  TORCH_ARG(int64_t, steps) = 5;
+  TORCH_ARG(CoefficientTable, coefficients) = CoefficientTable::quintic();
+  // Working dtype. Unset: float64 input stays float64, CPU computes in float32, CUDA in bfloat16.
+  TORCH_ARG(std::optional<at::ScalarType>, dtype) = std::nullopt;
+};
+
+// Returns a new tensor of x's shape and dtype whose last two dims hold, per matrix of the leading
+// batch dims, the Newton–Schulz approximation of U·Vᵀ. x itself is never modified.
+at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options = {});
+
+// Throws muon::Error when the options cannot run (steps < 1, empty or non-finite table,
+// eps or safety ≤ 0, non-floating dtype).
+void check_options(const OrthogonalizeOptions& options);
+
+// The dtype orthogonalize() computes in for x under `requested` (see OrthogonalizeOptions::dtype).
+at::ScalarType orthogonalize_dtype(const at::Tensor& x, std::optional<at::ScalarType> requested);
+
+// Quality of an orthogonalized result without an SVD: the largest, over the batch, of
+// ‖G − I‖_F / √k where G is the k×k Gram matrix on the smaller side. 0 for exact U·Vᵀ.
+double orthogonality_error(const at::Tensor& x);
+
+}  // namespace muon

@@ -1,0 +1,228 @@
+// muon::Muon against a straightforward implementation of SPEC §2 written here with plain ops.
+#include "muon/muon.h"
+
+#include <gtest/gtest.h>
+#include <torch/optim/schedulers/step_lr.h>
+
+#include "helpers.h"
+#include "muon/error.h"
+
+namespace muon {
+namespace {
+
+using testing::expect_error;
+using testing::seeded;
+
+// Newton–Schulz the textbook way: transpose tall inputs, iterate X ← aX + (bA + cA²)X, transpose back.
+at::Tensor reference_newton_schulz(at::Tensor X, const CoefficientTable& table, int64_t steps) {
+  const bool tall = X.size(0) > X.size(1);
+  if (tall) X = X.t();
+  X = X / (X.norm() * table.safety + table.eps);
+  for (int64_t k = 0; k < steps; ++k) {
+    const auto& row = table.rows[std::min<size_t>(k, table.rows.size() - 1)];
+    const auto A = X.mm(X.t());
+    const auto B = row[1] * A + row[2] * A.mm(A);
+    X = row[0] * X + B.mm(X);
+  }
+  return tall ? X.t() : X;
+}
+
+struct ReferenceMuon {
+  MuonOptions o;
+  at::Tensor buffer;  // fp32 (fp64 for fp64 parameters)
+
+  void step(at::Tensor& W, const at::Tensor& grad) {
+    const auto dtype = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const auto g = grad.to(dtype);
+    if (!buffer.defined()) buffer = at::zeros_like(g);
+    const double beta = o.momentum();
+    at::Tensor Q;
+    if (o.momentum_form() == MomentumForm::ema) {
+      buffer = beta * buffer + (1 - beta) * g;
+      Q = o.nesterov() ? (1 - beta) * g + beta * buffer : buffer;
+    } else {
+      buffer = beta * buffer + g;
+      Q = o.nesterov() ? g + beta * buffer : buffer;
+    }
+    const auto U = reference_newton_schulz(Q, o.coefficients(), o.ns_steps());
+    const double rows = static_cast<double>(W.size(0));
+    const double cols = static_cast<double>(W.size(1));
+    double factor = 1;
+    switch (o.adjust_lr()) {
+      case AdjustLr::original: factor = std::sqrt(std::max(1.0, rows / cols)); break;
+      case AdjustLr::match_rms_adamw: factor = 0.2 * std::sqrt(std::max(rows, cols)); break;
+      case AdjustLr::spectral: factor = std::sqrt(rows / cols); break;
+      case AdjustLr::none: factor = 1; break;
+    }
+    const auto updated = W.to(dtype) * (1 - o.lr() * o.weight_decay()) - o.lr() * factor * U;
+    W = updated.to(W.scalar_type());
+  }
+};
+
+// Compares parameters after each step: fp32/fp64 to a tight relative tolerance of the change, bf16
+// to within one bf16 rounding.
+void expect_same_parameter(const at::Tensor& ours, const at::Tensor& ref, const at::Tensor& before) {
+  if (ours.scalar_type() == at::kBFloat16) {
+    const auto diff = (ours.to(at::kFloat) - ref.to(at::kFloat)).abs();
+    const double ulp = ref.to(at::kFloat).abs().max().item<double>() * std::pow(2.0, -7);
+    EXPECT_LE(diff.max().item<double>(), ulp);
+    EXPECT_GE(at::eq(ours, ref).to(at::kDouble).mean().item<double>(), 0.99);
+    return;
+  }
+  const double tol = ours.scalar_type() == at::kDouble ? 1e-12 : 5e-5;
+  EXPECT_LT(testing::max_rel_diff(ours - before, ref - before), tol);
+}
+
+TEST(Muon, MatchesReferenceForEveryFormNesterovAdjustDecayAndDtype) {
+  int cases = 0;
+  for (auto form : {MomentumForm::ema, MomentumForm::sum}) {
+    for (bool nesterov : {true, false}) {
+      for (auto adjust :
+           {AdjustLr::original, AdjustLr::match_rms_adamw, AdjustLr::spectral, AdjustLr::none}) {
+        for (double wd : {0.0, 0.1}) {
+          for (auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+            for (auto shape : {std::vector<int64_t>{24, 16}, std::vector<int64_t>{16, 40}}) {
+              SCOPED_TRACE(to_string(form) + (nesterov ? " nesterov " : " plain ") +
+                           to_string(adjust) + " wd " + std::to_string(wd) + " " +
+                           c10::toString(dtype) + " " + std::to_string(shape[0]) + "x" +
+                           std::to_string(shape[1]));
+              auto gen = seeded(100 + cases++);
+              const auto options = MuonOptions(0.05)
+                                       .momentum(0.9)
+                                       .nesterov(nesterov)
+                                       .momentum_form(form)
+                                       .adjust_lr(adjust)
+                                       .weight_decay(wd);
+              auto W = at::randn(shape, gen).to(dtype).requires_grad_(true);
+              auto W_ref = W.detach().clone();
+              Muon opt({W}, options);
+              ReferenceMuon ref{options, {}};
+              for (int step = 0; step < 3; ++step) {
+                const auto grad = at::randn(shape, gen).to(dtype);
+                W.mutable_grad() = grad.clone();
+                const auto before = W.detach().clone();
+                opt.step();
+                ref.step(W_ref, grad);
+                expect_same_parameter(W.detach(), W_ref, before);
+                W_ref = W.detach().clone();  // follow ours so bf16 roundings do not compound
+              }
+              const auto& state =
+                  static_cast<const MuonParamState&>(*opt.state().begin()->second);
+              EXPECT_EQ(state.step(), 3);
+              EXPECT_EQ(state.momentum_buffer().scalar_type(),
+                        dtype == at::kDouble ? at::kDouble : at::kFloat);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Muon, PolarExpressTableAndMomentumChangedBetweenSteps) {
+  auto gen = seeded(7);
+  const auto options = MuonOptions(0.02).coefficients(CoefficientTable::polar_express());
+  auto W = at::randn({32, 32}, gen).requires_grad_(true);
+  auto W_ref = W.detach().clone();
+  Muon opt({W}, options);
+  ReferenceMuon ref{options, {}};
+  for (double beta : {0.85, 0.9, 0.95}) {  // a momentum schedule
+    static_cast<MuonOptions&>(opt.param_groups()[0].options()).momentum(beta);
+    ref.o.momentum(beta);
+    const auto grad = at::randn({32, 32}, gen);
+    W.mutable_grad() = grad.clone();
+    const auto before = W.detach().clone();
+    opt.step();
+    ref.step(W_ref, grad);
+    expect_same_parameter(W.detach(), W_ref, before);
+    W_ref = W.detach().clone();
+  }
+}
+
+TEST(Muon, ShapeFactorClosedForms) {
+  EXPECT_DOUBLE_EQ(shape_factor(AdjustLr::original, 400, 100), 2.0);
+  EXPECT_DOUBLE_EQ(shape_factor(AdjustLr::original, 100, 400), 1.0);
+  EXPECT_DOUBLE_EQ(shape_factor(AdjustLr::match_rms_adamw, 100, 400), 4.0);
+  EXPECT_DOUBLE_EQ(shape_factor(AdjustLr::spectral, 100, 400), 0.5);
+  EXPECT_DOUBLE_EQ(shape_factor(AdjustLr::none, 7, 3), 1.0);
+}
+
+TEST(Muon, ClosureRunsOnceAndItsLossIsReturned) {
+  auto W = at::ones({4, 3}).requires_grad_(true);
+  Muon opt({W});
+  int calls = 0;
+  const auto loss = opt.step([&] {
+    ++calls;
+    opt.zero_grad();
+    auto l = (W * W).sum();
+    l.backward();
+    return l;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_DOUBLE_EQ(loss.item<double>(), 12.0);
+  EXPECT_FALSE(at::equal(W.detach(), at::ones({4, 3})));
+}
+
+TEST(Muon, ParametersWithoutGradientsAreSkipped) {
+  auto W = at::ones({4, 3}).requires_grad_(true);
+  Muon opt({W});
+  opt.step();
+  EXPECT_TRUE(at::equal(W.detach(), at::ones({4, 3})));
+  EXPECT_TRUE(opt.state().empty());
+}
+
+TEST(Muon, LrSchedulerReachesTheGroups) {
+  auto W = at::ones({4, 3}).requires_grad_(true);
+  Muon opt({W}, MuonOptions(0.1));
+  torch::optim::StepLR scheduler(opt, /*step_size=*/1, /*gamma=*/0.5);
+  scheduler.step();  // libtorch's StepLR leaves its first call's rates unchanged
+  EXPECT_DOUBLE_EQ(opt.param_groups()[0].options().get_lr(), 0.1);
+  scheduler.step();
+  EXPECT_DOUBLE_EQ(opt.param_groups()[0].options().get_lr(), 0.05);
+}
+
+TEST(Muon, RejectsBadParametersAtConstruction) {
+  expect_error<Error>([] { Muon({at::ones({5}, at::kFloat).requires_grad_(true)}); },
+                      {"[5]", "2-D matrices", "AdamW"});
+  expect_error<Error>(
+      [] { Muon({at::ones({2, 2}, at::kComplexFloat).requires_grad_(true)}); },
+      {"complex"});
+  expect_error<Error>([] { Muon({at::ones({2, 2, 2}).requires_grad_(true)}); }, {"[2, 2, 2]"});
+}
+
+TEST(Muon, RejectsBadOptions) {
+  auto W = at::ones({2, 2}).requires_grad_(true);
+  expect_error<Error>([&] { Muon({W}, MuonOptions(-1)); }, {"lr must be >= 0", "-1"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions().momentum(1.0)); }, {"momentum", "[0, 1)"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions().weight_decay(-0.1)); }, {"weight_decay"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions().ns_steps(0)); }, {"steps must be >= 1"});
+}
+
+TEST(Muon, SparseGradientIsRejectedBeforeAnythingChanges) {
+  auto gen = seeded(9);
+  auto A = at::randn({3, 3}, gen).requires_grad_(true);
+  auto B = at::randn({3, 3}, gen).requires_grad_(true);
+  const auto A0 = A.detach().clone();
+  const auto B0 = B.detach().clone();
+  Muon opt({A, B});
+  A.mutable_grad() = at::ones({3, 3});
+  B.mutable_grad() = at::eye(3).to_sparse();
+  expect_error<Error>([&] { opt.step(); }, {"Muon does not support sparse gradients"});
+  EXPECT_TRUE(at::equal(A.detach(), A0));
+  EXPECT_TRUE(at::equal(B.detach(), B0));
+  EXPECT_TRUE(opt.state().empty());
+}
+
+TEST(Muon, ParameterAddedLaterIsCheckedAtStep) {
+  auto W = at::ones({2, 2}).requires_grad_(true);
+  auto v = at::ones({3}).requires_grad_(true);
+  Muon opt({W});
+  opt.add_param_group(torch::optim::OptimizerParamGroup({v}));
+  v.mutable_grad() = at::ones({3});
+  W.mutable_grad() = at::ones({2, 2});
+  expect_error<Error>([&] { opt.step(); }, {"parameter 0 of param group 1", "[3]"});
+  EXPECT_TRUE(at::equal(W.detach(), at::ones({2, 2})));
+}
+
+}  // namespace
+}  // namespace muon

@@ -1,0 +1,191 @@
+// orthogonalize() against the polar factor U·Vᵀ of an SVD computed here (the library uses none).
+#include "muon/orthogonalize.h"
+
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+#include "muon/error.h"
+
+namespace muon {
+namespace {
+
+using testing::expect_error;
+using testing::seeded;
+
+struct Band {
+  const char* table;
+  double low, high;  // singular values after 5 iterations on inputs of condition number ≤ 20
+};
+
+// Known bands: Keller Jordan's quintic oscillates in about [0.68, 1.13]; Polar Express's last
+// row leaves [0.86, 1.14]; Dion's table converges to about [0.98, 1.03].
+const Band kBands[] = {{"quintic", 0.67, 1.15}, {"polar_express", 0.85, 1.15}, {"dion", 0.97, 1.04}};
+
+struct Shape {
+  std::vector<int64_t> dims;  // (..., rows, cols)
+};
+
+const Shape kShapes[] = {{{64, 64}}, {{96, 32}}, {{32, 96}}, {{3, 40, 40}}, {{2, 2, 24, 56}}};
+
+// Rebuilds x's polar basis from an SVD and returns Uᵀ·out·V per matrix: diagonal with out's
+// singular values exactly when out shares x's singular vectors.
+at::Tensor in_svd_basis(const at::Tensor& x, const at::Tensor& out) {
+  const auto x64 = x.to(at::kDouble);
+  const auto [U, S, Vh] = at::linalg_svd(x64, /*full_matrices=*/false);
+  return at::matmul(at::matmul(U.transpose(-2, -1), out.to(at::kDouble)), Vh.transpose(-2, -1));
+}
+
+at::Tensor random_batch(const Shape& shape, at::ScalarType dtype, at::Generator& gen) {
+  const auto rows = shape.dims[shape.dims.size() - 2];
+  const auto cols = shape.dims.back();
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < shape.dims.size(); ++i) batch *= shape.dims[i];
+  std::vector<at::Tensor> mats;
+  for (int64_t b = 0; b < batch; ++b) {
+    mats.push_back(testing::with_singular_values(rows, cols, 0.05, dtype, gen));
+  }
+  return at::stack(mats).reshape(shape.dims);
+}
+
+TEST(Orthogonalize, SingularValuesInTableBandAndSingularVectorsMatch) {
+  auto gen = seeded(1);
+  for (const auto& band : kBands) {
+    for (const auto& shape : kShapes) {
+      for (auto dtype : {at::kFloat, at::kDouble}) {
+        SCOPED_TRACE(std::string(band.table) + " " + c10::toString(dtype) + " shape " +
+                     std::to_string(shape.dims.size()) + "-d " +
+                     std::to_string(shape.dims[shape.dims.size() - 2]) + "x" +
+                     std::to_string(shape.dims.back()));
+        const auto x = random_batch(shape, dtype, gen);
+        const auto out = orthogonalize(
+            x, OrthogonalizeOptions().coefficients(CoefficientTable::by_name(band.table)));
+        ASSERT_EQ(out.sizes(), x.sizes());
+        ASSERT_EQ(out.scalar_type(), dtype);
+
+        const auto d = in_svd_basis(x, out);
+        const auto diag = d.diagonal(0, -2, -1);
+        EXPECT_GE(diag.min().item<double>(), band.low);
+        EXPECT_LE(diag.max().item<double>(), band.high);
+        const auto off = d - at::diag_embed(diag);
+        const double tolerance = dtype == at::kDouble ? 1e-10 : 2e-5;
+        EXPECT_LT(off.abs().max().item<double>(), tolerance);
+        // The measured singular values agree with the diagonal (nothing hides off it).
+        const auto sv = at::linalg_svdvals(out.to(at::kDouble));
+        EXPECT_GE(sv.min().item<double>(), band.low);
+        EXPECT_LE(sv.max().item<double>(), band.high);
+      }
+    }
+  }
+}
+
+TEST(Orthogonalize, MoreStepsOfQuinticStayInBandAndTableRowsRepeat) {
+  auto gen = seeded(2);
+  const auto x = testing::with_singular_values(48, 48, 0.05, at::kDouble, gen);
+  const auto ten = orthogonalize(x, OrthogonalizeOptions().steps(10));
+  const auto sv = at::linalg_svdvals(ten);
+  EXPECT_GE(sv.min().item<double>(), 0.67);
+  EXPECT_LE(sv.max().item<double>(), 1.15);
+  // A one-row custom table equal to the quintic gives the quintic's result.
+  const auto custom = orthogonalize(
+      x, OrthogonalizeOptions().steps(10).coefficients(
+             CoefficientTable::custom({{3.4445, -4.7750, 2.0315}}, 1.0, 1e-7)));
+  EXPECT_TRUE(at::equal(custom, ten));
+}
+
+TEST(Orthogonalize, TallEqualsTransposedWide) {
+  auto gen = seeded(3);
+  const auto x = testing::with_singular_values(80, 24, 0.1, at::kDouble, gen);
+  const auto tall = orthogonalize(x);
+  const auto wide = orthogonalize(x.t().contiguous()).t();
+  EXPECT_LT(testing::max_rel_diff(tall, wide), 1e-12);
+}
+
+TEST(Orthogonalize, CustomTableFollowsTheFormulaByHand) {
+  // One step of p(x) = a·x + b·x³ + c·x⁵ on a diagonal matrix acts on each singular value.
+  const auto x = at::diag(at::tensor({3.0, 4.0}, at::kDouble));  // ‖x‖_F = 5
+  const auto out = orthogonalize(
+      x, OrthogonalizeOptions().steps(1).coefficients(CoefficientTable::custom({{2, -1, 0.5}}, 1.0,
+                                                                               1e-12)));
+  for (int i = 0; i < 2; ++i) {
+    const double s = (i == 0 ? 3.0 : 4.0) / 5.0;
+    EXPECT_NEAR(out[i][i].item<double>(), 2 * s - s * s * s + 0.5 * std::pow(s, 5), 1e-12);
+  }
+  EXPECT_EQ(out[0][1].item<double>(), 0.0);
+}
+
+TEST(Orthogonalize, InputIsNeverModified) {
+  auto gen = seeded(4);
+  for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    const auto x = at::randn({16, 8}, gen).to(dtype);
+    const auto copy = x.clone();
+    orthogonalize(x);
+    orthogonalize(x.t());  // a non-contiguous view
+    EXPECT_TRUE(at::equal(x, copy));
+  }
+}
+
+TEST(Orthogonalize, ZeroTinyAndThinMatrices) {
+  const auto zero = orthogonalize(at::zeros({5, 7}));
+  EXPECT_TRUE(at::equal(zero, at::zeros({5, 7})));
+  const auto tiny = orthogonalize(at::full({4, 4}, 1e-30, at::kFloat));
+  EXPECT_TRUE(at::isfinite(tiny).all().item<bool>());
+  for (auto shape : std::vector<std::vector<int64_t>>{{1, 9}, {9, 1}, {3, 8}, {8, 3}}) {
+    auto gen = seeded(5);
+    const auto x = at::randn(shape, gen);
+    const auto out = orthogonalize(x);
+    EXPECT_EQ(out.sizes(), x.sizes());
+    EXPECT_TRUE(at::isfinite(out).all().item<bool>());
+    const auto sv = at::linalg_svdvals(out.to(at::kDouble));
+    EXPECT_GE(sv.min().item<double>(), 0.67);
+    EXPECT_LE(sv.max().item<double>(), 1.15);
+  }
+  // A single column orthogonalizes to its direction scaled into the band.
+  const auto column = orthogonalize(at::tensor({3.0, 4.0}, at::kDouble).view({2, 1}));
+  EXPECT_NEAR(column[0][0].item<double>() / column[1][0].item<double>(), 0.75, 1e-12);
+  EXPECT_EQ(orthogonalize(at::zeros({0, 4})).sizes(), (std::vector<int64_t>{0, 4}));
+}
+
+TEST(Orthogonalize, BfloatInputComputesInFloatOnCpu) {
+  auto gen = seeded(6);
+  const auto x = testing::with_singular_values(32, 32, 0.1, at::kFloat, gen).to(at::kBFloat16);
+  EXPECT_EQ(orthogonalize_dtype(x, std::nullopt), at::kFloat);
+  const auto out = orthogonalize(x);
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  const auto expected = orthogonalize(x.to(at::kFloat)).to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(out, expected));
+}
+
+TEST(Orthogonalize, OrthogonalityErrorIsZeroForExactAndLargeForScaled) {
+  auto gen = seeded(7);
+  const auto q = testing::orthonormal_columns(20, 6, gen);
+  EXPECT_LT(orthogonality_error(q), 1e-12);
+  EXPECT_LT(orthogonality_error(q.t()), 1e-12);
+  EXPECT_NEAR(orthogonality_error(q * 2.0), 3.0, 1e-12);  // ‖4I − I‖_F / √k = 3
+}
+
+TEST(Orthogonalize, ErrorsNameTheProblem) {
+  expect_error<Error>([] { orthogonalize(at::ones({5})); }, {"at least 2 dims", "[5]"});
+  expect_error<Error>([] { orthogonalize(at::ones({2, 2}, at::kLong)); },
+                      {"floating-point", "Long"});
+  expect_error<Error>([] { orthogonalize(at::ones({2, 2}, at::kComplexFloat)); },
+                      {"complex", "ComplexFloat"});
+  expect_error<Error>([] { orthogonalize(at::ones({2, 2}), OrthogonalizeOptions().steps(0)); },
+                      {"steps must be >= 1", "got 0"});
+  expect_error<Error>(
+      [] {
+        orthogonalize(at::ones({2, 2}), OrthogonalizeOptions().coefficients(
+                                            CoefficientTable::custom({{1, 0, 0}}, 1.0, 0.0)));
+      },
+      {"eps must be > 0", "custom"});
+  expect_error<Error>(
+      [] {
+        orthogonalize(at::ones({2, 2}),
+                      OrthogonalizeOptions().coefficients(CoefficientTable::custom({})));
+      },
+      {"no rows"});
+  expect_error<Error>([] { CoefficientTable::by_name("cubic"); },
+                      {"'cubic'", "quintic, polar_express, dion"});
+}
+
+}  // namespace
+}  // namespace muon

@@ -1,0 +1,149 @@
+// Routing of the demo GPT and of hand-made modules (SPEC §4, rules 1, 2 and 5).
+#include "muon/routing.h"
+
+#include <gtest/gtest.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <map>
+
+#include "gpt.h"
+
+namespace muon {
+namespace {
+
+std::map<std::string, const RoutedParameter*> by_name(const std::vector<RoutedParameter>& routes) {
+  std::map<std::string, const RoutedParameter*> out;
+  for (const auto& r : routes) out[r.name] = &r;
+  return out;
+}
+
+demo::GptConfig small_gpt(int64_t layers, bool tied) {
+  demo::GptConfig c;
+  c.n_layers = layers;
+  c.d_model = 32;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.seq_len = 16;
+  c.tie_embeddings = tied;
+  return c;
+}
+
+TEST(Routing, TiedGptSendsSevenMatricesPerLayerToMuonAndTheRestToAdamW) {
+  for (int64_t layers : {1, 3}) {
+    demo::Gpt model(small_gpt(layers, /*tied=*/true));
+    const auto routes = route(*model);
+    const auto muon = tensors_with_role(routes, Role::muon);
+    const auto adamw = tensors_with_role(routes, Role::adamw);
+    EXPECT_EQ(muon.size(), static_cast<size_t>(7 * layers));
+    EXPECT_EQ(adamw.size(), static_cast<size_t>(2 * layers + 2));
+    // The tied tensor appears once, under the embedding's name.
+    const auto named = by_name(routes);
+    ASSERT_EQ(named.count("wte.weight"), 1u);
+    EXPECT_EQ(named.count("lm_head.weight"), 0u);
+    EXPECT_EQ(named.at("wte.weight")->role, Role::adamw);
+    EXPECT_EQ(named.at("wte.weight")->reason, "owned by an embedding module (torch::nn::EmbeddingImpl)");
+    EXPECT_TRUE(named.at("wte.weight")->tensor.is_same(model->lm_head->weight));
+    for (const char* proj : {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj",
+                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+      const auto& r = *named.at(std::string("blocks.0.") + proj + ".weight");
+      EXPECT_EQ(r.role, Role::muon) << proj;
+      EXPECT_EQ(r.reason, "hidden 2-D matrix");
+    }
+    const auto& norm = *named.at("blocks.0.attn_norm.weight");
+    EXPECT_EQ(norm.role, Role::adamw);
+    EXPECT_EQ(norm.reason, "rank-1 tensor");
+    // Every trainable tensor of the model is in exactly one optimizer.
+    EXPECT_EQ(muon.size() + adamw.size(), routes.size());
+  }
+}
+
+TEST(Routing, UntiedHeadIsAdamWByName) {
+  demo::Gpt model(small_gpt(2, /*tied=*/false));
+  const auto routes = route(*model);
+  EXPECT_EQ(tensors_with_role(routes, Role::muon).size(), 14u);
+  EXPECT_EQ(tensors_with_role(routes, Role::adamw).size(), 2u * 2 + 3);
+  const auto named = by_name(routes);
+  EXPECT_EQ(named.at("lm_head.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("lm_head.weight")->reason, "name part 'lm_head' marks an input/output layer");
+}
+
+TEST(Routing, FrozenParametersAreInNeitherOptimizer) {
+  demo::Gpt model(small_gpt(1, true));
+  model->blocks[0]->as<demo::BlockImpl>()->attn->q_proj->weight.set_requires_grad(false);
+  model->norm->weight.set_requires_grad(false);
+  const auto routes = route(*model);
+  const auto named = by_name(routes);
+  EXPECT_EQ(named.at("blocks.0.attn.q_proj.weight")->role, Role::frozen);
+  EXPECT_EQ(named.at("norm.weight")->reason, "requires_grad is false");
+  EXPECT_EQ(tensors_with_role(routes, Role::muon).size(), 6u);
+  EXPECT_EQ(tensors_with_role(routes, Role::adamw).size(), 3u);
+  EXPECT_EQ(tensors_with_role(routes, Role::frozen).size(), 2u);
+}
+
+TEST(Routing, NameTypeAndRankHeuristics) {
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const std::vector<NamedParameter> params = {
+      {"layers.0.custom_mixer", t({8, 8}), "MyModule"},
+      {"layers.0.proj.bias", t({8}), "torch::nn::LinearImpl"},
+      {"layers.0.gate.bias_matrix_bias", t({8, 8}), "MyModule"},
+      {"ln_f.weight", t({8, 8}), "torch::nn::LayerNormImpl"},
+      {"tok.weight", t({16, 8}), "torch::nn::EmbeddingImpl"},
+      {"Classifier.weight", t({3, 8}), "torch::nn::LinearImpl"},
+      {"model.value_embeds.0", t({16, 8}), ""},
+      {"attn.out_proj.weight", t({8, 8}), "torch::nn::LinearImpl"},
+      {"conv.weight", t({4, 3, 3, 3}), "torch::nn::Conv2dImpl"},
+      {"scale", t({}), ""},
+      {"counts", at::zeros({4, 4}, at::kLong), ""},
+      {"heads.weight", t({8, 8}), ""},
+  };
+  const auto routes = route(params);
+  const auto named = by_name(routes);
+  auto expect = [&](const std::string& name, Role role, const std::string& reason) {
+    EXPECT_EQ(named.at(name)->role, role) << name;
+    EXPECT_EQ(named.at(name)->reason, reason) << name;
+  };
+  expect("layers.0.custom_mixer", Role::muon, "hidden 2-D matrix");
+  expect("layers.0.proj.bias", Role::adamw, "rank-1 tensor");
+  expect("layers.0.gate.bias_matrix_bias", Role::adamw, "a bias");
+  expect("ln_f.weight", Role::adamw, "owned by a norm module (torch::nn::LayerNormImpl)");
+  expect("tok.weight", Role::adamw, "owned by an embedding module (torch::nn::EmbeddingImpl)");
+  expect("Classifier.weight", Role::adamw, "name part 'classifier' marks an input/output layer");
+  expect("model.value_embeds.0", Role::adamw,
+         "name part 'value_embeds' marks an input/output layer");
+  expect("attn.out_proj.weight", Role::muon, "hidden 2-D matrix");
+  expect("conv.weight", Role::adamw,
+         "rank-4 tensor without declared matrix axes (higher_rank policy 'adamw')");
+  expect("scale", Role::adamw, "rank-0 tensor");
+  expect("counts", Role::frozen, "requires_grad is false");
+  // "heads" is not "head": whole parts only.
+  expect("heads.weight", Role::muon, "hidden 2-D matrix");
+}
+
+TEST(Routing, ModulesReportTheirTypeNames) {
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 4, 3));
+  const auto params = named_parameters_of(*conv);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0].name, "weight");
+  EXPECT_EQ(params[0].module_type, "torch::nn::Conv2dImpl");
+}
+
+TEST(Routing, ReportListsEveryParameterAligned) {
+  demo::Gpt model(small_gpt(1, true));
+  const auto report = format_routing_report(route(*model));
+  EXPECT_NE(report.find("blocks.0.attn.q_proj.weight"), std::string::npos);
+  EXPECT_NE(report.find("[32, 32]"), std::string::npos);
+  EXPECT_NE(report.find("muon: 7 tensors"), std::string::npos);
+  EXPECT_NE(report.find("adamw: 4 tensors"), std::string::npos);
+  // The role column starts at the same offset on every row.
+  std::istringstream lines(report);
+  std::string header;
+  std::getline(lines, header);
+  const auto column = header.find("role");
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_TRUE(line.compare(column, 5, "adamw") == 0 || line.compare(column, 4, "muon") == 0) << line;
+}
+
+}  // namespace
+}  // namespace muon

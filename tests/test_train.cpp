@@ -1,0 +1,97 @@
+// End to end: the demo GPT trained by the hybrid optimizer on the Genesis fixture learns.
+#include "train.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data.h"
+#include "helpers.h"
+#include "muon/error.h"
+
+namespace muon::demo {
+namespace {
+
+TrainConfig fixture_config(const std::string& out) {
+  TrainConfig c;
+  c.data = MUON_TEST_DATA_DIR "/genesis.txt";
+  c.val_fraction = 0.1;
+  c.model.d_model = 64;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.seq_len = 64;
+  c.batch_size = 16;
+  c.steps = 120;
+  c.log_every = 30;
+  c.eval_every = 60;
+  c.eval_batches = 2;
+  c.schedule.warmup_steps = 10;
+  c.sample_bytes = 40;
+  c.out_dir = out;
+  return c;
+}
+
+TEST(Train, ValidationLossFallsFarBelowUniformAndFilesAreWritten) {
+  const auto out = std::filesystem::temp_directory_path() / "muon_test_train";
+  std::filesystem::remove_all(out);
+  std::ostringstream log;
+  const auto result = train(fixture_config(out.string()), log);
+  const double uniform = std::log(256.0);
+  EXPECT_NEAR(result.initial_val_loss, uniform, 0.1);
+  EXPECT_LT(result.final_val_loss, 0.55 * uniform) << log.str();
+  EXPECT_EQ(result.sample.rfind("And God said", 0), 0u);
+  EXPECT_EQ(result.sample.size(), std::string("And God said").size() + 40);
+  EXPECT_GT(result.optimizer_share, 0.0);
+  EXPECT_LT(result.optimizer_share, 1.0);
+
+  std::ifstream csv(out / "metrics.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "step,train_loss,val_loss,lr,tokens_per_s,elapsed_s");
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, 4);  // steps 30, 60, 90, 120
+  EXPECT_TRUE(std::filesystem::exists(out / "routing.txt"));
+  EXPECT_TRUE(std::filesystem::exists(out / "config.txt"));
+  EXPECT_NE(log.str().find("step   120/120 | loss"), std::string::npos) << log.str();
+}
+
+TEST(Train, SameSeedSameRun) {
+  auto config = fixture_config((std::filesystem::temp_directory_path() / "muon_test_seed").string());
+  config.steps = 10;
+  config.log_every = 10;
+  config.eval_every = 10;
+  std::ostringstream log;
+  const auto a = train(config, log);
+  const auto b = train(config, log);
+  EXPECT_EQ(a.final_val_loss, b.final_val_loss);
+  EXPECT_EQ(a.sample, b.sample);
+}
+
+TEST(Train, DataAndConfigErrors) {
+  testing::expect_error<Error>([] { load_text("/nonexistent/file.txt"); },
+                               {"cannot open '/nonexistent/file.txt'", "kjv"});
+  auto config = fixture_config("/tmp/muon_test_unused");
+  config.model.n_heads = 3;
+  std::ostringstream log;
+  testing::expect_error<Error>([&] { train(config, log); }, {"d_model (64)", "n_heads (3)"});
+  config = fixture_config("/tmp/muon_test_unused");
+  config.model.seq_len = 4096;
+  testing::expect_error<Error>([&] { train(config, log); }, {"shorter than one window"});
+}
+
+TEST(Data, WindowsAreShiftedByOneByte) {
+  const TextDataset data("abcdefghijklmnopqrstuvwxyz0123456789", 0.5);
+  auto gen = testing::seeded(1);
+  const auto [x, y] = data.train_batch(4, 5, gen);
+  EXPECT_TRUE(at::equal(x.narrow(1, 1, 4), y.narrow(1, 0, 4)));
+  const auto [vx, vy] = data.val_batch(0, 2, 4, 1);
+  EXPECT_EQ(vx[0][0].item<int64_t>(), 's');  // the validation split starts at byte 18
+}
+
+}  // namespace
+}  // namespace muon::demo

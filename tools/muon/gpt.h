@@ -1,0 +1,107 @@
+// The demo model: a decoder-only GPT (tied token embedding and head, RMSNorm, RoPE, grouped-query
+// attention, SwiGLU, no biases), small enough to train on 2 CPU cores in minutes.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+
+namespace muon::demo {
+
+struct GptConfig {
+  int64_t vocab_size = 256;  // bytes
+  int64_t seq_len = 128;
+  int64_t d_model = 128;
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t ffn_hidden = 0;  // 0: 8/3·d_model rounded up to a multiple of 32
+  bool tie_embeddings = true;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  double init_std = 0.02;
+
+  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t hidden() const { return ffn_hidden > 0 ? ffn_hidden : (8 * d_model / 3 + 31) / 32 * 32; }
+  void check() const;  // throws muon::Error naming the inconsistent field
+};
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const GptConfig& config);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class SwiGluImpl : public torch::nn::Module {
+ public:
+  explicit SwiGluImpl(const GptConfig& config);
+  at::Tensor forward(const at::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(SwiGlu);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GptConfig& config);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
+  Attention attn{nullptr};
+  SwiGlu mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+// The output projection; with tied embeddings its weight *is* the token embedding's tensor,
+// registered under a second name (routing must optimize it once).
+class LmHeadImpl : public torch::nn::Module {
+ public:
+  explicit LmHeadImpl(at::Tensor weight);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+};
+TORCH_MODULE(LmHead);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  explicit GptImpl(GptConfig config);
+  // tokens (batch, time) int64 → logits (batch, time, vocab)
+  at::Tensor forward(const at::Tensor& tokens);
+  // mean cross-entropy of predicting targets (batch, time)
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+  const GptConfig& config() const { return config_; }
+
+  torch::nn::Embedding wte{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  RMSNorm norm{nullptr};
+  LmHead lm_head{nullptr};
+
+ private:
+  GptConfig config_;
+  at::Tensor rope_cos_, rope_sin_;
+};
+TORCH_MODULE(Gpt);
+
+// Continues `prompt` by `n_bytes` sampled bytes at `temperature` (deterministic for a generator).
+std::string generate(Gpt& model, const std::string& prompt, int64_t n_bytes, double temperature,
+                     at::Generator generator);
+
+}  // namespace muon::demo

@@ -1,0 +1,175 @@
+#include "train.h"
+
+#include <ATen/Parallel.h>
+#include <torch/optim/adamw.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data.h"
+#include "muon/error.h"
+#include "muon/hybrid.h"
+#include "muon/routing.h"
+
+namespace muon::demo {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string clock_text(double seconds) {
+  const auto s = static_cast<int64_t>(std::lround(seconds));
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%lld:%02lld", static_cast<long long>(s / 60),
+                static_cast<long long>(s % 60));
+  return buffer;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& content) {
+  std::ofstream file(path);
+  check(file.good(), "train: cannot write '", path.string(), "'");
+  file << content;
+}
+
+std::string metrics_csv(const std::vector<MetricsRow>& rows) {
+  std::ostringstream out;
+  out << "step,train_loss,val_loss,lr,tokens_per_s,elapsed_s\n";
+  for (const auto& r : rows) {
+    out << r.step << ',' << r.train_loss << ',';
+    if (r.val_loss) out << *r.val_loss;
+    out << ',' << r.lr << ',' << r.tokens_per_s << ',' << r.elapsed_s << '\n';
+  }
+  return out.str();
+}
+
+void check_config(const TrainConfig& c) {
+  c.model.check();
+  check(c.steps > 0, "train: steps must be > 0, got ", c.steps);
+  check(c.batch_size > 0, "train: batch_size must be > 0, got ", c.batch_size);
+  check(c.log_every > 0 && c.eval_every > 0 && c.eval_batches > 0,
+        "train: log_every, eval_every and eval_batches must be > 0");
+}
+
+}  // namespace
+
+std::string TrainConfig::describe() const {
+  std::ostringstream out;
+  out << "model: {vocab_size: " << model.vocab_size << ", seq_len: " << model.seq_len
+      << ", d_model: " << model.d_model << ", n_layers: " << model.n_layers
+      << ", n_heads: " << model.n_heads << ", n_kv_heads: " << model.n_kv_heads
+      << ", ffn_hidden: " << model.hidden()
+      << ", tie_embeddings: " << (model.tie_embeddings ? "true" : "false") << "}\n"
+      << "data: " << data << "\nval_fraction: " << val_fraction << "\nsteps: " << steps
+      << "\nbatch_size: " << batch_size << "\nmuon_lr: " << muon_lr << "\nadamw_lr: " << adamw_lr
+      << "\nweight_decay: " << weight_decay << "\nschedule: {name: warmdown, warmup_steps: "
+      << schedule.warmup_steps << ", warmdown_ratio: " << schedule.warmdown_ratio
+      << ", final_lr_frac: " << schedule.final_lr_frac << "}\nlog_every: " << log_every
+      << "\neval_every: " << eval_every << "\neval_batches: " << eval_batches
+      << "\nseed: " << seed << "\nout_dir: " << out_dir << '\n';
+  return out.str();
+}
+
+double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config) {
+  at::NoGradGuard no_grad;
+  double total = 0;
+  for (int64_t i = 0; i < config.eval_batches; ++i) {
+    const auto [x, y] = data.val_batch(i, config.batch_size, config.model.seq_len,
+                                       config.eval_batches);
+    total += model->loss(x, y).item<double>();
+  }
+  return total / static_cast<double>(config.eval_batches);
+}
+
+TrainResult train(const TrainConfig& config, std::ostream& log) {
+  check_config(config);
+  const std::filesystem::path out_dir(config.out_dir);
+  std::filesystem::create_directories(out_dir);
+  write_file(out_dir / "config.txt", config.describe());
+
+  const TextDataset data(load_text(config.data), config.val_fraction);
+  at::manual_seed(config.seed);
+  auto generator = at::detail::createCPUGenerator(config.seed);
+  Gpt model(config.model);
+
+  const auto routes = route(*model);
+  write_file(out_dir / "routing.txt", format_routing_report(routes));
+  HybridOptimizer optimizer(
+      routes, MuonOptions(config.muon_lr).weight_decay(config.weight_decay),
+      torch::optim::AdamWOptions(config.adamw_lr).betas({0.9, 0.95}).weight_decay(0.0));
+
+  log << "muon train: " << config.model.n_layers << " layers, d_model " << config.model.d_model
+      << ", " << tensors_with_role(routes, Role::muon).size() << " Muon matrices, "
+      << tensors_with_role(routes, Role::adamw).size() << " AdamW tensors; "
+      << data.train_bytes() << " training bytes, " << at::get_num_threads() << " threads\n";
+
+  TrainResult result;
+  result.initial_val_loss = evaluate(model, data, config);
+  log << "step 0 | val loss " << result.initial_val_loss << " (uniform: " << std::log(256.0)
+      << ")\n";
+
+  const auto tokens_per_step = static_cast<double>(config.batch_size * config.model.seq_len);
+  const auto start = Clock::now();
+  double optimizer_seconds = 0;
+  double eval_seconds = 0;  // excluded from throughput and the optimizer's share
+  double window_loss = 0;
+  auto window_start = Clock::now();
+  for (int64_t step = 0; step < config.steps; ++step) {
+    const double multiplier = config.schedule(step, config.steps);
+    optimizer.set_lr_multiplier(multiplier);
+    const auto [x, y] = data.train_batch(config.batch_size, config.model.seq_len, generator);
+    const auto loss = model->loss(x, y);
+    optimizer.zero_grad();
+    loss.backward();
+    const auto optimizer_start = Clock::now();
+    optimizer.step();
+    optimizer_seconds += seconds_since(optimizer_start);
+    window_loss += loss.item<double>();
+
+    const int64_t done = step + 1;
+    const bool log_now = done % config.log_every == 0 || done == config.steps;
+    if (!log_now) continue;
+    const int64_t window_steps = (done - 1) % config.log_every + 1;
+    MetricsRow row{done, window_loss / static_cast<double>(window_steps), std::nullopt,
+                   config.muon_lr * multiplier,
+                   tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
+                   seconds_since(start)};
+    if (done % config.eval_every == 0 || done == config.steps) {
+      const auto eval_start = Clock::now();
+      row.val_loss = evaluate(model, data, config);
+      eval_seconds += seconds_since(eval_start);
+    }
+    const double eta = row.elapsed_s / static_cast<double>(done) *
+                       static_cast<double>(config.steps - done);
+    char line[256];
+    std::snprintf(line, sizeof line, "step %5lld/%lld | loss %.4f | val loss %s | lr %.2e | %7.0f tok/s | %s / ETA %s",
+                  static_cast<long long>(done), static_cast<long long>(config.steps), row.train_loss,
+                  row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "   -  ", row.lr,
+                  row.tokens_per_s, clock_text(row.elapsed_s).c_str(), clock_text(eta).c_str());
+    log << line << std::endl;
+    result.rows.push_back(row);
+    window_loss = 0;
+    window_start = Clock::now();
+  }
+  const double total_seconds = seconds_since(start) - eval_seconds;
+  result.final_val_loss = *result.rows.back().val_loss;
+  result.tokens_per_s = tokens_per_step * static_cast<double>(config.steps) / total_seconds;
+  result.optimizer_share = optimizer_seconds / total_seconds;
+  write_file(out_dir / "metrics.csv", metrics_csv(result.rows));
+
+  result.sample = generate(model, config.sample_prompt, config.sample_bytes, 0.8, generator);
+  log << "final val loss " << result.final_val_loss << " | " << static_cast<int64_t>(result.tokens_per_s)
+      << " tok/s | optimizer " << static_cast<int>(100 * result.optimizer_share)
+      << "% of step time\n--- sample ---\n" << result.sample << "\n--------------\n"
+      << "wrote " << (out_dir / "metrics.csv").string() << ", routing.txt, config.txt\n";
+  return result;
+}
+
+}  // namespace muon::demo

@@ -1,0 +1,62 @@
+// `muon train`: trains the demo GPT with the hybrid Muon + AdamW optimizer on byte-level text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gpt.h"
+#include "muon/schedule.h"
+
+namespace muon::demo {
+
+// The embedded default run: a 4-layer, 128-wide GPT on the KJV, a few minutes on 2 CPU cores.
+struct TrainConfig {
+  GptConfig model;
+  std::string data = "kjv";  // "kjv" or a text file
+  double val_fraction = 0.05;
+  int64_t steps = 400;
+  int64_t batch_size = 32;
+  double muon_lr = 0.02;    // hidden matrices
+  double adamw_lr = 0.004;  // embedding and norm weights
+  double weight_decay = 0.0;
+  WarmdownSchedule schedule{/*warmup_steps=*/20, /*warmdown_ratio=*/0.4, /*final_lr_frac=*/0.05};
+  int64_t log_every = 20;
+  int64_t eval_every = 100;
+  int64_t eval_batches = 8;
+  uint64_t seed = 1337;
+  std::string out_dir = "runs/latest";
+  int64_t sample_bytes = 240;
+  std::string sample_prompt = "And God said";
+
+  std::string describe() const;  // the resolved settings, one `key: value` per line
+};
+
+struct MetricsRow {
+  int64_t step;  // updates done
+  double train_loss;
+  std::optional<double> val_loss;
+  double lr;  // Muon's rate at this step
+  double tokens_per_s;
+  double elapsed_s;
+};
+
+struct TrainResult {
+  std::vector<MetricsRow> rows;
+  double initial_val_loss = 0;
+  double final_val_loss = 0;
+  double tokens_per_s = 0;
+  double optimizer_share = 0;  // fraction of step time spent in optimizer.step()
+  std::string sample;
+};
+
+// Mean loss over the fixed validation windows.
+double evaluate(Gpt& model, const class TextDataset& data, const TrainConfig& config);
+
+// Runs the whole job, printing one progress line per log interval to `log` and writing
+// config.txt, routing.txt and metrics.csv into config.out_dir.
+TrainResult train(const TrainConfig& config, std::ostream& log);
+
+}  // namespace muon::demo
