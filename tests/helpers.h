@@ -10,7 +10,9 @@
 
 namespace muon::testing {
 
-inline at::Generator seeded(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
+inline at::Generator seeded(uint64_t seed) {
+  return at::detail::createCPUGenerator(seed);
+}
 
 // Orthonormal n×k columns (QR of a Gaussian matrix), float64.
 inline at::Tensor orthonormal_columns(int64_t n, int64_t k, at::Generator& gen) {
@@ -24,8 +26,7 @@ inline at::Tensor with_singular_values(int64_t rows, int64_t cols, double lowest
   const auto k = std::min(rows, cols);
   const auto U = orthonormal_columns(rows, k, gen);
   const auto V = orthonormal_columns(cols, k, gen);
-  const auto s =
-      at::exp(at::empty({k}, at::kDouble).uniform_(std::log(lowest), 0.0, gen));
+  const auto s = at::exp(at::empty({k}, at::kDouble).uniform_(std::log(lowest), 0.0, gen));
   return at::matmul(U * s, V.t()).to(dtype);
 }
 

@@ -13,7 +13,8 @@ namespace {
 using testing::expect_error;
 using testing::seeded;
 
-// Newton–Schulz the textbook way: transpose tall inputs, iterate X ← aX + (bA + cA²)X, transpose back.
+// Newton–Schulz the textbook way: transpose tall inputs, iterate X ← aX + (bA + cA²)X, transpose
+// back.
 at::Tensor reference_newton_schulz(at::Tensor X, const CoefficientTable& table, int64_t steps) {
   const bool tall = X.size(0) > X.size(1);
   if (tall) X = X.t();
@@ -49,10 +50,18 @@ struct ReferenceMuon {
     const double cols = static_cast<double>(W.size(1));
     double factor = 1;
     switch (o.adjust_lr()) {
-      case AdjustLr::original: factor = std::sqrt(std::max(1.0, rows / cols)); break;
-      case AdjustLr::match_rms_adamw: factor = 0.2 * std::sqrt(std::max(rows, cols)); break;
-      case AdjustLr::spectral: factor = std::sqrt(rows / cols); break;
-      case AdjustLr::none: factor = 1; break;
+      case AdjustLr::original:
+        factor = std::sqrt(std::max(1.0, rows / cols));
+        break;
+      case AdjustLr::match_rms_adamw:
+        factor = 0.2 * std::sqrt(std::max(rows, cols));
+        break;
+      case AdjustLr::spectral:
+        factor = std::sqrt(rows / cols);
+        break;
+      case AdjustLr::none:
+        factor = 1;
+        break;
     }
     const auto updated = W.to(dtype) * (1 - o.lr() * o.weight_decay()) - o.lr() * factor * U;
     W = updated.to(W.scalar_type());
@@ -61,7 +70,8 @@ struct ReferenceMuon {
 
 // Compares parameters after each step: fp32/fp64 to a tight relative tolerance of the change, bf16
 // to within one bf16 rounding.
-void expect_same_parameter(const at::Tensor& ours, const at::Tensor& ref, const at::Tensor& before) {
+void expect_same_parameter(const at::Tensor& ours, const at::Tensor& ref,
+                           const at::Tensor& before) {
   if (ours.scalar_type() == at::kBFloat16) {
     const auto diff = (ours.to(at::kFloat) - ref.to(at::kFloat)).abs();
     const double ulp = ref.to(at::kFloat).abs().max().item<double>() * std::pow(2.0, -7);
@@ -106,8 +116,7 @@ TEST(Muon, MatchesReferenceForEveryFormNesterovAdjustDecayAndDtype) {
                 expect_same_parameter(W.detach(), W_ref, before);
                 W_ref = W.detach().clone();  // follow ours so bf16 roundings do not compound
               }
-              const auto& state =
-                  static_cast<const MuonParamState&>(*opt.state().begin()->second);
+              const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
               EXPECT_EQ(state.step(), 3);
               EXPECT_EQ(state.momentum_buffer().scalar_type(),
                         dtype == at::kDouble ? at::kDouble : at::kFloat);
@@ -185,7 +194,9 @@ TEST(Muon, RejectsBadParametersAtConstruction) {
   expect_error<Error>([] { Muon({at::ones({5}, at::kFloat).requires_grad_(true)}); },
                       {"[5]", "2-D matrices", "AdamW"});
   expect_error<Error>(
-      [] { Muon({at::ones({2, 2}, at::kComplexFloat).requires_grad_(true)}); },
+      [] {
+        Muon({at::ones({2, 2}, at::kComplexFloat).requires_grad_(true)});
+      },
       {"complex"});
   expect_error<Error>([] { Muon({at::ones({2, 2, 2}).requires_grad_(true)}); }, {"[2, 2, 2]"});
 }

@@ -19,7 +19,8 @@ struct Band {
 
 // Known bands: Keller Jordan's quintic oscillates in about [0.68, 1.13]; Polar Express's last
 // row leaves [0.86, 1.14]; Dion's table converges to about [0.98, 1.03].
-const Band kBands[] = {{"quintic", 0.67, 1.15}, {"polar_express", 0.85, 1.15}, {"dion", 0.97, 1.04}};
+const Band kBands[] = {
+    {"quintic", 0.67, 1.15}, {"polar_express", 0.85, 1.15}, {"dion", 0.97, 1.04}};
 
 struct Shape {
   std::vector<int64_t> dims;  // (..., rows, cols)
@@ -86,9 +87,9 @@ TEST(Orthogonalize, MoreStepsOfQuinticStayInBandAndTableRowsRepeat) {
   EXPECT_GE(sv.min().item<double>(), 0.67);
   EXPECT_LE(sv.max().item<double>(), 1.15);
   // A one-row custom table equal to the quintic gives the quintic's result.
-  const auto custom = orthogonalize(
-      x, OrthogonalizeOptions().steps(10).coefficients(
-             CoefficientTable::custom({{3.4445, -4.7750, 2.0315}}, 1.0, 1e-7)));
+  const auto custom =
+      orthogonalize(x, OrthogonalizeOptions().steps(10).coefficients(
+                           CoefficientTable::custom({{3.4445, -4.7750, 2.0315}}, 1.0, 1e-7)));
   EXPECT_TRUE(at::equal(custom, ten));
 }
 
@@ -103,9 +104,8 @@ TEST(Orthogonalize, TallEqualsTransposedWide) {
 TEST(Orthogonalize, CustomTableFollowsTheFormulaByHand) {
   // One step of p(x) = a·x + b·x³ + c·x⁵ on a diagonal matrix acts on each singular value.
   const auto x = at::diag(at::tensor({3.0, 4.0}, at::kDouble));  // ‖x‖_F = 5
-  const auto out = orthogonalize(
-      x, OrthogonalizeOptions().steps(1).coefficients(CoefficientTable::custom({{2, -1, 0.5}}, 1.0,
-                                                                               1e-12)));
+  const auto out = orthogonalize(x, OrthogonalizeOptions().steps(1).coefficients(
+                                        CoefficientTable::custom({{2, -1, 0.5}}, 1.0, 1e-12)));
   for (int i = 0; i < 2; ++i) {
     const double s = (i == 0 ? 3.0 : 4.0) / 5.0;
     EXPECT_NEAR(out[i][i].item<double>(), 2 * s - s * s * s + 0.5 * std::pow(s, 5), 1e-12);
@@ -165,12 +165,21 @@ TEST(Orthogonalize, OrthogonalityErrorIsZeroForExactAndLargeForScaled) {
 
 TEST(Orthogonalize, ErrorsNameTheProblem) {
   expect_error<Error>([] { orthogonalize(at::ones({5})); }, {"at least 2 dims", "[5]"});
-  expect_error<Error>([] { orthogonalize(at::ones({2, 2}, at::kLong)); },
-                      {"floating-point", "Long"});
-  expect_error<Error>([] { orthogonalize(at::ones({2, 2}, at::kComplexFloat)); },
-                      {"complex", "ComplexFloat"});
-  expect_error<Error>([] { orthogonalize(at::ones({2, 2}), OrthogonalizeOptions().steps(0)); },
-                      {"steps must be >= 1", "got 0"});
+  expect_error<Error>(
+      [] {
+        orthogonalize(at::ones({2, 2}, at::kLong));
+      },
+      {"floating-point", "Long"});
+  expect_error<Error>(
+      [] {
+        orthogonalize(at::ones({2, 2}, at::kComplexFloat));
+      },
+      {"complex", "ComplexFloat"});
+  expect_error<Error>(
+      [] {
+        orthogonalize(at::ones({2, 2}), OrthogonalizeOptions().steps(0));
+      },
+      {"steps must be >= 1", "got 0"});
   expect_error<Error>(
       [] {
         orthogonalize(at::ones({2, 2}), OrthogonalizeOptions().coefficients(

@@ -42,7 +42,8 @@ TEST(Routing, TiedGptSendsSevenMatricesPerLayerToMuonAndTheRestToAdamW) {
     ASSERT_EQ(named.count("wte.weight"), 1u);
     EXPECT_EQ(named.count("lm_head.weight"), 0u);
     EXPECT_EQ(named.at("wte.weight")->role, Role::adamw);
-    EXPECT_EQ(named.at("wte.weight")->reason, "owned by an embedding module (torch::nn::EmbeddingImpl)");
+    EXPECT_EQ(named.at("wte.weight")->reason,
+              "owned by an embedding module (torch::nn::EmbeddingImpl)");
     EXPECT_TRUE(named.at("wte.weight")->tensor.is_same(model->lm_head->weight));
     for (const char* proj : {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj",
                              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
@@ -142,7 +143,8 @@ TEST(Routing, ReportListsEveryParameterAligned) {
   const auto column = header.find("role");
   std::string line;
   std::getline(lines, line);
-  EXPECT_TRUE(line.compare(column, 5, "adamw") == 0 || line.compare(column, 4, "muon") == 0) << line;
+  EXPECT_TRUE(line.compare(column, 5, "adamw") == 0 || line.compare(column, 4, "muon") == 0)
+      << line;
 }
 
 }  // namespace

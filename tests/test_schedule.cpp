@@ -14,8 +14,8 @@ namespace {
 TEST(WarmdownSchedule, BoundariesOfALinearRun) {
   // 100 steps, warmup 10, last 40% (40 steps) decay to 0.1.
   const WarmdownSchedule s{10, 0.4, 0.1, false};
-  EXPECT_DOUBLE_EQ(s(0, 100), 0.1);   // (0+1)/10
-  EXPECT_DOUBLE_EQ(s(9, 100), 1.0);   // (9+1)/10
+  EXPECT_DOUBLE_EQ(s(0, 100), 0.1);  // (0+1)/10
+  EXPECT_DOUBLE_EQ(s(9, 100), 1.0);  // (9+1)/10
   EXPECT_DOUBLE_EQ(s(10, 100), 1.0);
   EXPECT_DOUBLE_EQ(s(60, 100), 1.0);  // 100 − 40: last step at peak
   EXPECT_DOUBLE_EQ(s(61, 100), 0.1 + 0.9 * 39.0 / 40.0);
@@ -34,8 +34,11 @@ TEST(WarmdownSchedule, CosineShape) {
 
 TEST(WarmdownSchedule, Errors) {
   testing::expect_error<Error>([] { WarmdownSchedule{}(0, 0); }, {"total_steps must be > 0"});
-  testing::expect_error<Error>([] { WarmdownSchedule{10, 1.5, 0.0, false}(0, 10); },
-                               {"warmdown_ratio must be in [0, 1]", "1.5"});
+  testing::expect_error<Error>(
+      [] {
+        WarmdownSchedule{10, 1.5, 0.0, false}(0, 10);
+      },
+      {"warmdown_ratio must be in [0, 1]", "1.5"});
 }
 
 }  // namespace

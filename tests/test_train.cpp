@@ -61,7 +61,8 @@ TEST(Train, ValidationLossFallsFarBelowUniformAndFilesAreWritten) {
 }
 
 TEST(Train, SameSeedSameRun) {
-  auto config = fixture_config((std::filesystem::temp_directory_path() / "muon_test_seed").string());
+  auto config =
+      fixture_config((std::filesystem::temp_directory_path() / "muon_test_seed").string());
   config.steps = 10;
   config.log_every = 10;
   config.eval_every = 10;

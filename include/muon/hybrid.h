@@ -26,8 +26,8 @@ class HybridOptimizer {
   // Sets every group's lr to its construction-time lr × multiplier (drives schedules).
   void set_lr_multiplier(double multiplier);
 
-  Muon* muon() { return muon_.get(); }                       // null without Muon parameters
-  torch::optim::AdamW* adamw() { return adamw_.get(); }      // null without AdamW parameters
+  Muon* muon() { return muon_.get(); }                   // null without Muon parameters
+  torch::optim::AdamW* adamw() { return adamw_.get(); }  // null without AdamW parameters
 
  private:
   std::vector<torch::optim::Optimizer*> branches();

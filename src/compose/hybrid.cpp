@@ -36,10 +36,12 @@ at::Tensor HybridOptimizer::step(torch::optim::Optimizer::LossClosure closure) {
   // Muon checks its own parameters before changing any; AdamW's only failure on a gradient is a
   // sparse one, so rule that out first and neither branch can stop half-way.
   if (adamw_) {
-    for (const auto& p : adamw_->parameters()) {
-      check(!(p.grad().defined() && p.grad().is_sparse()),
-            "HybridOptimizer: sparse gradients are not supported (AdamW parameter of shape ",
-            p.sizes(), ")");
+    for (const auto& group : adamw_->param_groups()) {
+      for (const auto& p : group.params()) {
+        check(!(p.grad().defined() && p.grad().is_sparse()),
+              "HybridOptimizer: sparse gradients are not supported (AdamW parameter of shape ",
+              p.sizes(), ")");
+      }
     }
   }
   for (auto* branch : branches()) branch->step();

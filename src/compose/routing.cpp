@@ -44,12 +44,13 @@ std::string lower(std::string s) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Name parts that mark a layer mapping into or out of a discrete space (Speedtronic's list).
 const std::array<const char*, 12> kInputOutputNames = {
-    "embed", "embedding", "wte",    "wpe",        "lm_head", "classifier",
+    "embed",  "embedding",   "wte",   "wpe",        "lm_head", "classifier",
     "output", "output_proj", "score", "score_proj", "head",    "value_embeds"};
 
 std::string input_output_part(const std::string& name) {
@@ -67,8 +68,8 @@ std::pair<Role, std::string> decide(const NamedParameter& p) {
   const auto& t = p.tensor;
   if (!t.requires_grad()) return {Role::frozen, "requires_grad is false"};
   if (!t.is_floating_point()) {
-    return {Role::adamw, "dtype " + std::string(c10::toString(t.scalar_type())) +
-                             " is not floating-point"};
+    return {Role::adamw,
+            "dtype " + std::string(c10::toString(t.scalar_type())) + " is not floating-point"};
   }
   if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor"};
   if (ends_with(p.name, "bias")) return {Role::adamw, "a bias"};
@@ -120,8 +121,8 @@ std::string format_routing_report(const std::vector<RoutedParameter>& routes) {
   for (const auto& r : routes) {
     std::ostringstream shape;
     shape << r.tensor.sizes();
-    rows.push_back({r.name, shape.str(), c10::toString(r.tensor.scalar_type()), to_string(r.role),
-                    r.reason});
+    rows.push_back(
+        {r.name, shape.str(), c10::toString(r.tensor.scalar_type()), to_string(r.role), r.reason});
     auto& t = totals[to_string(r.role)];
     t.first += 1;
     t.second += r.tensor.numel();

@@ -15,8 +15,8 @@ double WarmdownSchedule::operator()(int64_t step, int64_t total_steps) const {
   const auto warmdown_steps = std::llround(warmdown_ratio * static_cast<double>(total_steps));
   if (step <= total_steps - warmdown_steps) return 1.0;
   // progress runs from 1 at the warmdown's start to 0 at total_steps (nanochat's form).
-  const double progress = std::max(0.0, static_cast<double>(total_steps - step) /
-                                            static_cast<double>(warmdown_steps));
+  const double progress =
+      std::max(0.0, static_cast<double>(total_steps - step) / static_cast<double>(warmdown_steps));
   const double shape = cosine ? 0.5 * (1.0 - std::cos(M_PI * progress)) : progress;
   return final_lr_frac + (1.0 - final_lr_frac) * shape;
 }

@@ -67,8 +67,8 @@ namespace {
 void check_input(const at::Tensor& x) {
   check(x.dim() >= 2, "orthogonalize: expected a matrix or a batch of matrices (at least 2 dims), ",
         "got a tensor of shape ", x.sizes());
-  check(!x.is_complex(), "orthogonalize: complex tensors are not supported (got ",
-        x.scalar_type(), "); use float32, float64, bfloat16 or float16");
+  check(!x.is_complex(), "orthogonalize: complex tensors are not supported (got ", x.scalar_type(),
+        "); use float32, float64, bfloat16 or float16");
   check(x.is_floating_point(), "orthogonalize: expected a floating-point tensor (float32, ",
         "float64, bfloat16 or float16), got ", x.scalar_type());
 }
@@ -111,8 +111,8 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
                                            at::promote_types(batch.scalar_type(), at::kFloat));
   auto X = batch / (norm * table.safety + table.eps).to(batch.scalar_type());
 
-  // Iterate on the Gram matrix of the smaller side: for tall X, A = XᵀX and X ← a·X + X·(b·A + c·A²)
-  // equals transposing, iterating and transposing back, without the copies.
+  // Iterate on the Gram matrix of the smaller side: for tall X, A = XᵀX and X ← a·X + X·(b·A +
+  // c·A²) equals transposing, iterating and transposing back, without the copies.
   const bool tall = rows > cols;
   for (int64_t k = 0; k < options.steps(); ++k) {
     const auto& [a, b, c] = table.row(k);
@@ -128,7 +128,8 @@ double orthogonality_error(const at::Tensor& x) {
   if (x.numel() == 0) return 0.0;
   const auto batch = x.reshape({-1, x.size(-2), x.size(-1)}).to(at::kDouble);
   const bool tall = x.size(-2) > x.size(-1);
-  const auto gram = tall ? at::bmm(batch.transpose(1, 2), batch) : at::bmm(batch, batch.transpose(1, 2));
+  const auto gram =
+      tall ? at::bmm(batch.transpose(1, 2), batch) : at::bmm(batch, batch.transpose(1, 2));
   const auto k = gram.size(-1);
   const auto eye = at::eye(k, gram.options());
   const auto err = at::linalg_vector_norm(gram - eye, 2, at::IntArrayRef{-2, -1}) / std::sqrt(k);

@@ -26,7 +26,9 @@ double shape_factor(AdjustLr mode, int64_t rows, int64_t cols) {
   throw Error("unknown adjust_lr mode");
 }
 
-std::string to_string(MomentumForm form) { return form == MomentumForm::ema ? "ema" : "sum"; }
+std::string to_string(MomentumForm form) {
+  return form == MomentumForm::ema ? "ema" : "sum";
+}
 
 std::string to_string(AdjustLr mode) {
   switch (mode) {
@@ -48,8 +50,10 @@ void check_options(const MuonOptions& o) {
         o.momentum());
   check(std::isfinite(o.weight_decay()) && o.weight_decay() >= 0,
         "Muon: weight_decay must be >= 0, got ", o.weight_decay());
-  check_options(OrthogonalizeOptions().steps(o.ns_steps()).coefficients(o.coefficients()).dtype(
-      o.ns_dtype()));
+  check_options(OrthogonalizeOptions()
+                    .steps(o.ns_steps())
+                    .coefficients(o.coefficients())
+                    .dtype(o.ns_dtype()));
 }
 
 void check_muon_param(const at::Tensor& p, const std::string& name) {
@@ -111,8 +115,8 @@ Muon::Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups, MuonOpti
 }
 
 Muon::Muon(std::vector<at::Tensor> params, MuonOptions defaults)
-    : Muon(std::vector<torch::optim::OptimizerParamGroup>{
-               torch::optim::OptimizerParamGroup(std::move(params))},
+    : Muon(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(
+               std::move(params))},
            std::move(defaults)) {}
 
 void Muon::check_before_step() const {
@@ -122,8 +126,8 @@ void Muon::check_before_step() const {
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& p = params[i];
       if (!p.grad().defined()) continue;
-      check(!p.grad().is_sparse(), "Muon does not support sparse gradients (",
-            param_label(gi, i), ")");
+      check(!p.grad().is_sparse(), "Muon does not support sparse gradients (", param_label(gi, i),
+            ")");
       check_muon_param(p, param_label(gi, i));
     }
   }
@@ -149,8 +153,10 @@ at::Tensor Muon::step(LossClosure closure) {
   check_before_step();
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const MuonOptions&>(group.options());
-    const auto ns = OrthogonalizeOptions().steps(o.ns_steps()).coefficients(o.coefficients()).dtype(
-        o.ns_dtype());
+    const auto ns = OrthogonalizeOptions()
+                        .steps(o.ns_steps())
+                        .coefficients(o.coefficients())
+                        .dtype(o.ns_dtype());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& state = state_of(p);

@@ -62,8 +62,7 @@ std::pair<at::Tensor, at::Tensor> TextDataset::train_batch(int64_t batch, int64_
                                                            at::Generator& generator) const {
   check(train_.numel() > seq_len + 1, "data: the training split (", train_.numel(),
         " bytes) is shorter than one window of ", seq_len + 1, " bytes");
-  const auto starts =
-      at::randint(0, train_.numel() - seq_len - 1, {batch}, generator, at::kLong);
+  const auto starts = at::randint(0, train_.numel() - seq_len - 1, {batch}, generator, at::kLong);
   return windows(train_, starts, seq_len);
 }
 

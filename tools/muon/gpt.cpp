@@ -101,9 +101,13 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const 
   return h + mlp(mlp_norm(h));
 }
 
-LmHeadImpl::LmHeadImpl(at::Tensor w) { weight = register_parameter("weight", std::move(w)); }
+LmHeadImpl::LmHeadImpl(at::Tensor w) {
+  weight = register_parameter("weight", std::move(w));
+}
 
-at::Tensor LmHeadImpl::forward(const at::Tensor& x) { return F::linear(x, weight); }
+at::Tensor LmHeadImpl::forward(const at::Tensor& x) {
+  return F::linear(x, weight);
+}
 
 GptImpl::GptImpl(GptConfig config) : config_(config) {
   config_.check();

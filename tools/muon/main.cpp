@@ -30,9 +30,10 @@ int main(int argc, char** argv) {
   muon::demo::TrainConfig config;
   int threads = 0;
   auto* train = app.add_subcommand(
-      "train", "Train the demo GPT (byte-level, RoPE, GQA, SwiGLU) with Muon for hidden matrices "
-               "and AdamW for the rest; prints progress and writes metrics.csv, routing.txt and "
-               "config.txt into --out.");
+      "train",
+      "Train the demo GPT (byte-level, RoPE, GQA, SwiGLU) with Muon for hidden matrices "
+      "and AdamW for the rest; prints progress and writes metrics.csv, routing.txt and "
+      "config.txt into --out.");
   train->add_option("--steps", config.steps, "optimizer updates")->capture_default_str();
   train->add_option("--seed", config.seed, "seed for initialization and batches")
       ->capture_default_str();
@@ -54,9 +55,10 @@ int main(int argc, char** argv) {
 
   muon::demo::GptConfig route_model;
   bool untied = false;
-  auto* route = app.add_subcommand(
-      "route", "Print the routing report of the demo GPT: each parameter's shape, dtype, "
-               "optimizer (muon/adamw/frozen) and the reason.");
+  auto* route =
+      app.add_subcommand("route",
+                         "Print the routing report of the demo GPT: each parameter's shape, dtype, "
+                         "optimizer (muon/adamw/frozen) and the reason.");
   route->add_flag("--untied", untied, "give the head its own weight instead of the embedding's");
   add_model_options(*route, route_model);
 

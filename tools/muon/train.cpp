@@ -69,11 +69,12 @@ std::string TrainConfig::describe() const {
       << ", tie_embeddings: " << (model.tie_embeddings ? "true" : "false") << "}\n"
       << "data: " << data << "\nval_fraction: " << val_fraction << "\nsteps: " << steps
       << "\nbatch_size: " << batch_size << "\nmuon_lr: " << muon_lr << "\nadamw_lr: " << adamw_lr
-      << "\nweight_decay: " << weight_decay << "\nschedule: {name: warmdown, warmup_steps: "
-      << schedule.warmup_steps << ", warmdown_ratio: " << schedule.warmdown_ratio
+      << "\nweight_decay: " << weight_decay
+      << "\nschedule: {name: warmdown, warmup_steps: " << schedule.warmup_steps
+      << ", warmdown_ratio: " << schedule.warmdown_ratio
       << ", final_lr_frac: " << schedule.final_lr_frac << "}\nlog_every: " << log_every
-      << "\neval_every: " << eval_every << "\neval_batches: " << eval_batches
-      << "\nseed: " << seed << "\nout_dir: " << out_dir << '\n';
+      << "\neval_every: " << eval_every << "\neval_batches: " << eval_batches << "\nseed: " << seed
+      << "\nout_dir: " << out_dir << '\n';
   return out.str();
 }
 
@@ -81,8 +82,8 @@ double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config) 
   at::NoGradGuard no_grad;
   double total = 0;
   for (int64_t i = 0; i < config.eval_batches; ++i) {
-    const auto [x, y] = data.val_batch(i, config.batch_size, config.model.seq_len,
-                                       config.eval_batches);
+    const auto [x, y] =
+        data.val_batch(i, config.batch_size, config.model.seq_len, config.eval_batches);
     total += model->loss(x, y).item<double>();
   }
   return total / static_cast<double>(config.eval_batches);
@@ -107,8 +108,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 
   log << "muon train: " << config.model.n_layers << " layers, d_model " << config.model.d_model
       << ", " << tensors_with_role(routes, Role::muon).size() << " Muon matrices, "
-      << tensors_with_role(routes, Role::adamw).size() << " AdamW tensors; "
-      << data.train_bytes() << " training bytes, " << at::get_num_threads() << " threads\n";
+      << tensors_with_role(routes, Role::adamw).size() << " AdamW tensors; " << data.train_bytes()
+      << " training bytes, " << at::get_num_threads() << " threads\n";
 
   TrainResult result;
   result.initial_val_loss = evaluate(model, data, config);
@@ -137,22 +138,27 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     const bool log_now = done % config.log_every == 0 || done == config.steps;
     if (!log_now) continue;
     const int64_t window_steps = (done - 1) % config.log_every + 1;
-    MetricsRow row{done, window_loss / static_cast<double>(window_steps), std::nullopt,
-                   config.muon_lr * multiplier,
-                   tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
-                   seconds_since(start)};
+    MetricsRow row{
+        done,
+        window_loss / static_cast<double>(window_steps),
+        std::nullopt,
+        config.muon_lr * multiplier,
+        tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
+        seconds_since(start)};
     if (done % config.eval_every == 0 || done == config.steps) {
       const auto eval_start = Clock::now();
       row.val_loss = evaluate(model, data, config);
       eval_seconds += seconds_since(eval_start);
     }
-    const double eta = row.elapsed_s / static_cast<double>(done) *
-                       static_cast<double>(config.steps - done);
+    const double eta =
+        row.elapsed_s / static_cast<double>(done) * static_cast<double>(config.steps - done);
     char line[256];
-    std::snprintf(line, sizeof line, "step %5lld/%lld | loss %.4f | val loss %s | lr %.2e | %7.0f tok/s | %s / ETA %s",
-                  static_cast<long long>(done), static_cast<long long>(config.steps), row.train_loss,
-                  row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "   -  ", row.lr,
-                  row.tokens_per_s, clock_text(row.elapsed_s).c_str(), clock_text(eta).c_str());
+    std::snprintf(
+        line, sizeof line,
+        "step %5lld/%lld | loss %.4f | val loss %s | lr %.2e | %7.0f tok/s | %s / ETA %s",
+        static_cast<long long>(done), static_cast<long long>(config.steps), row.train_loss,
+        row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "   -  ", row.lr,
+        row.tokens_per_s, clock_text(row.elapsed_s).c_str(), clock_text(eta).c_str());
     log << line << std::endl;
     result.rows.push_back(row);
     window_loss = 0;
@@ -165,9 +171,10 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   write_file(out_dir / "metrics.csv", metrics_csv(result.rows));
 
   result.sample = generate(model, config.sample_prompt, config.sample_bytes, 0.8, generator);
-  log << "final val loss " << result.final_val_loss << " | " << static_cast<int64_t>(result.tokens_per_s)
-      << " tok/s | optimizer " << static_cast<int>(100 * result.optimizer_share)
-      << "% of step time\n--- sample ---\n" << result.sample << "\n--------------\n"
+  log << "final val loss " << result.final_val_loss << " | "
+      << static_cast<int64_t>(result.tokens_per_s) << " tok/s | optimizer "
+      << static_cast<int>(100 * result.optimizer_share) << "% of step time\n--- sample ---\n"
+      << result.sample << "\n--------------\n"
       << "wrote " << (out_dir / "metrics.csv").string() << ", routing.txt, config.txt\n";
   return result;
 }

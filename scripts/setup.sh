@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages muon-cpp needs (only those missing), then configures and builds
+# everything into build/ (override with MUON_BUILD_DIR). Sourced or run by train.sh and test.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+packages=(
+  build-essential cmake ninja-build ccache  # toolchain; ccache keeps rebuilds fast
+  libtorch-dev libopenblas-dev              # LibTorch 1.13 and the BLAS its GEMMs call
+  libcli11-dev                              # the muon command line
+  libgtest-dev libbenchmark-dev             # tests and benchmarks
+  bible-kjv                                 # the training text of `muon train`
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+build_dir="${MUON_BUILD_DIR:-build}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build_dir" -j"$(nproc)"
