@@ -1,4 +1,4 @@
-// HybridOptimizer: one step equals stepping a Muon and a libtorch AdamW by hand.
+// HybridOptimizer: one step equals stepping a muon::Muon and a muon::AdamW by hand.
 #include "muon/hybrid.h"
 
 #include <gtest/gtest.h>
@@ -37,11 +37,11 @@ TEST(Hybrid, StepEqualsBothBranchesByHand) {
     }
   }
   const auto muon_options = MuonOptions(0.03).weight_decay(0.1);
-  const auto adamw_options = torch::optim::AdamWOptions(0.01).weight_decay(0.05);
+  const auto adamw_options = AdamWOptions(0.01).weight_decay(0.05);
   HybridOptimizer hybrid(route(*ours), muon_options, adamw_options);
   const auto routes = route(*theirs);
   Muon muon(tensors_with_role(routes, Role::muon), muon_options);
-  torch::optim::AdamW adamw(tensors_with_role(routes, Role::adamw), adamw_options);
+  AdamW adamw(tensors_with_role(routes, Role::adamw), adamw_options);
   for (uint64_t step = 0; step < 3; ++step) {
     set_gradients(*ours, step);
     set_gradients(*theirs, step);
@@ -56,7 +56,7 @@ TEST(Hybrid, StepEqualsBothBranchesByHand) {
 
 TEST(Hybrid, ClosureRunsOnceAndLrMultiplierScalesEveryGroup) {
   demo::Gpt model(tiny());
-  HybridOptimizer opt(route(*model), MuonOptions(0.02), torch::optim::AdamWOptions(0.004));
+  HybridOptimizer opt(route(*model), MuonOptions(0.02), AdamWOptions(0.004));
   int calls = 0;
   auto tokens = at::zeros({2, 8}, at::kLong);
   opt.step([&] {
@@ -77,7 +77,7 @@ TEST(Hybrid, ClosureRunsOnceAndLrMultiplierScalesEveryGroup) {
 TEST(Hybrid, FrozenParametersNeverMoveAndSparseGradientsChangeNothing) {
   demo::Gpt model(tiny());
   model->norm->weight.set_requires_grad(false);
-  HybridOptimizer opt(route(*model), MuonOptions(), torch::optim::AdamWOptions());
+  HybridOptimizer opt(route(*model), MuonOptions(), AdamWOptions());
   set_gradients(*model, 1);
   const auto before = model->norm->weight.detach().clone();
   opt.step();

@@ -6,6 +6,7 @@
 
 #include "helpers.h"
 #include "muon/error.h"
+#include "muon/stochastic_rounding.h"
 
 namespace muon {
 namespace {
@@ -148,6 +149,53 @@ TEST(Muon, PolarExpressTableAndMomentumChangedBetweenSteps) {
   }
 }
 
+TEST(Muon, Bf16MomentumHoldsTheSpecRoundingAndTracksFp32) {
+  auto gen = seeded(8);
+  auto W = at::randn({32, 16}, gen).requires_grad_(true);
+  auto W32 = W.detach().clone().requires_grad_(true);
+  Muon opt({W}, MuonOptions(0.02).state_dtype(at::kBFloat16));
+  Muon ref({W32}, MuonOptions(0.02));
+  const auto g = at::randn({32, 16}, gen);
+  W.mutable_grad() = g;
+  W32.mutable_grad() = g;
+  opt.step();
+  ref.step();
+  // From a zero buffer the fp32 momentum is (1−β)·g; it is stored rounded with tensor 0's seed.
+  const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+  ASSERT_EQ(state.momentum_buffer().scalar_type(), at::kBFloat16);
+  const auto* bits = reinterpret_cast<const uint16_t*>(state.momentum_buffer().data_ptr());
+  const float* grad = g.data_ptr<float>();
+  const uint32_t seed = sr::tensor_salt(sr::step_seed(0), 0);
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    ASSERT_EQ(bits[i], sr::round_bits(static_cast<float>(1.0 - 0.95) * grad[i], seed, i)) << i;
+  }
+  for (int step = 0; step < 20; ++step) {
+    const auto gi = at::randn({32, 16}, gen);
+    W.mutable_grad() = gi;
+    W32.mutable_grad() = gi;
+    opt.step();
+    ref.step();
+  }
+  EXPECT_LT(testing::max_rel_diff(W.detach(), W32.detach()), 2e-2);
+  EXPECT_FALSE(at::equal(W.detach(), W32.detach()));
+}
+
+TEST(Muon, NonContiguousParameterMatchesContiguousAndBf16ParametersRoundOnce) {
+  auto gen = seeded(11);
+  auto view = at::randn({24, 16}, gen).t().requires_grad_(true);  // (16, 24), column-major
+  auto dense = view.detach().contiguous().requires_grad_(true);
+  Muon a({view}), b({dense});
+  for (int step = 0; step < 3; ++step) {
+    const auto g = at::randn({16, 24}, gen);
+    view.mutable_grad() = g;
+    dense.mutable_grad() = g;
+    a.step();
+    b.step();
+  }
+  EXPECT_FALSE(view.is_contiguous());
+  EXPECT_TRUE(at::equal(view.detach(), dense.detach()));
+}
+
 TEST(Muon, ShapeFactorClosedForms) {
   EXPECT_DOUBLE_EQ(shape_factor(AdjustLr::original, 400, 100), 2.0);
   EXPECT_DOUBLE_EQ(shape_factor(AdjustLr::original, 100, 400), 1.0);
@@ -207,6 +255,8 @@ TEST(Muon, RejectsBadOptions) {
   expect_error<Error>([&] { Muon({W}, MuonOptions().momentum(1.0)); }, {"momentum", "[0, 1)"});
   expect_error<Error>([&] { Muon({W}, MuonOptions().weight_decay(-0.1)); }, {"weight_decay"});
   expect_error<Error>([&] { Muon({W}, MuonOptions().ns_steps(0)); }, {"steps must be >= 1"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions().state_dtype(at::kHalf)); },
+                      {"Muon: state_dtype Half", "Float", "BFloat16"});
 }
 
 TEST(Muon, SparseGradientIsRejectedBeforeAnythingChanges) {

@@ -26,7 +26,7 @@ int main() {
   Mlp model;
   const auto routes = muon::route(*model);
   std::printf("%s", muon::format_routing_report(routes).c_str());
-  muon::HybridOptimizer opt(routes, muon::MuonOptions(0.02), torch::optim::AdamWOptions(3e-3));
+  muon::HybridOptimizer opt(routes, muon::MuonOptions(0.02), muon::AdamWOptions(3e-3));
 
   const auto x = at::randn({256, 8});
   const auto y = at::sin(x.sum(1, true));

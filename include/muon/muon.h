@@ -47,6 +47,9 @@ struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions>
   TORCH_ARG(AdjustLr, adjust_lr) = AdjustLr::original;
   // Orthogonalization dtype; unset picks per device (see OrthogonalizeOptions::dtype).
   TORCH_ARG(std::optional<at::ScalarType>, ns_dtype) = std::nullopt;
+  // Momentum storage: at::kFloat (fp64 for fp64 parameters) or at::kBFloat16 (stochastic
+  // rounding, CPU).
+  TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;
 
  public:
   double get_lr() const override { return lr(); }
@@ -55,7 +58,7 @@ struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions>
 
 struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonParamState> {
   TORCH_ARG(int64_t, step) = 0;
-  // fp32 (fp64 for fp64 parameters) whatever the parameter dtype.
+  // fp32 (fp64 for fp64 parameters) whatever the parameter dtype, or bf16 by state_dtype.
   TORCH_ARG(at::Tensor, momentum_buffer);
 };
 
@@ -71,11 +74,11 @@ class Muon : public torch::optim::Optimizer {
 
  private:
   void check_before_step() const;
-  MuonParamState& state_of(const at::Tensor& p);
+  MuonParamState& state_of(const at::Tensor& p, at::ScalarType state_dtype);
 };
 
 // Throws muon::Error unless `options` are valid (lr ≥ 0, momentum in [0, 1), weight_decay ≥ 0,
-// ns_steps ≥ 1, a usable coefficient table).
+// ns_steps ≥ 1, a usable coefficient table, state_dtype Float or BFloat16).
 void check_options(const MuonOptions& options);
 
 // Throws muon::Error unless `p` can be optimized by Muon: a real floating-point matrix.

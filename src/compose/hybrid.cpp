@@ -8,11 +8,11 @@ namespace muon {
 
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
                                  MuonOptions muon_options,
-                                 torch::optim::AdamWOptions adamw_options) {
+                                 AdamWOptions adamw_options) {
   const auto matrices = tensors_with_role(routes, Role::muon);
   const auto others = tensors_with_role(routes, Role::adamw);
   if (!matrices.empty()) muon_ = std::make_unique<Muon>(matrices, muon_options);
-  if (!others.empty()) adamw_ = std::make_unique<torch::optim::AdamW>(others, adamw_options);
+  if (!others.empty()) adamw_ = std::make_unique<AdamW>(others, adamw_options);
   for (auto* branch : branches()) {
     std::vector<double> lrs;
     for (const auto& group : branch->param_groups()) lrs.push_back(group.options().get_lr());
@@ -33,13 +33,13 @@ at::Tensor HybridOptimizer::step(torch::optim::Optimizer::LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  // Muon checks its own parameters before changing any; AdamW's only failure on a gradient is a
-  // sparse one, so rule that out first and neither branch can stop half-way.
-  if (adamw_) {
-    for (const auto& group : adamw_->param_groups()) {
+  // Each branch checks its own parameters before changing any; a sparse gradient is the one
+  // failure AdamW could meet after Muon stepped, so rule it out first: no half-done step.
+  for (auto* branch : branches()) {
+    for (const auto& group : branch->param_groups()) {
       for (const auto& p : group.params()) {
         check(!(p.grad().defined() && p.grad().is_sparse()),
-              "HybridOptimizer: sparse gradients are not supported (AdamW parameter of shape ",
+              "HybridOptimizer: sparse gradients are not supported (parameter of shape ",
               p.sizes(), ")");
       }
     }

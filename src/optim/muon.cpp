@@ -7,6 +7,9 @@
 
 #include "muon/compat.h"
 #include "muon/error.h"
+#include "muon/fused_update.h"
+#include "muon/stochastic_rounding.h"
+#include "in_place.h"
 
 namespace muon {
 
@@ -50,6 +53,8 @@ void check_options(const MuonOptions& o) {
         o.momentum());
   check(std::isfinite(o.weight_decay()) && o.weight_decay() >= 0,
         "Muon: weight_decay must be >= 0, got ", o.weight_decay());
+  check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, "Muon: state_dtype ",
+        o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
   check_options(OrthogonalizeOptions()
                     .steps(o.ns_steps())
                     .coefficients(o.coefficients())
@@ -77,12 +82,21 @@ at::ScalarType state_dtype(const at::Tensor& p) {
   return p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// Updates the momentum buffer B in place and returns the direction Q to orthogonalize.
-at::Tensor momentum_direction(const at::Tensor& g, at::Tensor& B, const MuonOptions& o) {
+// Updates the momentum buffer and returns the direction Q to orthogonalize. On CPU one fused pass
+// (any buffer dtype); elsewhere the same formulas as ATen ops on a full-precision buffer.
+at::Tensor momentum_direction(const at::Tensor& grad, at::Tensor& B, const MuonOptions& o,
+                              uint32_t seed) {
   const double beta = o.momentum();
-  if (o.momentum_form() == MomentumForm::ema) {
-    B.lerp_(g, 1.0 - beta);
-    return o.nesterov() ? at::lerp(g, B, beta) : B;
+  const bool ema = o.momentum_form() == MomentumForm::ema;
+  if (grad.device().is_cpu()) {
+    auto Q = at::empty(grad.sizes(), grad.options().dtype(state_dtype(grad)));
+    fused_momentum(grad.contiguous(), B, Q, {beta, ema, o.nesterov(), seed});
+    return Q;
+  }
+  const auto g = grad.to(B.scalar_type());
+  if (ema) {
+    B.mul_(beta).add_(g, 1.0 - beta);
+    return o.nesterov() ? at::add(g.mul(1.0 - beta), B, beta) : B;
   }
   B.mul_(beta).add_(g);
   return o.nesterov() ? at::add(g, B, beta) : B;
@@ -91,14 +105,14 @@ at::Tensor momentum_direction(const at::Tensor& g, at::Tensor& B, const MuonOpti
 // W ← W·(1 − lr·λ) − lr·factor·U, computed in U's dtype and rounded once into W.
 void apply_update(at::Tensor& p, const at::Tensor& U, double lr, double factor,
                   double weight_decay) {
-  if (p.scalar_type() == U.scalar_type()) {
-    if (weight_decay != 0) p.mul_(1.0 - lr * weight_decay);
-    p.add_(U, -lr * factor);
+  const double decay = 1.0 - lr * weight_decay;
+  if (p.device().is_cpu()) {
+    detail::update_in_place(
+        p, [&](at::Tensor& dense) { fused_apply_update(dense, U.contiguous(), decay, lr * factor); });
     return;
   }
   auto w = p.to(U.scalar_type());
-  if (weight_decay != 0) w.mul_(1.0 - lr * weight_decay);
-  w.add_(U, -lr * factor);
+  w.mul_(decay).add_(U, -lr * factor);
   p.copy_(w);
 }
 
@@ -129,15 +143,19 @@ void Muon::check_before_step() const {
       check(!p.grad().is_sparse(), "Muon does not support sparse gradients (", param_label(gi, i),
             ")");
       check_muon_param(p, param_label(gi, i));
+      const auto& o = static_cast<const MuonOptions&>(param_groups_[gi].options());
+      check(p.device().is_cpu() || o.state_dtype() == at::kFloat, "Muon: ", param_label(gi, i),
+            " is on ", p.device(), "; bfloat16 momentum is implemented for CPU tensors only");
     }
   }
 }
 
-MuonParamState& Muon::state_of(const at::Tensor& p) {
+MuonParamState& Muon::state_of(const at::Tensor& p, at::ScalarType storage) {
   auto& slot = state_[compat::param_state_key(p)];
   if (!slot) {
     auto state = std::make_unique<MuonParamState>();
-    state->momentum_buffer(at::zeros(p.sizes(), p.options().dtype(state_dtype(p))));
+    const auto dtype = storage == at::kBFloat16 ? at::kBFloat16 : state_dtype(p);
+    state->momentum_buffer(at::zeros(p.sizes(), p.options().dtype(dtype)));
     slot = std::move(state);
   }
   return static_cast<MuonParamState&>(*slot);
@@ -151,6 +169,7 @@ at::Tensor Muon::step(LossClosure closure) {
     loss = closure();
   }
   check_before_step();
+  int64_t index = 0;
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const MuonOptions&>(group.options());
     const auto ns = OrthogonalizeOptions()
@@ -158,12 +177,13 @@ at::Tensor Muon::step(LossClosure closure) {
                         .coefficients(o.coefficients())
                         .dtype(o.ns_dtype());
     for (auto& p : group.params()) {
+      const int64_t tensor_index = index++;  // part of the momentum's rounding seed
       if (!p.grad().defined()) continue;
-      auto& state = state_of(p);
-      const auto g = p.grad().to(state_dtype(p));
-      const auto U = orthogonalize(momentum_direction(g, state.momentum_buffer(), o), ns);
-      apply_update(p, U, o.lr(), shape_factor(o.adjust_lr(), p.size(0), p.size(1)),
-                   o.weight_decay());
+      auto& state = state_of(p, o.state_dtype());
+      const uint32_t seed = sr::tensor_salt(sr::step_seed(state.step()), tensor_index);
+      const auto Q = momentum_direction(p.grad(), state.momentum_buffer(), o, seed);
+      apply_update(p, orthogonalize(Q, ns), o.lr(),
+                   shape_factor(o.adjust_lr(), p.size(0), p.size(1)), o.weight_decay());
       state.step(state.step() + 1);
     }
   }

@@ -41,6 +41,15 @@ int main(int argc, char** argv) {
   train->add_option("--data", config.data, "\"kjv\" (Debian's bible-kjv) or a text file")
       ->capture_default_str();
   train->add_option("--batch-size", config.batch_size, "sequences per step")->capture_default_str();
+  train->add_option("--optimizer", config.optimizer,
+                    "muon: Muon for hidden matrices + AdamW for the rest; adamw: AdamW for all")
+      ->check(CLI::IsMember({"muon", "adamw"}))
+      ->capture_default_str();
+  std::string state_dtype = "float32";
+  train->add_option("--state-dtype", state_dtype,
+                    "optimizer state storage: float32, or bfloat16 (stochastic rounding)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
   train->add_option("--muon-lr", config.muon_lr, "peak learning rate of the Muon matrices")
       ->capture_default_str();
   train->add_option("--adamw-lr", config.adamw_lr, "peak learning rate of the AdamW tensors")
@@ -66,6 +75,7 @@ int main(int argc, char** argv) {
   try {
     if (threads > 0) at::set_num_threads(threads);
     if (*train) {
+      config.state_dtype = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
       muon::demo::train(config, std::cout);
     } else if (*route) {
       route_model.tie_embeddings = !untied;

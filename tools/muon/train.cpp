@@ -1,7 +1,6 @@
 #include "train.h"
 
 #include <ATen/Parallel.h>
-#include <torch/optim/adamw.h>
 
 #include <chrono>
 #include <cmath>
@@ -54,6 +53,8 @@ void check_config(const TrainConfig& c) {
   c.model.check();
   check(c.steps > 0, "train: steps must be > 0, got ", c.steps);
   check(c.batch_size > 0, "train: batch_size must be > 0, got ", c.batch_size);
+  check(c.optimizer == "muon" || c.optimizer == "adamw", "train: optimizer must be \"muon\" or ",
+        "\"adamw\", got \"", c.optimizer, "\"");
   check(c.log_every > 0 && c.eval_every > 0 && c.eval_batches > 0,
         "train: log_every, eval_every and eval_batches must be > 0");
 }
@@ -68,7 +69,8 @@ std::string TrainConfig::describe() const {
       << ", ffn_hidden: " << model.hidden()
       << ", tie_embeddings: " << (model.tie_embeddings ? "true" : "false") << "}\n"
       << "data: " << data << "\nval_fraction: " << val_fraction << "\nsteps: " << steps
-      << "\nbatch_size: " << batch_size << "\nmuon_lr: " << muon_lr << "\nadamw_lr: " << adamw_lr
+      << "\nbatch_size: " << batch_size << "\noptimizer: " << optimizer
+      << "\nstate_dtype: " << state_dtype << "\nmuon_lr: " << muon_lr << "\nadamw_lr: " << adamw_lr
       << "\nweight_decay: " << weight_decay
       << "\nschedule: {name: warmdown, warmup_steps: " << schedule.warmup_steps
       << ", warmdown_ratio: " << schedule.warmdown_ratio
@@ -100,11 +102,20 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   auto generator = at::detail::createCPUGenerator(config.seed);
   Gpt model(config.model);
 
-  const auto routes = route(*model);
+  auto routes = route(*model);
+  if (config.optimizer == "adamw") {
+    for (auto& r : routes) {
+      if (r.role != Role::muon) continue;
+      r.role = Role::adamw;
+      r.reason = "optimizer adamw: every trainable parameter in AdamW";
+    }
+  }
   write_file(out_dir / "routing.txt", format_routing_report(routes));
   HybridOptimizer optimizer(
-      routes, MuonOptions(config.muon_lr).weight_decay(config.weight_decay),
-      torch::optim::AdamWOptions(config.adamw_lr).betas({0.9, 0.95}).weight_decay(0.0));
+      routes,
+      MuonOptions(config.muon_lr).weight_decay(config.weight_decay).state_dtype(config.state_dtype),
+      AdamWOptions(config.adamw_lr).betas({0.9, 0.95}).weight_decay(0.0).state_dtype(
+          config.state_dtype));
 
   log << "muon train: " << config.model.n_layers << " layers, d_model " << config.model.d_model
       << ", " << tensors_with_role(routes, Role::muon).size() << " Muon matrices, "

@@ -1,6 +1,8 @@
 // `muon train`: trains the demo GPT with the hybrid Muon + AdamW optimizer on byte-level text.
 #pragma once
 
+#include <ATen/core/ScalarType.h>
+
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -19,6 +21,8 @@ struct TrainConfig {
   double val_fraction = 0.05;
   int64_t steps = 400;
   int64_t batch_size = 32;
+  std::string optimizer = "muon";         // "muon": Muon + AdamW routed; "adamw": AdamW for all
+  at::ScalarType state_dtype = at::kFloat;  // optimizer state: kFloat or kBFloat16
   double muon_lr = 0.02;    // hidden matrices
   double adamw_lr = 0.004;  // embedding and norm weights
   double weight_decay = 0.0;

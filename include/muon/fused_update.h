@@ -1,0 +1,59 @@
+// Single-pass elementwise optimizer kernels (CPU): each reads parameter, gradient and state once
+// and writes parameter and state once, multi-threaded and vectorized, with no full-size
+// temporaries. Parameters may be float32, float64, bfloat16 or float16 (gradients of the same
+// dtype); state float32 (float64 for float64 parameters) or bfloat16, written back with
+// stochastic rounding (muon/stochastic_rounding.h). Arithmetic runs in float32 (float64 for
+// float64 parameters) and is rounded once into the parameter's dtype.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace muon {
+
+// Scalars of one Adam-family update of one tensor.
+struct AdamStepScalars {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double decoupled_weight_decay = 0;  // AdamW: W ← W·(1 − lr·λ) before the step
+  double l2_weight_decay = 0;         // Adam: g ← g + λ·W before the moments
+  bool nesterov = false;              // NAdam as optax forms it
+  int64_t step = 1;                   // t, counting this update (1 on the first)
+  uint32_t seed_exp_avg = 0;          // stochastic-rounding seeds, used with bf16 state
+  uint32_t seed_exp_avg_sq = 0;
+};
+
+// One AdamW/Adam/NAdam update (torch.optim.AdamW's and optax's formulas), t = k.step:
+//   g ← g + λ_L2·W;  W ← W·(1 − lr·λ_decoupled);
+//   m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;
+//   W ← W − lr·m̂ / (√v / √(1−β2ᵗ) + eps),
+// with m̂ = m/(1−β1ᵗ), or for NAdam m̂ = β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ).
+// All tensors must be contiguous with the same number of elements.
+void fused_adam_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                     at::Tensor& exp_avg_sq, const AdamStepScalars& k);
+
+// LAMB (You et al., arXiv 1904.00962) for one tensor, in two passes over fp32 state: the first
+// updates the moments and sums ‖W‖² and ‖r‖² of r = m̂/(√v̂ + eps) + λ·W, the second applies
+// W ← W − lr·(‖W‖/‖r‖)·r (trust ratio 1 when either norm is 0). Returns the trust ratio.
+double fused_lamb_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                       at::Tensor& exp_avg_sq, const AdamStepScalars& k, double weight_decay);
+
+// Muon's momentum: B ← β·B + (1−β)·g (ema) or β·B + g (sum), and the direction to orthogonalize
+// written to `direction` (float32/float64): Q = lerp(g, B, β) (ema) or g + β·B (sum) with
+// Nesterov, else Q = B. `buffer` may be bf16 (rounded with `seed`).
+struct MomentumScalars {
+  double beta = 0.95;
+  bool ema = true;
+  bool nesterov = true;
+  uint32_t seed = 0;
+};
+void fused_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& direction,
+                    const MomentumScalars& k);
+
+// W ← W·decay − scale·U in one pass (U float32/float64, W any supported dtype).
+void fused_apply_update(at::Tensor& param, const at::Tensor& update, double decay, double scale);
+
+}  // namespace muon

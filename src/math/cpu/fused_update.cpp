@@ -1,0 +1,345 @@
+// CPU implementations of muon/fused_update.h. Each kernel is one loop over a contiguous range,
+// written so that GCC vectorizes it; target_clones compiles it for AVX-512, AVX2 and baseline
+// x86-64 and picks one at load time. The file is built with -ffp-contract=off so every clone
+// rounds identically (no FMA contraction): results do not depend on the CPU or thread count.
+#include "muon/fused_update.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "muon/error.h"
+#include "muon/stochastic_rounding.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define MUON_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MUON_TARGET_CLONES
+#endif
+
+namespace muon {
+namespace {
+
+constexpr int64_t kGrain = 1 << 15;  // elements per task: large enough to amortize scheduling
+
+// ---- element conversions ----
+inline float widen(float x) { return x; }
+inline double widen(double x) { return x; }
+inline float widen(c10::Half x) { return static_cast<float>(x); }
+inline float widen(c10::BFloat16 x) {
+  const uint32_t bits = static_cast<uint32_t>(x.x) << 16;
+  float f = 0;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Round-to-nearest-even into bf16, NaN kept quiet (what c10::BFloat16 does, in a vectorizable form).
+inline uint16_t bf16_nearest_bits(float f) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
+
+inline void store_param(float& dst, float v) { dst = v; }
+inline void store_param(double& dst, double v) { dst = v; }
+inline void store_param(c10::Half& dst, float v) { dst = c10::Half(v); }
+inline void store_param(c10::BFloat16& dst, float v) { dst.x = bf16_nearest_bits(v); }
+
+inline void store_state(float& dst, float v, uint32_t, uint32_t) { dst = v; }
+inline void store_state(double& dst, double v, uint32_t, uint32_t) { dst = v; }
+inline void store_state(c10::BFloat16& dst, float v, uint32_t seed, uint32_t index) {
+  dst.x = sr::round_bits(v, seed, index);
+}
+
+// Arithmetic type for parameter type P: double for double, else float.
+template <class P>
+using compute_t = std::conditional_t<std::is_same_v<P, double>, double, float>;
+
+// ---- Adam family ----
+template <class C>
+struct AdamConstants {
+  C decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size,
+      coef_m, coef_g;
+  uint32_t seed_m, seed_v;
+};
+
+// Kernels that round stochastically count elements with a 32-bit index (the hash's width), so
+// that the index vectors are as wide as the float ones.
+template <class P, class S, bool Nesterov>
+MUON_TARGET_CLONES void adam_range(const AdamConstants<compute_t<P>>& k, P* __restrict__ p,
+                                   const P* __restrict__ g, S* __restrict__ m,
+                                   S* __restrict__ v, int64_t begin, int64_t end) {
+  using C = compute_t<P>;
+  const auto first = static_cast<uint32_t>(begin);
+  const auto count = static_cast<uint32_t>(end - begin);
+  p += begin, g += begin, m += begin, v += begin;
+  for (uint32_t i = 0; i < count; ++i) {
+    C w = widen(p[i]);
+    const C grad = widen(g[i]) + k.l2 * w;
+    w = w * k.decay;
+    const C mi = widen(m[i]) * k.beta1 + grad * k.one_minus_beta1;
+    const C vi = widen(v[i]) * k.beta2 + k.one_minus_beta2 * grad * grad;
+    const C denom = std::sqrt(vi) * k.inv_sqrt_bc2 + k.eps;
+    const C numerator = Nesterov ? mi * k.coef_m + grad * k.coef_g : mi;
+    store_param(p[i], w - k.step_size * (numerator / denom));
+    store_state(m[i], mi, k.seed_m, first + i);
+    store_state(v[i], vi, k.seed_v, first + i);
+  }
+}
+
+template <class C>
+AdamConstants<C> adam_constants(const AdamStepScalars& s) {
+  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
+  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
+  const double bc1_next = 1.0 - std::pow(s.beta1, static_cast<double>(s.step + 1));
+  AdamConstants<C> k{};
+  k.decay = static_cast<C>(1.0 - s.lr * s.decoupled_weight_decay);
+  k.l2 = static_cast<C>(s.l2_weight_decay);
+  k.beta1 = static_cast<C>(s.beta1);
+  k.one_minus_beta1 = static_cast<C>(1.0 - s.beta1);
+  k.beta2 = static_cast<C>(s.beta2);
+  k.one_minus_beta2 = static_cast<C>(1.0 - s.beta2);
+  // torch divides by the scalar √(1−β2ᵗ) as a multiplication by its reciprocal in the tensor dtype.
+  k.inv_sqrt_bc2 = static_cast<C>(1) / static_cast<C>(std::sqrt(bc2));
+  k.eps = static_cast<C>(s.eps);
+  if (s.nesterov) {  // optax's NAdam: β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ)
+    k.step_size = static_cast<C>(s.lr);
+    k.coef_m = static_cast<C>(s.beta1 / bc1_next);
+    k.coef_g = static_cast<C>((1.0 - s.beta1) / bc1);
+  } else {
+    k.step_size = static_cast<C>(s.lr / bc1);
+    k.coef_m = 1;
+    k.coef_g = 0;
+  }
+  k.seed_m = s.seed_exp_avg;
+  k.seed_v = s.seed_exp_avg_sq;
+  return k;
+}
+
+void check_same_layout(const at::Tensor& param, const at::Tensor& grad,
+                       std::initializer_list<const at::Tensor*> state, const char* kernel) {
+  check(param.is_contiguous() && grad.is_contiguous(), kernel,
+        ": parameter and gradient must be contiguous");
+  check(grad.scalar_type() == param.scalar_type(), kernel, ": gradient dtype ",
+        grad.scalar_type(), " differs from the parameter's ", param.scalar_type());
+  check(grad.numel() == param.numel(), kernel, ": gradient has ", grad.numel(),
+        " elements, the parameter ", param.numel());
+  const auto compute = param.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  for (const auto* t : state) {
+    check(t->is_contiguous() && t->numel() == param.numel(), kernel,
+          ": state must be contiguous with the parameter's element count");
+    check(t->scalar_type() == compute || t->scalar_type() == at::kBFloat16, kernel,
+          ": state dtype ", t->scalar_type(), " is not ", compute, " or BFloat16");
+  }
+  check(param.device().is_cpu(), kernel, ": the fused kernels run on CPU tensors; got ",
+        param.device());
+}
+
+// Calls f(P{}, S{}) with the parameter's element type and the state's (bf16 or compute type).
+template <class F>
+void dispatch(const at::Tensor& param, const at::Tensor& state, F&& f) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, param.scalar_type(), "muon_fused", [&] {
+    using P = scalar_t;
+    if (state.scalar_type() == at::kBFloat16) {
+      f(P{}, c10::BFloat16{});
+    } else {
+      f(P{}, compute_t<P>{});
+    }
+  });
+}
+
+// ---- LAMB ----
+template <class C>
+struct LambConstants {
+  AdamConstants<C> adam;
+  C inv_bc1, weight_decay;
+};
+
+// r = m̂/(√v̂ + eps) + λ·W with the moments already updated.
+template <class C>
+inline C lamb_direction(const LambConstants<C>& k, C m, C v, C w) {
+  return (m * k.inv_bc1) / (std::sqrt(v) * k.adam.inv_sqrt_bc2 + k.adam.eps) + k.weight_decay * w;
+}
+
+constexpr int64_t kLambBlock = 1 << 14;  // fixed blocks: sums independent of the thread count
+
+template <class P, class S>
+MUON_TARGET_CLONES void lamb_moments_range(const LambConstants<compute_t<P>>& k,
+                                           const P* __restrict__ p, const P* __restrict__ g,
+                                           S* __restrict__ m, S* __restrict__ v, int64_t begin,
+                                           int64_t end, double* w_sq, double* r_sq) {
+  using C = compute_t<P>;
+  C sum_w = 0, sum_r = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    const C w = widen(p[i]);
+    const C grad = widen(g[i]);
+    const C mi = widen(m[i]) * k.adam.beta1 + grad * k.adam.one_minus_beta1;
+    const C vi = widen(v[i]) * k.adam.beta2 + k.adam.one_minus_beta2 * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    const C r = lamb_direction(k, mi, vi, w);
+    sum_w += w * w;
+    sum_r += r * r;
+  }
+  *w_sq = sum_w;
+  *r_sq = sum_r;
+}
+
+template <class P, class S>
+MUON_TARGET_CLONES void lamb_apply_range(const LambConstants<compute_t<P>>& k, compute_t<P> scale,
+                                         P* __restrict__ p, const S* __restrict__ m,
+                                         const S* __restrict__ v, int64_t begin, int64_t end) {
+  using C = compute_t<P>;
+  for (int64_t i = begin; i < end; ++i) {
+    const C w = widen(p[i]);
+    store_param(p[i], w - scale * lamb_direction(k, widen(m[i]), widen(v[i]), w));
+  }
+}
+
+// ---- Muon's elementwise parts ----
+template <class C>
+struct MomentumConstants {
+  C beta, one_minus_beta;
+  uint32_t seed;
+};
+
+template <class P, class S, bool Ema, bool Nesterov>
+MUON_TARGET_CLONES void momentum_range(const MomentumConstants<compute_t<P>>& k,
+                                       const P* __restrict__ g, S* __restrict__ b,
+                                       compute_t<P>* __restrict__ q, int64_t begin, int64_t end) {
+  using C = compute_t<P>;
+  const auto first = static_cast<uint32_t>(begin);
+  const auto count = static_cast<uint32_t>(end - begin);
+  g += begin, b += begin, q += begin;
+  for (uint32_t i = 0; i < count; ++i) {
+    const C grad = widen(g[i]);
+    const C bi = Ema ? k.beta * widen(b[i]) + k.one_minus_beta * grad : k.beta * widen(b[i]) + grad;
+    store_state(b[i], bi, k.seed, first + i);
+    if constexpr (!Nesterov) {
+      q[i] = bi;
+    } else if constexpr (Ema) {
+      q[i] = k.one_minus_beta * grad + k.beta * bi;  // lerp(g, B, β)
+    } else {
+      q[i] = grad + k.beta * bi;
+    }
+  }
+}
+
+template <class P>
+MUON_TARGET_CLONES void apply_range(compute_t<P> decay, compute_t<P> scale, P* __restrict__ p,
+                                    const compute_t<P>* __restrict__ u, int64_t begin,
+                                    int64_t end) {
+  for (int64_t i = begin; i < end; ++i) store_param(p[i], widen(p[i]) * decay - scale * u[i]);
+}
+
+}  // namespace
+
+void fused_adam_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                     at::Tensor& exp_avg_sq, const AdamStepScalars& s) {
+  check_same_layout(param, grad, {&exp_avg, &exp_avg_sq}, "fused_adam_step");
+  check(exp_avg.scalar_type() == exp_avg_sq.scalar_type(),
+        "fused_adam_step: both moments must have one dtype");
+  dispatch(param, exp_avg, [&](auto p_tag, auto s_tag) {
+    using P = decltype(p_tag);
+    using S = decltype(s_tag);
+    const auto k = adam_constants<compute_t<P>>(s);
+    auto* p = param.data_ptr<P>();
+    const auto* g = grad.data_ptr<P>();
+    auto* m = static_cast<S*>(exp_avg.data_ptr());
+    auto* v = static_cast<S*>(exp_avg_sq.data_ptr());
+    at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      if (s.nesterov) {
+        adam_range<P, S, true>(k, p, g, m, v, begin, end);
+      } else {
+        adam_range<P, S, false>(k, p, g, m, v, begin, end);
+      }
+    });
+  });
+}
+
+double fused_lamb_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                       at::Tensor& exp_avg_sq, const AdamStepScalars& s, double weight_decay) {
+  check_same_layout(param, grad, {&exp_avg, &exp_avg_sq}, "fused_lamb_step");
+  check(exp_avg.scalar_type() != at::kBFloat16 && exp_avg_sq.scalar_type() != at::kBFloat16,
+        "fused_lamb_step: LAMB keeps full-precision state");
+  double trust = 1.0;
+  dispatch(param, exp_avg, [&](auto p_tag, auto) {
+    using P = decltype(p_tag);
+    using C = compute_t<P>;
+    const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
+    const LambConstants<C> k{adam_constants<C>(s), static_cast<C>(1.0 / bc1),
+                             static_cast<C>(weight_decay)};
+    auto* p = param.data_ptr<P>();
+    const auto* g = grad.data_ptr<P>();
+    auto* m = static_cast<C*>(exp_avg.data_ptr());
+    auto* v = static_cast<C*>(exp_avg_sq.data_ptr());
+    const int64_t n = param.numel();
+    const int64_t blocks = (n + kLambBlock - 1) / kLambBlock;
+    std::vector<double> w_sq(static_cast<size_t>(blocks)), r_sq(static_cast<size_t>(blocks));
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        lamb_moments_range<P, C>(k, p, g, m, v, b * kLambBlock, std::min(n, (b + 1) * kLambBlock),
+                                 &w_sq[b], &r_sq[b]);
+      }
+    });
+    double w_norm = 0, r_norm = 0;
+    for (int64_t b = 0; b < blocks; ++b) {
+      w_norm += w_sq[b];
+      r_norm += r_sq[b];
+    }
+    w_norm = std::sqrt(w_norm);
+    r_norm = std::sqrt(r_norm);
+    trust = (w_norm > 0 && r_norm > 0) ? w_norm / r_norm : 1.0;
+    const auto scale = static_cast<C>(s.lr * trust);
+    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+      lamb_apply_range<P, C>(k, scale, p, m, v, begin, end);
+    });
+  });
+  return trust;
+}
+
+void fused_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& direction,
+                    const MomentumScalars& s) {
+  check_same_layout(grad, grad, {&buffer, &direction}, "fused_momentum");
+  check(direction.scalar_type() != at::kBFloat16, "fused_momentum: direction must be fp32/fp64");
+  dispatch(grad, buffer, [&](auto p_tag, auto s_tag) {
+    using P = decltype(p_tag);
+    using S = decltype(s_tag);
+    using C = compute_t<P>;
+    const MomentumConstants<C> k{static_cast<C>(s.beta), static_cast<C>(1.0 - s.beta), s.seed};
+    const auto* g = grad.data_ptr<P>();
+    auto* b = static_cast<S*>(buffer.data_ptr());
+    auto* q = direction.data_ptr<C>();
+    at::parallel_for(0, grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      if (s.ema) {
+        s.nesterov ? momentum_range<P, S, true, true>(k, g, b, q, begin, end)
+                   : momentum_range<P, S, true, false>(k, g, b, q, begin, end);
+      } else {
+        s.nesterov ? momentum_range<P, S, false, true>(k, g, b, q, begin, end)
+                   : momentum_range<P, S, false, false>(k, g, b, q, begin, end);
+      }
+    });
+  });
+}
+
+void fused_apply_update(at::Tensor& param, const at::Tensor& update, double decay, double scale) {
+  check_same_layout(param, param, {&update}, "fused_apply_update");
+  dispatch(param, update, [&](auto p_tag, auto) {
+    using P = decltype(p_tag);
+    using C = compute_t<P>;
+    check(update.scalar_type() == c10::CppTypeToScalarType<C>::value,
+          "fused_apply_update: the update must be in the compute dtype");
+    auto* p = param.data_ptr<P>();
+    const auto* u = update.data_ptr<C>();
+    at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      apply_range<P>(static_cast<C>(decay), static_cast<C>(scale), p, u, begin, end);
+    });
+  });
+}
+
+}  // namespace muon
