@@ -180,7 +180,7 @@ TEST(Muon, Bf16MomentumHoldsTheSpecRoundingAndTracksFp32) {
   EXPECT_FALSE(at::equal(W.detach(), W32.detach()));
 }
 
-TEST(Muon, NonContiguousParameterMatchesContiguousAndBf16ParametersRoundOnce) {
+TEST(Muon, NonContiguousParameterMatchesContiguous) {
   auto gen = seeded(11);
   auto view = at::randn({24, 16}, gen).t().requires_grad_(true);  // (16, 24), column-major
   auto dense = view.detach().contiguous().requires_grad_(true);
