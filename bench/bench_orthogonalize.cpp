@@ -39,14 +39,21 @@ double plain_flops(int64_t rows, int64_t cols, int64_t steps) {
   return static_cast<double>(steps) * (4.0 * k * k * m + 2.0 * k * k * k);
 }
 
+const muon::NsMethod kMethods[] = {muon::NsMethod::plain, muon::NsMethod::symmetric,
+                                   muon::NsMethod::gram, muon::NsMethod::automatic};
+
 void BM_Orthogonalize(benchmark::State& state) {
   const int64_t rows = state.range(0);
   const int64_t cols = state.range(1);
+  const auto method = kMethods[state.range(2)];
+  state.SetLabel(muon::to_string(method));
   const auto x = at::randn({rows, cols});
+  const auto options = muon::OrthogonalizeOptions().method(method).gram_restart(state.range(3));
+  muon::OrthogonalizeWorkspace workspace;
   at::Tensor out;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    out = muon::orthogonalize(x);
+    out = muon::orthogonalize(x, options, &workspace);
     benchmark::DoNotOptimize(out.data_ptr());
   }
   const double seconds =
@@ -56,6 +63,10 @@ void BM_Orthogonalize(benchmark::State& state) {
   state.counters["GFLOPs"] = rate / 1e9;
   state.counters["of_gemm"] = rate / g_gemm_flops_per_s;  // plain-algorithm FLOP rate / GEMM rate
   state.counters["orth_err"] = muon::orthogonality_error(out);
+  // Largest elementwise distance from the plain iteration, relative to its largest entry.
+  const auto plain = muon::orthogonalize(x, muon::OrthogonalizeOptions().method(muon::NsMethod::plain));
+  state.counters["vs_plain"] =
+      ((out - plain).abs().max() / plain.abs().max()).item<double>();
 }
 
 void BM_Gemm(benchmark::State& state) {
@@ -69,13 +80,17 @@ void BM_Gemm(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Gemm)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+// Args: rows, cols, method (0 plain, 1 symmetric, 2 gram, 3 automatic), gram restart interval.
 BENCHMARK(BM_Orthogonalize)
-    ->Args({512, 512})
-    ->Args({1024, 1024})
-    ->Args({2048, 2048})
-    ->Args({512, 2048})
-    ->Args({1024, 4096})
-    ->Args({2048, 512})
+    ->ArgsProduct({{512}, {512}, {0, 1}, {0}})
+    ->ArgsProduct({{1024}, {1024}, {0, 1}, {0}})
+    ->ArgsProduct({{2048}, {2048}, {0, 1}, {0}})
+    ->ArgsProduct({{512}, {2048}, {0, 1}, {0}})
+    ->ArgsProduct({{512}, {2048}, {2}, {0, 2}})
+    ->ArgsProduct({{1024}, {4096}, {0, 1}, {0}})
+    ->ArgsProduct({{1024}, {4096}, {2}, {0, 2}})
+    ->ArgsProduct({{2048}, {512}, {0, 1}, {0}})
+    ->ArgsProduct({{2048}, {512}, {2}, {0, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

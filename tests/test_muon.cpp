@@ -46,7 +46,9 @@ struct ReferenceMuon {
       buffer = beta * buffer + g;
       Q = o.nesterov() ? g + beta * buffer : buffer;
     }
-    const auto U = reference_newton_schulz(Q, o.coefficients(), o.ns_steps());
+    auto U = reference_newton_schulz(Q, o.coefficients(), o.ns_steps());
+    U = reference_post_norm(U, o.post_norm(), o.post_norm_eps());
+    if (o.normuon()) U = reference_normuon(U);
     const double rows = static_cast<double>(W.size(0));
     const double cols = static_cast<double>(W.size(1));
     double factor = 1;
@@ -64,8 +66,42 @@ struct ReferenceMuon {
         factor = 1;
         break;
     }
-    const auto updated = W.to(dtype) * (1 - o.lr() * o.weight_decay()) - o.lr() * factor * U;
+    const auto W32 = W.to(dtype);
+    const auto mask = o.cautious_weight_decay() ? (U * W32 >= 0).to(dtype) : at::ones_like(W32);
+    const auto updated = W32 - o.lr() * o.weight_decay() * W32 * mask - o.lr() * factor * U;
     W = updated.to(W.scalar_type());
+  }
+
+  static at::Tensor unit_rows(const at::Tensor& U, double eps) {
+    return U / at::sqrt(U.square().sum(1, true) + eps);
+  }
+  static at::Tensor unit_cols(const at::Tensor& U, double eps) {
+    return U / at::sqrt(U.square().sum(0, true) + eps);
+  }
+  static at::Tensor reference_post_norm(const at::Tensor& U, PostNorm mode, double eps) {
+    switch (mode) {
+      case PostNorm::none: return U;
+      case PostNorm::row: return unit_rows(U, eps);
+      case PostNorm::col: return unit_cols(U, eps);
+      case PostNorm::row_col: return unit_cols(unit_rows(U, eps), eps);
+      case PostNorm::col_row: return unit_rows(unit_cols(U, eps), eps);
+      case PostNorm::frobenius:
+        return U * std::sqrt(static_cast<double>(std::min(U.size(0), U.size(1)))) / U.norm();
+    }
+    return U;
+  }
+
+  at::Tensor second_moment;  // NorMuon
+  at::Tensor reference_normuon(const at::Tensor& U) {
+    const auto& n = *o.normuon();
+    const bool per_row =
+        n.axis == NorMuonAxis::row || (n.axis == NorMuonAxis::automatic && U.size(0) >= U.size(1));
+    const auto v = per_row ? U.square().mean(1, true) : U.square().mean(0, true);
+    if (!second_moment.defined()) second_moment = at::zeros_like(v);
+    second_moment = second_moment + (1 - n.beta2) * (v - second_moment);
+    const auto scaled = U / at::sqrt(at::clamp_min(second_moment, 1e-10));
+    const double norm = scaled.norm().item<double>();
+    return norm > 0 ? scaled * (U.norm().item<double>() / norm) : scaled * 0;
   }
 };
 
@@ -126,6 +162,174 @@ TEST(Muon, MatchesReferenceForEveryFormNesterovAdjustDecayAndDtype) {
         }
       }
     }
+  }
+}
+
+// Runs ours and the reference for `steps` steps on one (rows × cols) parameter and compares.
+void expect_matches_reference(const MuonOptions& options, int64_t rows, int64_t cols, uint64_t seed,
+                              int steps = 3) {
+  auto gen = seeded(seed);
+  auto W = at::randn({rows, cols}, gen).requires_grad_(true);
+  auto W_ref = W.detach().clone();
+  Muon opt({W}, options);
+  ReferenceMuon ref{options, {}};
+  for (int step = 0; step < steps; ++step) {
+    const auto grad = at::randn({rows, cols}, gen);
+    W.mutable_grad() = grad.clone();
+    const auto before = W.detach().clone();
+    opt.step();
+    ref.step(W_ref, grad);
+    expect_same_parameter(W.detach(), W_ref, before);
+    W_ref = W.detach().clone();
+  }
+}
+
+TEST(Muon, MuonPlusModesMatchReference) {
+  for (auto mode : {PostNorm::row, PostNorm::col, PostNorm::row_col, PostNorm::col_row,
+                    PostNorm::frobenius}) {
+    for (auto shape : {std::pair<int64_t, int64_t>{24, 16}, {16, 40}}) {
+      SCOPED_TRACE(to_string(mode) + " " + std::to_string(shape.first) + "x" +
+                   std::to_string(shape.second));
+      expect_matches_reference(MuonOptions(0.02).post_norm(mode).weight_decay(0.1), shape.first,
+                               shape.second, 20);
+    }
+  }
+  // col_row really does columns then rows: it differs from col alone and from row_col.
+  auto gen = seeded(21);
+  const auto U = orthogonalize(at::randn({12, 20}, gen));
+  const auto col = post_normalize(U, PostNorm::col);
+  const auto col_row = post_normalize(U, PostNorm::col_row);
+  EXPECT_GT((col_row - col).abs().max().item<double>(), 1e-3);
+  EXPECT_GT((col_row - post_normalize(U, PostNorm::row_col)).abs().max().item<double>(), 1e-3);
+  // After col_row every row has unit norm; after row_col every column.
+  EXPECT_LT((col_row.square().sum(1) - 1).abs().max().item<double>(), 1e-5);
+  EXPECT_LT((post_normalize(U, PostNorm::row_col).square().sum(0) - 1).abs().max().item<double>(),
+            1e-5);
+  // frobenius: ‖U‖_F = √min(rows, cols), and a zero update stays zero.
+  EXPECT_NEAR(post_normalize(U, PostNorm::frobenius).norm().item<double>(), std::sqrt(12.0), 1e-4);
+  EXPECT_TRUE(at::equal(post_normalize(at::zeros({3, 4}), PostNorm::frobenius), at::zeros({3, 4})));
+  testing::expect_error<Error>([] { post_norm_from_string("rows"); },
+                               {"'rows'", "row, col, row_col, col_row, frobenius"});
+}
+
+TEST(Muon, NorMuonMatchesReferenceForEachAxis) {
+  for (auto axis : {NorMuonAxis::automatic, NorMuonAxis::row, NorMuonAxis::col}) {
+    for (auto shape : {std::pair<int64_t, int64_t>{24, 16}, {16, 40}}) {
+      SCOPED_TRACE(to_string(axis) + " " + std::to_string(shape.first) + "x" +
+                   std::to_string(shape.second));
+      expect_matches_reference(MuonOptions(0.02).normuon(NorMuonOptions{0.9, axis}), shape.first,
+                               shape.second, 30, 4);
+    }
+  }
+  // The statistic's shape follows the axis: per row for tall/square, per column for wide.
+  EXPECT_EQ(normuon_state_shape({3, 24, 16}, NorMuonAxis::automatic),
+            (std::vector<int64_t>{3, 24, 1}));
+  EXPECT_EQ(normuon_state_shape({16, 40}, NorMuonAxis::automatic), (std::vector<int64_t>{1, 40}));
+  EXPECT_EQ(normuon_state_shape({16, 40}, NorMuonAxis::row), (std::vector<int64_t>{16, 1}));
+}
+
+TEST(Muon, NorMuonOnAZeroGradientIsFiniteAndLeavesTheParameter) {
+  auto W = at::randn({8, 6}).requires_grad_(true);
+  const auto W0 = W.detach().clone();
+  Muon opt({W}, MuonOptions(0.02).normuon(NorMuonOptions{}));
+  for (int step = 0; step < 3; ++step) {
+    W.mutable_grad() = at::zeros({8, 6});
+    opt.step();
+  }
+  EXPECT_TRUE(at::equal(W.detach(), W0));
+  const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+  EXPECT_TRUE(at::isfinite(state.normuon_second_moment()).all().item<bool>());
+}
+
+TEST(Muon, CautiousWeightDecayMatchesReference) {
+  expect_matches_reference(MuonOptions(0.05).weight_decay(0.5).cautious_weight_decay(true), 20, 12,
+                           40);
+  // By hand on a case where U·W < 0 for one entry: that entry is not decayed.
+  auto W = at::tensor({1.0f, -1.0f}).view({1, 2}).requires_grad_(true);
+  Muon opt({W}, MuonOptions(0.1).momentum(0).nesterov(false).weight_decay(1.0)
+                    .cautious_weight_decay(true).ns_method(NsMethod::plain));
+  W.mutable_grad() = at::tensor({1.0f, 1.0f}).view({1, 2});  // U ∝ (1, 1)/√2·s
+  opt.step();
+  const auto u = orthogonalize(at::tensor({1.0f, 1.0f}).view({1, 2}),
+                               OrthogonalizeOptions().method(NsMethod::plain))[0][0].item<float>();
+  EXPECT_NEAR(W[0][0].item<float>(), 1.0f * 0.9f - 0.1f * u, 1e-6);   // U·W > 0: decayed
+  EXPECT_NEAR(W[0][1].item<float>(), -1.0f - 0.1f * u, 1e-6);         // U·W < 0: kept
+}
+
+TEST(Muon, NanochatRecipeComposes) {
+  // Polar Express + NorMuon (beta2 0.9) + cautious weight decay, as flaxchat/nanochat train.
+  expect_matches_reference(MuonOptions(0.02)
+                               .coefficients(CoefficientTable::polar_express())
+                               .normuon(NorMuonOptions{0.9})
+                               .cautious_weight_decay(true)
+                               .weight_decay(0.2),
+                           32, 16, 50, 4);
+}
+
+TEST(Muon, ExpertStackEqualsSeparateMatrices) {
+  auto gen = seeded(60);
+  const int64_t E = 4;
+  auto stack = at::randn({E, 12, 20}, gen).requires_grad_(true);
+  std::vector<at::Tensor> experts;
+  for (int64_t e = 0; e < E; ++e) experts.push_back(stack[e].detach().clone().requires_grad_(true));
+  const auto options = MuonOptions(0.02).normuon(NorMuonOptions{}).post_norm(PostNorm::row_col);
+  Muon together({stack}, options);
+  Muon apart(experts, options);
+  for (int step = 0; step < 3; ++step) {
+    const auto g = at::randn({E, 12, 20}, gen);
+    stack.mutable_grad() = g.clone();
+    for (int64_t e = 0; e < E; ++e) experts[e].mutable_grad() = g[e].clone();
+    together.step();
+    apart.step();
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    EXPECT_LT(testing::max_rel_diff(stack[e].detach(), experts[e].detach()), 1e-6) << e;
+  }
+}
+
+TEST(Muon, MatrixViewFlattensAConvKernel) {
+  auto gen = seeded(61);
+  auto conv = at::randn({8, 3, 3, 3}, gen).requires_grad_(true);
+  auto flat = conv.detach().reshape({8, 27}).clone().requires_grad_(true);
+  Muon a({conv}), b({flat});
+  a.set_matrix_view(conv, {8, 27});
+  EXPECT_EQ(a.matrix_view(conv), (std::vector<int64_t>{8, 27}));
+  for (int step = 0; step < 2; ++step) {
+    const auto g = at::randn({8, 3, 3, 3}, gen);
+    conv.mutable_grad() = g;
+    flat.mutable_grad() = g.reshape({8, 27});
+    a.step();
+    b.step();
+  }
+  EXPECT_TRUE(at::equal(conv.detach().reshape({8, 27}), flat.detach()));
+  expect_error<Error>([&] { a.set_matrix_view(conv, {8, 26}); }, {"holds 208 elements", "216"});
+  expect_error<Error>([&] { a.set_matrix_view(flat, {8, 27}); }, {"not a parameter"});
+  expect_error<Error>([&] { a.set_matrix_view(conv, {216}); }, {"(batch..., rows, cols)"});
+}
+
+TEST(Muon, SameShapeMatricesShareOneBatchAndMatchSeparateOptimizers) {
+  auto gen = seeded(62);
+  std::vector<at::Tensor> params, copies;
+  for (int i = 0; i < 3; ++i) {
+    params.push_back(at::randn({16, 24}, gen).requires_grad_(true));
+    copies.push_back(params.back().detach().clone().requires_grad_(true));
+  }
+  params.push_back(at::randn({24, 16}, gen).requires_grad_(true));  // another batch
+  copies.push_back(params.back().detach().clone().requires_grad_(true));
+  Muon together(params);
+  std::vector<std::unique_ptr<Muon>> alone;
+  for (auto& c : copies) alone.push_back(std::make_unique<Muon>(std::vector<at::Tensor>{c}));
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto g = at::randn(params[i].sizes(), gen);
+      params[i].mutable_grad() = g.clone();
+      copies[i].mutable_grad() = g.clone();
+    }
+    together.step();
+    for (auto& opt : alone) opt->step();
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_LT(testing::max_rel_diff(params[i].detach(), copies[i].detach()), 1e-6) << i;
   }
 }
 
@@ -240,13 +444,14 @@ TEST(Muon, LrSchedulerReachesTheGroups) {
 
 TEST(Muon, RejectsBadParametersAtConstruction) {
   expect_error<Error>([] { Muon({at::ones({5}, at::kFloat).requires_grad_(true)}); },
-                      {"[5]", "2-D matrices", "AdamW"});
+                      {"[5]", "matrices (out, in), or stacks of them", "AdamW"});
+  expect_error<Error>([] { Muon({at::ones({}, at::kFloat).requires_grad_(true)}); }, {"[]"});
   expect_error<Error>(
       [] {
         Muon({at::ones({2, 2}, at::kComplexFloat).requires_grad_(true)});
       },
       {"complex"});
-  expect_error<Error>([] { Muon({at::ones({2, 2, 2}).requires_grad_(true)}); }, {"[2, 2, 2]"});
+  expect_error<Error>([] { Muon({at::ones({2, 2}, at::kInt)}); }, {"dtype Int", "floating"});
 }
 
 TEST(Muon, RejectsBadOptions) {

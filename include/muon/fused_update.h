@@ -53,7 +53,9 @@ struct MomentumScalars {
 void fused_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& direction,
                     const MomentumScalars& k);
 
-// W ← W·decay − scale·U in one pass (U float32/float64, W any supported dtype).
-void fused_apply_update(at::Tensor& param, const at::Tensor& update, double decay, double scale);
+// W ← W·decay − scale·U in one pass (U float32/float64, W any supported dtype). With `cautious`
+// the decay applies only where U·W ≥ 0 (cautious weight decay).
+void fused_apply_update(at::Tensor& param, const at::Tensor& update, double decay, double scale,
+                        bool cautious = false);
 
 }  // namespace muon

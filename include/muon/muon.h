@@ -6,10 +6,12 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "muon/normalization.h"
 #include "muon/orthogonalize.h"
 
 namespace muon {
@@ -34,6 +36,12 @@ double shape_factor(AdjustLr mode, int64_t rows, int64_t cols);
 std::string to_string(MomentumForm form);
 std::string to_string(AdjustLr mode);
 
+// NorMuon's settings (nanochat and flaxchat use beta2 0.9).
+struct NorMuonOptions {
+  double beta2 = 0.95;
+  NorMuonAxis axis = NorMuonAxis::automatic;
+};
+
 struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions> {
   MuonOptions(double lr = 0.02) : lr_(lr) {}  // NOLINT(google-explicit-constructor): libtorch style
   TORCH_ARG(double, lr) = 0.02;
@@ -47,6 +55,15 @@ struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions>
   TORCH_ARG(AdjustLr, adjust_lr) = AdjustLr::original;
   // Orthogonalization dtype; unset picks per device (see OrthogonalizeOptions::dtype).
   TORCH_ARG(std::optional<at::ScalarType>, ns_dtype) = std::nullopt;
+  TORCH_ARG(NsMethod, ns_method) = NsMethod::automatic;
+  TORCH_ARG(int64_t, gram_restart) = 2;  // see OrthogonalizeOptions::gram_restart
+  // Muon+: normalization after orthogonalization (stateless).
+  TORCH_ARG(PostNorm, post_norm) = PostNorm::none;
+  TORCH_ARG(double, post_norm_eps) = 1e-8;
+  // NorMuon: unset = off.
+  TORCH_ARG(std::optional<NorMuonOptions>, normuon) = std::nullopt;
+  // Decay only entries where U·W ≥ 0 (flaxchat/nanochat).
+  TORCH_ARG(bool, cautious_weight_decay) = false;
   // Momentum storage: at::kFloat (fp64 for fp64 parameters) or at::kBFloat16 (stochastic
   // rounding, CPU).
   TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;
@@ -60,8 +77,15 @@ struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonPa
   TORCH_ARG(int64_t, step) = 0;
   // fp32 (fp64 for fp64 parameters) whatever the parameter dtype, or bf16 by state_dtype.
   TORCH_ARG(at::Tensor, momentum_buffer);
+  // NorMuon's statistic (fp32), shape normuon_state_shape(view); undefined without NorMuon.
+  TORCH_ARG(at::Tensor, normuon_second_moment);
 };
 
+// A parameter of rank ≥ 2 is a batch of matrices over its last two dims: an expert stack
+// (E, rows, cols) is orthogonalized expert by expert. set_matrix_view() reshapes a parameter into
+// another (batch..., rows, cols) view first, e.g. a conv kernel (out, in, kh, kw) → (out, in·kh·kw).
+// Matrices of one shape and settings are orthogonalized together in one batched call, in buffers
+// kept across steps.
 class Muon : public torch::optim::Optimizer {
  public:
   explicit Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups,
@@ -72,16 +96,27 @@ class Muon : public torch::optim::Optimizer {
   // gradient. Everything is validated before the first parameter changes.
   at::Tensor step(LossClosure closure = nullptr) override;
 
+  // Orthogonalize `param` (one of this optimizer's) as the (batch..., rows, cols) tensor `view`
+  // (same element count, at least 2 dims).
+  void set_matrix_view(const at::Tensor& param, std::vector<int64_t> view);
+  // The view `param` is orthogonalized in (its own shape unless set).
+  std::vector<int64_t> matrix_view(const at::Tensor& param) const;
+
  private:
+  struct Pending;
   void check_before_step() const;
-  MuonParamState& state_of(const at::Tensor& p, at::ScalarType state_dtype);
+  MuonParamState& state_of(const at::Tensor& p, const MuonOptions& o);
+  void finish(Pending& item, const at::Tensor& U);
+
+  std::map<const void*, std::vector<int64_t>> views_;
+  std::map<std::string, OrthogonalizeWorkspace> workspaces_;  // per batch key
 };
 
 // Throws muon::Error unless `options` are valid (lr ≥ 0, momentum in [0, 1), weight_decay ≥ 0,
 // ns_steps ≥ 1, a usable coefficient table, state_dtype Float or BFloat16).
 void check_options(const MuonOptions& options);
 
-// Throws muon::Error unless `p` can be optimized by Muon: a real floating-point matrix.
+// Throws muon::Error unless `p` can be optimized by Muon: a real floating-point tensor of rank ≥ 2.
 // `name` is used in the message.
 void check_muon_param(const at::Tensor& p, const std::string& name = "parameter");
 

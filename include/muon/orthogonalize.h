@@ -41,17 +41,49 @@ struct CoefficientTable {
   const Coefficients& row(int64_t k) const;
 };
 
+// How the iterations are computed; all give the same polynomial of the singular values.
+enum class NsMethod {
+  automatic,  // CPU float32/float64 with a CBLAS: the cheaper of symmetric and gram; else plain
+  plain,      // three batched GEMMs per iteration (the reference)
+  symmetric,  // syrk for X·Xᵀ and A², symm for B·X (CPU, CBLAS)
+  gram,       // Gram Newton–Schulz on the k×k Gram matrix (CPU, CBLAS; rectangular matrices)
+};
+
+std::string to_string(NsMethod method);
+NsMethod ns_method_from_string(const std::string& name);  // error lists the valid names
+
+// Buffers orthogonalize() keeps between calls so that the steady state allocates nothing; give
+// one workspace per recurring problem shape. A result computed with a workspace lives in it and
+// is overwritten by the next call with the same workspace.
+class OrthogonalizeWorkspace {
+ public:
+  // Slot `slot` resized to `sizes`/`options` only when they differ from the last call's.
+  at::Tensor get(size_t slot, at::IntArrayRef sizes, const at::TensorOptions& options);
+
+ private:
+  std::vector<at::Tensor> slots_;
+};
+
 struct OrthogonalizeOptions {
   // Number of Newton–Schulz iterations (≥ 1).
   TORCH_ARG(int64_t, steps) = 5;
   TORCH_ARG(CoefficientTable, coefficients) = CoefficientTable::quintic();
   // Working dtype. Unset: float64 input stays float64, CPU computes in float32, CUDA in bfloat16.
   TORCH_ARG(std::optional<at::ScalarType>, dtype) = std::nullopt;
+  TORCH_ARG(NsMethod, method) = NsMethod::automatic;
+  // gram only: rebuild from the matrix itself after every this many iterations (0: never). The
+  // Gram matrix squares the condition number; restarting keeps float32 as accurate as plain.
+  TORCH_ARG(int64_t, gram_restart) = 2;
 };
 
-// Returns a new tensor of x's shape and dtype whose last two dims hold, per matrix of the leading
-// batch dims, the Newton–Schulz approximation of U·Vᵀ. x itself is never modified.
-at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options = {});
+// Returns a tensor of x's shape and dtype whose last two dims hold, per matrix of the leading
+// batch dims, the Newton–Schulz approximation of U·Vᵀ. x itself is never modified. Without a
+// workspace the result is a new tensor; with one it may live in the workspace.
+at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options = {},
+                         OrthogonalizeWorkspace* workspace = nullptr);
+
+// The method `automatic` resolves to for x (or the requested one, checked to be available).
+NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options);
 
 // Throws muon::Error when the options cannot run (steps < 1, empty or non-finite table,
 // eps or safety ≤ 0, non-floating dtype).

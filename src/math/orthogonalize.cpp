@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "cpu/newton_schulz_blas.h"
 #include "muon/error.h"
 
 namespace muon {
@@ -55,6 +56,39 @@ const Coefficients& CoefficientTable::row(int64_t k) const {
   return rows.at(static_cast<size_t>(std::min(k, last)));
 }
 
+std::string to_string(NsMethod method) {
+  switch (method) {
+    case NsMethod::automatic:
+      return "automatic";
+    case NsMethod::plain:
+      return "plain";
+    case NsMethod::symmetric:
+      return "symmetric";
+    case NsMethod::gram:
+      return "gram";
+  }
+  return "?";
+}
+
+NsMethod ns_method_from_string(const std::string& name) {
+  for (auto m : {NsMethod::automatic, NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
+    if (to_string(m) == name) return m;
+  }
+  throw Error("unknown orthogonalization method '" + name +
+              "'; valid methods are automatic, plain, symmetric, gram");
+}
+
+at::Tensor OrthogonalizeWorkspace::get(size_t slot, at::IntArrayRef sizes,
+                                       const at::TensorOptions& options) {
+  if (slots_.size() <= slot) slots_.resize(slot + 1);
+  auto& t = slots_[slot];
+  if (!t.defined() || t.sizes() != sizes || t.dtype() != options.dtype() ||
+      t.device() != options.device()) {
+    t = at::empty(sizes, options);
+  }
+  return t;
+}
+
 at::ScalarType orthogonalize_dtype(const at::Tensor& x, std::optional<at::ScalarType> requested) {
   if (requested) return *requested;
   if (x.scalar_type() == at::kDouble) return at::kDouble;
@@ -95,30 +129,89 @@ void check_options(const OrthogonalizeOptions& options) {
         table.safety, " (coefficient table '", table.name, "')");
 }
 
-at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options) {
+namespace {
+
+// Plain-chain FLOPs of the two CBLAS methods for `steps` iterations on a k×m side (see
+// cpu/newton_schulz_blas.h): symmetric 3k²m + k³ per iteration; gram 3k²m + ~6k³ per iteration.
+bool gram_is_cheaper(int64_t rows, int64_t cols, int64_t steps) {
+  const double k = static_cast<double>(std::min(rows, cols));
+  const double m = static_cast<double>(std::max(rows, cols));
+  const double t = static_cast<double>(steps);
+  const double symmetric = t * (3 * k * k * m + k * k * k);
+  const double gram = 3 * k * k * m + (6 * t - 2) * k * k * k;
+  return gram < symmetric;
+}
+
+bool blas_eligible(const at::Tensor& x, at::ScalarType dtype) {
+  return detail::have_cblas() && x.device().is_cpu() &&
+         (dtype == at::kFloat || dtype == at::kDouble);
+}
+
+// The plain reference: three batched GEMMs per iteration on the smaller side. For tall X,
+// A = XᵀX and X ← a·X + X·(b·A + c·A²) equals transposing, iterating and transposing back,
+// without the copies.
+at::Tensor plain_iterations(at::Tensor X, const CoefficientTable& table, int64_t steps) {
+  const bool tall = X.size(1) > X.size(2);
+  for (int64_t k = 0; k < steps; ++k) {
+    const auto& [a, b, c] = table.row(k);
+    const auto A = tall ? at::bmm(X.transpose(1, 2), X) : at::bmm(X, X.transpose(1, 2));
+    const auto B = at::baddbmm(A, A, A, /*beta=*/b, /*alpha=*/c);
+    X = tall ? at::baddbmm(X, X, B, /*beta=*/a) : at::baddbmm(X, B, X, /*beta=*/a);
+  }
+  return X;
+}
+
+}  // namespace
+
+NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options) {
+  const auto dtype = orthogonalize_dtype(x, options.dtype());
+  const auto method = options.method();
+  if (method == NsMethod::plain) return method;
+  const bool eligible = blas_eligible(x, dtype);
+  if (method == NsMethod::automatic) {
+    if (!eligible) return NsMethod::plain;
+    return gram_is_cheaper(x.size(-2), x.size(-1), options.steps()) ? NsMethod::gram
+                                                                    : NsMethod::symmetric;
+  }
+  check(eligible, "orthogonalize: method '", to_string(method), "' runs on CPU float32/float64 ",
+        "with a CBLAS; got a ", dtype, " computation on ", x.device(),
+        (detail::have_cblas() ? "" : " in a build without CBLAS"),
+        " (use 'automatic' or 'plain')");
+  return method;
+}
+
+at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options,
+                         OrthogonalizeWorkspace* workspace) {
   check_input(x);
   check_options(options);
+  check(options.gram_restart() >= 0, "orthogonalize: gram_restart must be >= 0, got ",
+        options.gram_restart());
+  const auto method = resolve_method(x, options);
   if (x.numel() == 0) return x.clone();
   const int64_t rows = x.size(-2);
   const int64_t cols = x.size(-1);
   const auto& table = options.coefficients();
 
-  // X is a fresh tensor from the division on, so x (possibly aliased by the reshape/cast) is
-  // never written.
+  // X is a fresh tensor (or workspace buffer) from the division on, so x — possibly aliased by
+  // the reshape/cast — is never written.
   const auto batch = x.reshape({-1, rows, cols}).to(orthogonalize_dtype(x, options.dtype()));
   // The norm accumulates in at least fp32, also for bf16/fp16 working dtypes.
   const auto norm = at::linalg_vector_norm(batch, 2, at::IntArrayRef{-2, -1}, /*keepdim=*/true,
                                            at::promote_types(batch.scalar_type(), at::kFloat));
-  auto X = batch / (norm * table.safety + table.eps).to(batch.scalar_type());
+  const auto denominator = (norm * table.safety + table.eps).to(batch.scalar_type());
 
-  // Iterate on the Gram matrix of the smaller side: for tall X, A = XᵀX and X ← a·X + X·(b·A +
-  // c·A²) equals transposing, iterating and transposing back, without the copies.
-  const bool tall = rows > cols;
-  for (int64_t k = 0; k < options.steps(); ++k) {
-    const auto& [a, b, c] = table.row(k);
-    const auto A = tall ? at::bmm(X.transpose(1, 2), X) : at::bmm(X, X.transpose(1, 2));
-    const auto B = at::baddbmm(A, A, A, /*beta=*/b, /*alpha=*/c);
-    X = tall ? at::baddbmm(X, X, B, /*beta=*/a) : at::baddbmm(X, B, X, /*beta=*/a);
+  at::Tensor X;
+  if (method == NsMethod::plain) {
+    X = plain_iterations(batch / denominator, table, options.steps());
+  } else {
+    OrthogonalizeWorkspace local;
+    auto& ws = workspace != nullptr ? *workspace : local;
+    auto normalized = ws.get(0, batch.sizes(), batch.options());
+    at::div_out(normalized, batch, denominator);
+    X = method == NsMethod::symmetric
+            ? detail::symmetric_iterations(normalized, table, options.steps(), ws)
+            : detail::gram_iterations(normalized, table, options.steps(), options.gram_restart(),
+                                      ws);
   }
   return X.to(x.scalar_type()).reshape(x.sizes());
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "muon/compat.h"
 #include "muon/error.h"
@@ -47,6 +48,19 @@ std::string to_string(AdjustLr mode) {
   return "?";
 }
 
+namespace {
+
+OrthogonalizeOptions orthogonalize_options(const MuonOptions& o) {
+  return OrthogonalizeOptions()
+      .steps(o.ns_steps())
+      .coefficients(o.coefficients())
+      .dtype(o.ns_dtype())
+      .method(o.ns_method())
+      .gram_restart(o.gram_restart());
+}
+
+}  // namespace
+
 void check_options(const MuonOptions& o) {
   check(std::isfinite(o.lr()) && o.lr() >= 0, "Muon: lr must be >= 0, got ", o.lr());
   check(o.momentum() >= 0 && o.momentum() < 1, "Muon: momentum must be in [0, 1), got ",
@@ -55,10 +69,14 @@ void check_options(const MuonOptions& o) {
         "Muon: weight_decay must be >= 0, got ", o.weight_decay());
   check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, "Muon: state_dtype ",
         o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
-  check_options(OrthogonalizeOptions()
-                    .steps(o.ns_steps())
-                    .coefficients(o.coefficients())
-                    .dtype(o.ns_dtype()));
+  check(std::isfinite(o.post_norm_eps()) && o.post_norm_eps() > 0,
+        "Muon: post_norm_eps must be > 0, got ", o.post_norm_eps());
+  if (o.normuon()) {
+    check(o.normuon()->beta2 >= 0 && o.normuon()->beta2 < 1,
+          "Muon: normuon beta2 must be in [0, 1), got ", o.normuon()->beta2);
+  }
+  check(o.gram_restart() >= 0, "Muon: gram_restart must be >= 0, got ", o.gram_restart());
+  check_options(orthogonalize_options(o));
 }
 
 void check_muon_param(const at::Tensor& p, const std::string& name) {
@@ -66,8 +84,8 @@ void check_muon_param(const at::Tensor& p, const std::string& name) {
         "); Muon supports real floating-point matrices only");
   check(p.is_floating_point(), "Muon: ", name, " has dtype ", p.scalar_type(),
         "; Muon needs a floating-point matrix (float32, float64, bfloat16 or float16)");
-  check(p.dim() == 2, "Muon: ", name, " has shape ", p.sizes(),
-        "; Muon optimizes 2-D matrices (out, in) only — give vectors, scalars and other ranks to "
+  check(p.dim() >= 2, "Muon: ", name, " has shape ", p.sizes(),
+        "; Muon optimizes matrices (out, in), or stacks of them — give vectors and scalars to "
         "AdamW");
 }
 
@@ -78,45 +96,76 @@ std::string param_label(size_t group, size_t index) {
 }
 
 // Momentum accumulates in fp32 whatever the parameter dtype (fp64 stays fp64).
-at::ScalarType state_dtype(const at::Tensor& p) {
+at::ScalarType compute_dtype(const at::Tensor& p) {
   return p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// Updates the momentum buffer and returns the direction Q to orthogonalize. On CPU one fused pass
-// (any buffer dtype); elsewhere the same formulas as ATen ops on a full-precision buffer.
-at::Tensor momentum_direction(const at::Tensor& grad, at::Tensor& B, const MuonOptions& o,
-                              uint32_t seed) {
+// Updates the momentum buffer and writes the direction Q to orthogonalize into `direction`. On
+// CPU one fused pass (any buffer dtype); elsewhere the same formulas as ATen ops on a
+// full-precision buffer.
+void momentum_direction(const at::Tensor& grad, at::Tensor& B, at::Tensor& direction,
+                        const MuonOptions& o, uint32_t seed) {
   const double beta = o.momentum();
   const bool ema = o.momentum_form() == MomentumForm::ema;
   if (grad.device().is_cpu()) {
-    auto Q = at::empty(grad.sizes(), grad.options().dtype(state_dtype(grad)));
-    fused_momentum(grad.contiguous(), B, Q, {beta, ema, o.nesterov(), seed});
-    return Q;
+    fused_momentum(grad.contiguous(), B, direction, {beta, ema, o.nesterov(), seed});
+    return;
   }
   const auto g = grad.to(B.scalar_type());
   if (ema) {
     B.mul_(beta).add_(g, 1.0 - beta);
-    return o.nesterov() ? at::add(g.mul(1.0 - beta), B, beta) : B;
+    direction.copy_(o.nesterov() ? at::add(g.mul(1.0 - beta), B, beta) : B);
+  } else {
+    B.mul_(beta).add_(g);
+    direction.copy_(o.nesterov() ? at::add(g, B, beta) : B);
   }
-  B.mul_(beta).add_(g);
-  return o.nesterov() ? at::add(g, B, beta) : B;
 }
 
-// W ← W·(1 − lr·λ) − lr·factor·U, computed in U's dtype and rounded once into W.
+// W ← W·(1 − lr·λ) − lr·factor·U (decay masked to U·W ≥ 0 when cautious), computed in U's dtype
+// and rounded once into W.
 void apply_update(at::Tensor& p, const at::Tensor& U, double lr, double factor,
-                  double weight_decay) {
+                  double weight_decay, bool cautious) {
   const double decay = 1.0 - lr * weight_decay;
   if (p.device().is_cpu()) {
-    detail::update_in_place(
-        p, [&](at::Tensor& dense) { fused_apply_update(dense, U.contiguous(), decay, lr * factor); });
+    detail::update_in_place(p, [&](at::Tensor& dense) {
+      fused_apply_update(dense, U.contiguous(), decay, lr * factor, cautious);
+    });
     return;
   }
   auto w = p.to(U.scalar_type());
-  w.mul_(decay).add_(U, -lr * factor);
-  p.copy_(w);
+  const auto decayed = w * decay;
+  w = cautious ? at::where(U * w >= 0, decayed, w) : decayed;
+  p.copy_(w.sub_(U, lr * factor));
+}
+
+// Matrices that can share one orthogonalize() call: same matrix shape, dtype, device and settings.
+std::string batch_key(const std::vector<int64_t>& view, const at::Tensor& p, const MuonOptions& o) {
+  std::ostringstream key;
+  key << view[view.size() - 2] << 'x' << view.back() << '|' << compute_dtype(p) << '|'
+      << p.device() << '|' << o.ns_steps() << '|' << to_string(o.ns_method()) << '|'
+      << o.gram_restart() << '|' << (o.ns_dtype() ? c10::toString(*o.ns_dtype()) : "default");
+  for (const auto& row : o.coefficients().rows) key << '|' << row[0] << ',' << row[1] << ',' << row[2];
+  key << '|' << o.coefficients().safety << '|' << o.coefficients().eps;
+  return key.str();
+}
+
+int64_t matrices_in(const std::vector<int64_t>& view) {
+  int64_t n = 1;
+  for (size_t i = 0; i + 2 < view.size(); ++i) n *= view[i];
+  return n;
 }
 
 }  // namespace
+
+// One parameter's share of a step: where its direction sits in its batch.
+struct Muon::Pending {
+  at::Tensor param;
+  MuonParamState* state;
+  const MuonOptions* options;
+  std::vector<int64_t> view;
+  int64_t offset;  // first matrix in the batch
+  int64_t count;   // matrices
+};
 
 Muon::Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups, MuonOptions defaults)
     : Optimizer(std::move(param_groups), std::make_unique<MuonOptions>(defaults)) {
@@ -129,36 +178,90 @@ Muon::Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups, MuonOpti
 }
 
 Muon::Muon(std::vector<at::Tensor> params, MuonOptions defaults)
-    : Muon(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(
-               std::move(params))},
+    : Muon(std::vector<torch::optim::OptimizerParamGroup>{
+               torch::optim::OptimizerParamGroup(std::move(params))},
            std::move(defaults)) {}
+
+void Muon::set_matrix_view(const at::Tensor& param, std::vector<int64_t> view) {
+  bool known = false;
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) known = known || p.is_same(param);
+  }
+  check(known, "Muon::set_matrix_view: the tensor of shape ", param.sizes(),
+        " is not a parameter of this optimizer");
+  check(view.size() >= 2, "Muon::set_matrix_view: a view needs (batch..., rows, cols), got ",
+        at::IntArrayRef(view));
+  int64_t numel = 1;
+  for (auto d : view) {
+    check(d > 0, "Muon::set_matrix_view: view ", at::IntArrayRef(view), " has a non-positive dim");
+    numel *= d;
+  }
+  check(numel == param.numel(), "Muon::set_matrix_view: view ", at::IntArrayRef(view), " holds ",
+        numel, " elements, the parameter of shape ", param.sizes(), " ", param.numel());
+  check(state_.count(compat::param_state_key(param)) == 0 ||
+            matrix_view(param) == view,
+        "Muon::set_matrix_view: the parameter already has state for view ",
+        at::IntArrayRef(matrix_view(param)), "; set views before the first step");
+  views_[param.unsafeGetTensorImpl()] = std::move(view);
+}
+
+std::vector<int64_t> Muon::matrix_view(const at::Tensor& param) const {
+  const auto it = views_.find(param.unsafeGetTensorImpl());
+  return it != views_.end() ? it->second : param.sizes().vec();
+}
 
 void Muon::check_before_step() const {
   for (size_t gi = 0; gi < param_groups_.size(); ++gi) {
-    check_options(static_cast<const MuonOptions&>(param_groups_[gi].options()));
+    const auto& o = static_cast<const MuonOptions&>(param_groups_[gi].options());
+    check_options(o);
     const auto& params = param_groups_[gi].params();
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& p = params[i];
       if (!p.grad().defined()) continue;
-      check(!p.grad().is_sparse(), "Muon does not support sparse gradients (", param_label(gi, i),
-            ")");
+      check(!p.grad().is_sparse(), "Muon does not support sparse gradients (",
+            param_label(gi, i), ")");
       check_muon_param(p, param_label(gi, i));
-      const auto& o = static_cast<const MuonOptions&>(param_groups_[gi].options());
+      check(p.grad().sizes() == p.sizes(), "Muon: ", param_label(gi, i), " has a gradient of shape ",
+            p.grad().sizes(), " for a parameter of shape ", p.sizes());
       check(p.device().is_cpu() || o.state_dtype() == at::kFloat, "Muon: ", param_label(gi, i),
             " is on ", p.device(), "; bfloat16 momentum is implemented for CPU tensors only");
     }
   }
 }
 
-MuonParamState& Muon::state_of(const at::Tensor& p, at::ScalarType storage) {
+MuonParamState& Muon::state_of(const at::Tensor& p, const MuonOptions& o) {
   auto& slot = state_[compat::param_state_key(p)];
   if (!slot) {
     auto state = std::make_unique<MuonParamState>();
-    const auto dtype = storage == at::kBFloat16 ? at::kBFloat16 : state_dtype(p);
+    const auto dtype = o.state_dtype() == at::kBFloat16 ? at::kBFloat16 : compute_dtype(p);
     state->momentum_buffer(at::zeros(p.sizes(), p.options().dtype(dtype)));
     slot = std::move(state);
   }
-  return static_cast<MuonParamState&>(*slot);
+  auto& state = static_cast<MuonParamState&>(*slot);
+  if (o.normuon() && !state.normuon_second_moment().defined()) {
+    // NorMuon can be switched on between steps: its statistic starts at 0 then.
+    state.normuon_second_moment(
+        at::zeros(normuon_state_shape(matrix_view(p), o.normuon()->axis),
+                  p.options().dtype(compute_dtype(p))));
+  }
+  return state;
+}
+
+// Everything after orthogonalization: Muon+, NorMuon, shape factor, decay and the update.
+void Muon::finish(Pending& item, const at::Tensor& U_view) {
+  const auto& o = *item.options;
+  auto U = U_view;
+  if (o.post_norm() != PostNorm::none) U = post_normalize(U, o.post_norm(), o.post_norm_eps());
+  if (o.normuon()) {
+    U = normuon_scale(U, item.state->normuon_second_moment(), o.normuon()->beta2,
+                      o.normuon()->axis);
+  }
+  const auto rows = item.view[item.view.size() - 2];
+  const auto cols = item.view.back();
+  apply_update(item.param, U.reshape(item.param.sizes()), o.lr(),
+               shape_factor(o.adjust_lr(), rows, cols), o.weight_decay(),
+               o.cautious_weight_decay());
+  item.state->step(item.state->step() + 1);
 }
 
 at::Tensor Muon::step(LossClosure closure) {
@@ -169,23 +272,41 @@ at::Tensor Muon::step(LossClosure closure) {
     loss = closure();
   }
   check_before_step();
-  int64_t index = 0;
+
+  // Gather the parameters to update into batches of same-shape matrices.
+  std::map<std::string, std::vector<Pending>> batches;
+  std::map<const void*, int64_t> tensor_indices;  // position in the optimizer: part of the seed
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const MuonOptions&>(group.options());
-    const auto ns = OrthogonalizeOptions()
-                        .steps(o.ns_steps())
-                        .coefficients(o.coefficients())
-                        .dtype(o.ns_dtype());
     for (auto& p : group.params()) {
-      const int64_t tensor_index = index++;  // part of the momentum's rounding seed
+      tensor_indices[p.unsafeGetTensorImpl()] = static_cast<int64_t>(tensor_indices.size());
       if (!p.grad().defined()) continue;
-      auto& state = state_of(p, o.state_dtype());
-      const uint32_t seed = sr::tensor_salt(sr::step_seed(state.step()), tensor_index);
-      const auto Q = momentum_direction(p.grad(), state.momentum_buffer(), o, seed);
-      apply_update(p, orthogonalize(Q, ns), o.lr(),
-                   shape_factor(o.adjust_lr(), p.size(0), p.size(1)), o.weight_decay());
-      state.step(state.step() + 1);
+      auto view = matrix_view(p);
+      auto& batch = batches[batch_key(view, p, o)];
+      const int64_t offset = batch.empty() ? 0 : batch.back().offset + batch.back().count;
+      const int64_t count = matrices_in(view);
+      batch.push_back({p, &state_of(p, o), &o, std::move(view), offset, count});
     }
+  }
+
+  // Per batch: momentum into one stacked direction tensor, one orthogonalization, then each
+  // parameter's own finish.
+  for (auto& [key, items] : batches) {
+    auto& workspace = workspaces_[key];
+    const auto& first = items.front();
+    const int64_t total = items.back().offset + items.back().count;
+    const auto rows = first.view[first.view.size() - 2];
+    const auto cols = first.view.back();
+    auto directions = workspace.get(
+        /*slot=*/7, {total, rows, cols}, first.param.options().dtype(compute_dtype(first.param)));
+    for (auto& item : items) {
+      auto Q = directions.narrow(0, item.offset, item.count).view(item.param.sizes());
+      const uint32_t seed = sr::tensor_salt(sr::step_seed(item.state->step()),
+                                            tensor_indices.at(item.param.unsafeGetTensorImpl()));
+      momentum_direction(item.param.grad(), item.state->momentum_buffer(), Q, *item.options, seed);
+    }
+    const auto U = orthogonalize(directions, orthogonalize_options(*first.options), &workspace);
+    for (auto& item : items) finish(item, U.narrow(0, item.offset, item.count).view(item.view));
   }
   return loss;
 }

@@ -230,11 +230,17 @@ MUON_TARGET_CLONES void momentum_range(const MomentumConstants<compute_t<P>>& k,
   }
 }
 
-template <class P>
+// Cautious weight decay (flaxchat/nanochat) decays only entries where U·W ≥ 0.
+template <class P, bool Cautious>
 MUON_TARGET_CLONES void apply_range(compute_t<P> decay, compute_t<P> scale, P* __restrict__ p,
                                     const compute_t<P>* __restrict__ u, int64_t begin,
                                     int64_t end) {
-  for (int64_t i = begin; i < end; ++i) store_param(p[i], widen(p[i]) * decay - scale * u[i]);
+  using C = compute_t<P>;
+  for (int64_t i = begin; i < end; ++i) {
+    const C w = widen(p[i]);
+    const C kept = Cautious ? (u[i] * w >= 0 ? w * decay : w) : w * decay;
+    store_param(p[i], kept - scale * u[i]);
+  }
 }
 
 }  // namespace
@@ -327,7 +333,8 @@ void fused_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& dire
   });
 }
 
-void fused_apply_update(at::Tensor& param, const at::Tensor& update, double decay, double scale) {
+void fused_apply_update(at::Tensor& param, const at::Tensor& update, double decay, double scale,
+                        bool cautious) {
   check_same_layout(param, param, {&update}, "fused_apply_update");
   dispatch(param, update, [&](auto p_tag, auto) {
     using P = decltype(p_tag);
@@ -337,7 +344,9 @@ void fused_apply_update(at::Tensor& param, const at::Tensor& update, double deca
     auto* p = param.data_ptr<P>();
     const auto* u = update.data_ptr<C>();
     at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      apply_range<P>(static_cast<C>(decay), static_cast<C>(scale), p, u, begin, end);
+      cautious ? apply_range<P, true>(static_cast<C>(decay), static_cast<C>(scale), p, u, begin, end)
+               : apply_range<P, false>(static_cast<C>(decay), static_cast<C>(scale), p, u, begin,
+                                       end);
     });
   });
 }
