@@ -2,8 +2,12 @@
 #include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 
+#include <fstream>
+
+#include "bench.h"
 #include "muon/error.h"
 #include "muon/routing.h"
 #include "train.h"
@@ -71,12 +75,50 @@ int main(int argc, char** argv) {
   route->add_flag("--untied", untied, "give the head its own weight instead of the embedding's");
   add_model_options(*route, route_model);
 
+  muon::demo::BenchConfig bench_config;
+  std::string bench_json;
+  std::vector<std::string> bench_only;
+  auto* bench = app.add_subcommand(
+      "bench", "Measure orthogonalization against this machine's GEMM rate, a whole Muon step "
+               "against the same math in plain ATen, and AdamW against torch::optim::AdamW and "
+               "the memory bandwidth — all in one run.");
+  bench->add_option("--only", bench_only, "sections to run: orthogonalize, muon, adamw")
+      ->check(CLI::IsMember({"orthogonalize", "muon", "adamw"}));
+  bench->add_option("--json", bench_json, "also write every figure to this JSON file");
+  bench->add_option("--reps", bench_config.reps, "timed repetitions per figure (median)")
+      ->capture_default_str();
+  bench->add_option("--muon-layers", bench_config.muon_layers,
+                    "layers of the GPT-shaped Muon step (7 matrices each)")
+      ->capture_default_str();
+  bench->add_option("--muon-width", bench_config.muon_width, "width of those matrices")
+      ->capture_default_str();
+  bench->add_option("--adamw-layers", bench_config.adamw_layers,
+                    "layers of the GPT-shaped AdamW parameter set")
+      ->capture_default_str();
+  bench->add_option("--adamw-width", bench_config.adamw_width, "its width")->capture_default_str();
+  bench->add_option("--threads", threads, "intra-op threads (0: LibTorch's default)")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) at::set_num_threads(threads);
     if (*train) {
       config.state_dtype = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
       muon::demo::train(config, std::cout);
+    } else if (*bench) {
+      if (!bench_only.empty()) {
+        auto wanted = [&](const char* s) {
+          return std::find(bench_only.begin(), bench_only.end(), s) != bench_only.end();
+        };
+        bench_config.orthogonalize = wanted("orthogonalize");
+        bench_config.muon_step = wanted("muon");
+        bench_config.adamw = wanted("adamw");
+      }
+      const auto report = muon::demo::run_bench(bench_config, std::cout);
+      if (!bench_json.empty()) {
+        std::ofstream(bench_json) << report.to_json();
+        std::cout << "\nwrote " << bench_json << '\n';
+      }
     } else if (*route) {
       route_model.tie_embeddings = !untied;
       muon::demo::Gpt model(route_model);

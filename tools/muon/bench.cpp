@@ -1,0 +1,330 @@
+#include "bench.h"
+
+#include <ATen/Parallel.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "muon/adam.h"
+#include "muon/muon.h"
+#include "muon/orthogonalize.h"
+
+namespace muon::demo {
+namespace {
+
+double seconds(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median_seconds(int reps, const std::function<void()>& fn) {
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) times.push_back(seconds(fn));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double best_gemm_gflops(int64_t n) {
+  const auto a = at::randn({n, n});
+  const auto b = at::randn({n, n});
+  auto c = at::empty({n, n});
+  at::mm_out(c, a, b);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) best = std::max(best, 2.0 * n * n * n / seconds([&] { at::mm_out(c, a, b); }));
+  return best / 1e9;
+}
+
+// Resident-set figures from /proc/self/status, in MiB.
+double status_mib(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field, 0) == 0) return std::stod(line.substr(std::strlen(field))) / 1024.0;
+  }
+  return -1;
+}
+
+// Peak RSS a call adds above the RSS before it (Linux: writing 5 to clear_refs resets VmHWM).
+double peak_extra_mib(const std::function<void()>& fn) {
+  std::ofstream("/proc/self/clear_refs") << "5";
+  const double before = status_mib("VmRSS:");
+  fn();
+  return status_mib("VmHWM:") - before;
+}
+
+// ---- orthogonalization ----
+
+double plain_flops(int64_t rows, int64_t cols, int64_t steps) {
+  const double k = static_cast<double>(std::min(rows, cols));
+  const double m = static_cast<double>(std::max(rows, cols));
+  return static_cast<double>(steps) * (4.0 * k * k * m + 2.0 * k * k * k);
+}
+
+void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::ostream& log) {
+  log << "\n## Orthogonalization (quintic, 5 steps, fp32): plain-algorithm FLOPs / time vs GEMM\n\n"
+      << "| shape | method | ms | GFLOP/s | of GEMM rate | orth_err | vs plain |\n"
+      << "|---|---|---|---|---|---|---|\n";
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1024, 1024}, {1024, 4096}, {4096, 1024},
+                                                           {768, 768},   {768, 3072}};
+  for (const auto& [rows, cols] : shapes) {
+    const auto x = at::randn({rows, cols});
+    const auto plain = orthogonalize(x, OrthogonalizeOptions().method(NsMethod::plain));
+    for (auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram, NsMethod::automatic}) {
+      const auto options = OrthogonalizeOptions().method(method);
+      OrthogonalizeWorkspace ws;
+      at::Tensor out = orthogonalize(x, options, &ws);  // warm-up, sizes the workspace
+      const double s = median_seconds(config.reps, [&] { out = orthogonalize(x, options, &ws); });
+      const double gflops = plain_flops(rows, cols, 5) / s / 1e9;
+      BenchReport::Orthogonalization row{
+          rows, cols, to_string(method) + (method == NsMethod::automatic
+                                               ? "→" + to_string(resolve_method(x, options))
+                                               : ""),
+          s * 1e3, gflops, gflops / report.gemm_gflops, orthogonality_error(out),
+          ((out - plain).abs().max() / plain.abs().max()).item<double>()};
+      char line[256];
+      std::snprintf(line, sizeof line, "| %lldx%lld | %s | %.1f | %.1f | %.2f | %.3f | %.1e |\n",
+                    static_cast<long long>(rows), static_cast<long long>(cols), row.method.c_str(),
+                    row.ms, row.gflops, row.of_gemm, row.orth_err, row.vs_plain);
+      log << line << std::flush;
+      report.orthogonalization.push_back(row);
+    }
+  }
+}
+
+// ---- a whole Muon step vs the same math in plain ATen ----
+
+// torch.optim.Muon's formulation: EMA momentum with Nesterov, the quintic on the transposed tall
+// matrix, decoupled decay, √max(1, rows/cols).
+void plain_muon_step(std::vector<at::Tensor>& params, std::vector<at::Tensor>& buffers, double lr,
+                     double beta, double weight_decay) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto& p = params[i];
+    const auto& g = p.grad();
+    buffers[i].lerp_(g, 1 - beta);
+    auto X = g.lerp(buffers[i], beta);
+    const bool tall = X.size(0) > X.size(1);
+    if (tall) X = X.t();
+    X = X / (X.norm() + 1e-7);
+    for (int k = 0; k < 5; ++k) {
+      const auto A = X.mm(X.t());
+      X = 3.4445 * X + (-4.7750 * A + 2.0315 * A.mm(A)).mm(X);
+    }
+    if (tall) X = X.t();
+    p.mul_(1 - lr * weight_decay);
+    p.add_(X, -lr * std::sqrt(std::max(1.0, static_cast<double>(p.size(0)) / p.size(1))));
+  }
+}
+
+void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostream& log) {
+  const int64_t w = config.muon_width;
+  std::vector<std::vector<int64_t>> shapes;
+  for (int64_t l = 0; l < config.muon_layers; ++l) {
+    for (int i = 0; i < 4; ++i) shapes.push_back({w, w});
+    shapes.push_back({4 * w, w});
+    shapes.push_back({4 * w, w});
+    shapes.push_back({w, 4 * w});
+  }
+  std::vector<at::Tensor> ours, theirs, buffers;
+  for (const auto& s : shapes) {
+    auto p = at::randn(s).mul_(0.02);
+    const auto g = at::randn(s);
+    ours.push_back(p.clone().requires_grad_(true));
+    ours.back().mutable_grad() = g.clone();
+    theirs.push_back(p.clone().requires_grad_(true));
+    theirs.back().mutable_grad() = g.clone();
+    buffers.push_back(at::zeros(s));
+    report.muon_step.parameters += p.numel();
+  }
+  report.muon_step.matrices = static_cast<int64_t>(shapes.size());
+  std::vector<at::Tensor> before;
+  for (const auto& p : ours) before.push_back(p.detach().clone());
+  Muon opt(ours, MuonOptions(0.02).weight_decay(0.01));
+  // One step each from the same state: compare the updates, then time further steps.
+  const double first_ours = seconds([&] { opt.step(); });
+  const double first_plain = seconds([&] { plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01); });
+  double worst = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const auto theirs_delta = theirs[i].detach() - before[i];
+    const auto ours_delta = ours[i].detach() - before[i];
+    worst = std::max(worst, ((ours_delta - theirs_delta).abs().max() /
+                             theirs_delta.abs().max()).item<double>());
+  }
+  report.muon_step.max_rel_diff = worst;
+  report.muon_step.ours_ms =
+      1e3 * std::min(first_ours, median_seconds(config.reps, [&] { opt.step(); }));
+  report.muon_step.plain_ms = 1e3 * std::min(first_plain, median_seconds(config.reps, [&] {
+                                               plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01);
+                                             }));
+  report.muon_step.speedup = report.muon_step.plain_ms / report.muon_step.ours_ms;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "\n## Muon step: %lld matrices (%lld layers at width %lld, %.1fM parameters)\n\n"
+                "| implementation | ms/step | speed-up |\n|---|---|---|\n"
+                "| plain ATen (torch.optim.Muon's math) | %.0f | 1.00x |\n"
+                "| muon::Muon | %.0f | %.2fx |\n\n"
+                "largest difference of one step's update, relative to its largest entry: %.1e\n",
+                static_cast<long long>(report.muon_step.matrices),
+                static_cast<long long>(config.muon_layers), static_cast<long long>(w),
+                report.muon_step.parameters / 1e6, report.muon_step.plain_ms,
+                report.muon_step.ours_ms, report.muon_step.speedup, report.muon_step.max_rel_diff);
+  log << line << std::flush;
+}
+
+// ---- AdamW ----
+
+std::vector<at::Tensor> gpt_parameters(int64_t layers, int64_t d, int64_t vocab) {
+  const int64_t hidden = (8 * d / 3 + 31) / 32 * 32;
+  std::vector<std::vector<int64_t>> shapes = {{vocab, d}, {d}};
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int i = 0; i < 4; ++i) shapes.push_back({d, d});
+    shapes.push_back({hidden, d});
+    shapes.push_back({hidden, d});
+    shapes.push_back({d, hidden});
+    shapes.push_back({d});
+    shapes.push_back({d});
+  }
+  std::vector<at::Tensor> params;
+  for (const auto& s : shapes) {
+    auto p = at::randn(s).mul_(0.02).requires_grad_(true);
+    p.mutable_grad() = at::randn(s).mul_(1e-3);
+    params.push_back(p);
+  }
+  return params;
+}
+
+std::vector<at::Tensor> copies_with_grads(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : params) {
+    auto c = p.detach().clone().requires_grad_(true);
+    c.mutable_grad() = p.grad().clone();
+    out.push_back(c);
+  }
+  return out;
+}
+
+int64_t state_bytes(const torch::optim::Optimizer& opt) {
+  int64_t bytes = 0;
+  for (const auto& item : opt.state()) {
+    if (const auto* s = dynamic_cast<const AdamParamState*>(item.second.get())) {
+      bytes += s->exp_avg().nbytes() + s->exp_avg_sq().nbytes();
+    } else if (const auto* t =
+                   dynamic_cast<const torch::optim::AdamWParamState*>(item.second.get())) {
+      bytes += t->exp_avg().nbytes() + t->exp_avg_sq().nbytes();
+    }
+  }
+  return bytes;
+}
+
+void bench_adamw(const BenchConfig& config, BenchReport& report, std::ostream& log) {
+  const auto base = gpt_parameters(config.adamw_layers, config.adamw_width, config.vocab);
+  int64_t n = 0;
+  for (const auto& p : base) n += p.numel();
+  report.adamw_parameters = n;
+  const double best_gbs = std::max(report.copy_gbs, report.triad_gbs);
+  auto measure = [&](const std::string& name, torch::optim::Optimizer& opt, double min_bytes) {
+    opt.step();  // allocates the state
+    const double peak = peak_extra_mib([&] { opt.step(); });
+    const double s = median_seconds(std::max(config.reps, 5), [&] { opt.step(); });
+    const double gbs = min_bytes * static_cast<double>(n) / s / 1e9;
+    report.adamw.push_back({name, s * 1e3, 0, gbs, gbs / best_gbs,
+                            static_cast<double>(state_bytes(opt)) / static_cast<double>(n), peak});
+  };
+  {
+    auto params = copies_with_grads(base);
+    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+    measure("torch::optim::AdamW", opt, 28);
+  }
+  {
+    auto params = copies_with_grads(base);
+    AdamW opt(params, AdamWOptions(1e-3).weight_decay(0.1));
+    measure("muon::AdamW fp32 state", opt, 28);  // read p, g, m, v; write p, m, v
+  }
+  {
+    auto params = copies_with_grads(base);
+    AdamW opt(params, AdamWOptions(1e-3).weight_decay(0.1).state_dtype(at::kBFloat16));
+    measure("muon::AdamW bf16 state", opt, 20);  // moments 2 bytes each
+  }
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "\n## AdamW step: %lld tensors, %.1fM parameters (GPT, %lld layers, width %lld, "
+                "vocab %lld)\n\n| optimizer | ms/step | speed-up vs torch | GB/s (min bytes) | of "
+                "best copy/triad | state bytes/param | peak extra MiB in a step |\n"
+                "|---|---|---|---|---|---|---|\n",
+                static_cast<long long>(base.size()), n / 1e6,
+                static_cast<long long>(config.adamw_layers),
+                static_cast<long long>(config.adamw_width), static_cast<long long>(config.vocab));
+  log << line;
+  for (auto& r : report.adamw) {
+    r.speedup = report.adamw[0].ms / r.ms;
+    std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %.1f | %.2f | %.1f | %.0f |\n",
+                  r.name.c_str(), r.ms, r.speedup, r.gbs, r.of_bandwidth, r.state_bytes_per_param,
+                  r.peak_extra_mib);
+    log << line;
+  }
+  log << std::flush;
+}
+
+}  // namespace
+
+BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
+  BenchReport report;
+  report.threads = at::get_num_threads();
+  report.gemm_gflops = best_gemm_gflops(2048);
+  const int64_t n = 1 << 25;  // 128 MiB per float array: far beyond the caches
+  const auto a = at::randn({n});
+  const auto b = at::randn({n});
+  auto c = at::empty({n});
+  report.copy_gbs = 8.0 * n / median_seconds(5, [&] { c.copy_(a); }) / 1e9;
+  report.triad_gbs = 12.0 * n / median_seconds(5, [&] { at::add_out(c, a, b, 0.5); }) / 1e9;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "machine: fp32 GEMM %.1f GFLOP/s (2048³, best of 5), copy %.1f GB/s, triad %.1f "
+                "GB/s, %d intra-op threads\n",
+                report.gemm_gflops, report.copy_gbs, report.triad_gbs, report.threads);
+  log << line << std::flush;
+  if (config.orthogonalize) bench_orthogonalize(config, report, log);
+  if (config.muon_step) bench_muon_step(config, report, log);
+  if (config.adamw) bench_adamw(config, report, log);
+  return report;
+}
+
+std::string BenchReport::to_json() const {
+  std::ostringstream out;
+  out.precision(6);
+  out << "{\n  \"threads\": " << threads << ",\n  \"gemm_gflops\": " << gemm_gflops
+      << ",\n  \"copy_gbs\": " << copy_gbs << ",\n  \"triad_gbs\": " << triad_gbs
+      << ",\n  \"orthogonalization\": [";
+  for (size_t i = 0; i < orthogonalization.size(); ++i) {
+    const auto& r = orthogonalization[i];
+    out << (i ? "," : "") << "\n    {\"rows\": " << r.rows << ", \"cols\": " << r.cols
+        << ", \"method\": \"" << r.method << "\", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops
+        << ", \"of_gemm\": " << r.of_gemm << ", \"orth_err\": " << r.orth_err
+        << ", \"vs_plain\": " << r.vs_plain << "}";
+  }
+  out << "\n  ],\n  \"muon_step\": {\"matrices\": " << muon_step.matrices
+      << ", \"parameters\": " << muon_step.parameters << ", \"plain_ms\": " << muon_step.plain_ms
+      << ", \"ours_ms\": " << muon_step.ours_ms << ", \"speedup\": " << muon_step.speedup
+      << ", \"max_rel_diff\": " << muon_step.max_rel_diff << "},\n  \"adamw_parameters\": "
+      << adamw_parameters << ",\n  \"adamw\": [";
+  for (size_t i = 0; i < adamw.size(); ++i) {
+    const auto& r = adamw[i];
+    out << (i ? "," : "") << "\n    {\"name\": \"" << r.name << "\", \"ms\": " << r.ms
+        << ", \"speedup\": " << r.speedup << ", \"gbs\": " << r.gbs
+        << ", \"of_bandwidth\": " << r.of_bandwidth
+        << ", \"state_bytes_per_param\": " << r.state_bytes_per_param
+        << ", \"peak_extra_mib\": " << r.peak_extra_mib << "}";
+  }
+  out << "\n  ]\n}\n";
+  return out.str();
+}
+
+}  // namespace muon::demo

@@ -1,0 +1,53 @@
+// `muon bench`: every speed figure of the project measured in one run, next to the machine's own
+// GEMM rate and memory bandwidth (measured in the same run), as text and optionally JSON.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace muon::demo {
+
+struct BenchConfig {
+  bool orthogonalize = true;
+  bool muon_step = true;
+  bool adamw = true;
+  int64_t muon_layers = 4;  // GPT-shaped Muon matrices: per layer 4 (w×w) and 3 (w×4w / 4w×w)
+  int64_t muon_width = 768;
+  int64_t adamw_layers = 6;  // GPT-shaped AdamW parameter set
+  int64_t adamw_width = 512;
+  int64_t vocab = 8192;
+  int reps = 3;  // timed repetitions (median), after one warm-up
+};
+
+struct BenchReport {
+  int threads = 0;
+  double gemm_gflops = 0;  // fp32 2048³ GEMM, best of 5
+  double copy_gbs = 0, triad_gbs = 0;
+
+  struct Orthogonalization {
+    int64_t rows, cols;
+    std::string method;
+    double ms, gflops, of_gemm, orth_err, vs_plain;
+  };
+  std::vector<Orthogonalization> orthogonalization;
+
+  struct MuonStep {
+    int64_t matrices = 0, parameters = 0;
+    double plain_ms = 0, ours_ms = 0, speedup = 0, max_rel_diff = 0;
+  } muon_step;
+
+  struct AdamW {
+    std::string name;
+    double ms, speedup, gbs, of_bandwidth, state_bytes_per_param, peak_extra_mib;
+  };
+  int64_t adamw_parameters = 0;
+  std::vector<AdamW> adamw;
+
+  std::string to_json() const;
+};
+
+// Runs the selected measurements, printing each section's table to `log` as it completes.
+BenchReport run_bench(const BenchConfig& config, std::ostream& log);
+
+}  // namespace muon::demo
