@@ -88,21 +88,15 @@ void gram(const T* W, const Side& s, T* A) {
   mirror(A, s.k, s.order);
 }
 
+// W ← Q·W with Q = a·I + b·A + c·A² (folding a·W into Q's diagonal saves a copy of W).
 template <class T>
-void symmetric_one(T* W, T* W2, T* A, T* B, const Side& s, const CoefficientTable& table,
+void symmetric_one(T* W, T* W2, T* A, T* Q, const Side& s, const CoefficientTable& table,
                    int64_t steps) {
   const size_t elements = static_cast<size_t>(s.k) * s.m;
   for (int64_t t = 0; t < steps; ++t) {
-    const auto& abc = table.row(t);
     gram(W, s, A);
-    // B = c·A² + b·A (a triangle by syrk, mirrored), then W2 = a·W + B·W. A plain GEMM runs
-    // faster than symm in OpenBLAS, so B is made full first.
-    syrk(s.order, s.k, s.k, static_cast<T>(abc[2]), A, s.k, T(0), B, s.k);
-    mirror(B, s.k, s.order);
-    const auto b = static_cast<T>(abc[1]);
-    for (int64_t i = 0; i < static_cast<int64_t>(s.k) * s.k; ++i) B[i] += b * A[i];
-    std::memcpy(W2, W, elements * sizeof(T));
-    gemm(s.order, s.k, s.m, s.k, T(1), B, s.k, W, s.ld, static_cast<T>(abc[0]), W2, s.ld);
+    polynomial(A, Q, s.k, s.order, table.row(t));
+    gemm(s.order, s.k, s.m, s.k, T(1), Q, s.k, W, s.ld, T(0), W2, s.ld);
     std::swap(W, W2);
   }
   if (steps % 2 == 1) std::memcpy(W2, W, elements * sizeof(T));  // result back in the caller's W

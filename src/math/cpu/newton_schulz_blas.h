@@ -16,7 +16,7 @@ bool have_cblas();
 // order, so nothing is copied or transposed.
 //
 // symmetric: per iteration A = W·Wᵀ and A² by syrk (one triangle each, k²m + k³ flops) and
-// W ← a·W + B·W by one GEMM (2k²m): 3k²m + k³ against the plain chain's 4k²m + 2k³.
+// W ← (a·I + b·A + c·A²)·W by one GEMM (2k²m): 3k²m + k³ against the plain chain's 4k²m + 2k³.
 at::Tensor symmetric_iterations(const at::Tensor& X, const CoefficientTable& table, int64_t steps,
                                 OrthogonalizeWorkspace& ws);
 
