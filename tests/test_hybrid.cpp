@@ -1,7 +1,10 @@
-// HybridOptimizer: one step equals stepping a muon::Muon and a muon::AdamW by hand.
+// HybridOptimizer: groups, branches, clipping and the non-finite policy (SPEC §5, §7, §10).
 #include "muon/hybrid.h"
 
 #include <gtest/gtest.h>
+#include <torch/optim/schedulers/step_lr.h>
+
+#include <cmath>
 
 #include "gpt.h"
 #include "helpers.h"
@@ -10,7 +13,9 @@
 namespace muon {
 namespace {
 
-demo::GptConfig tiny() {
+using testing::expect_error;
+
+demo::GptConfig tiny(bool tied = true) {
   demo::GptConfig c;
   c.n_layers = 1;
   c.d_model = 16;
@@ -18,12 +23,26 @@ demo::GptConfig tiny() {
   c.n_kv_heads = 1;
   c.seq_len = 8;
   c.vocab_size = 32;
+  c.tie_embeddings = tied;
   return c;
 }
 
 void set_gradients(torch::nn::Module& model, uint64_t seed) {
   auto gen = testing::seeded(seed);
   for (auto& p : model.parameters()) p.mutable_grad() = at::randn(p.sizes(), gen);
+}
+
+std::vector<at::Tensor> snapshot(torch::nn::Module& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : model.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+const ParameterReport& row_of(const HybridOptimizer& opt, const std::string& name) {
+  for (const auto& r : opt.report()) {
+    if (r.name == name) return r;
+  }
+  throw std::runtime_error("no report row " + name);
 }
 
 TEST(Hybrid, StepEqualsBothBranchesByHand) {
@@ -39,9 +58,19 @@ TEST(Hybrid, StepEqualsBothBranchesByHand) {
   const auto muon_options = MuonOptions(0.03).weight_decay(0.1);
   const auto adamw_options = AdamWOptions(0.01).weight_decay(0.05);
   HybridOptimizer hybrid(route(*ours), muon_options, adamw_options);
+  // By hand: Muon on the matrices; AdamW with decay on the embedding and none on norm weights.
   const auto routes = route(*theirs);
   Muon muon(tensors_with_role(routes, Role::muon), muon_options);
-  AdamW adamw(tensors_with_role(routes, Role::adamw), adamw_options);
+  std::vector<at::Tensor> decayed, not_decayed;
+  for (const auto& r : routes) {
+    if (r.role == Role::adamw) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
+  }
+  EXPECT_EQ(decayed.size(), 1u);      // wte
+  EXPECT_EQ(not_decayed.size(), 3u);  // two block norms and the final norm
+  AdamW adamw({torch::optim::OptimizerParamGroup(decayed),
+               torch::optim::OptimizerParamGroup(
+                   not_decayed, std::make_unique<AdamWOptions>(AdamWOptions(0.01).weight_decay(0)))},
+              adamw_options);
   for (uint64_t step = 0; step < 3; ++step) {
     set_gradients(*ours, step);
     set_gradients(*theirs, step);
@@ -54,9 +83,10 @@ TEST(Hybrid, StepEqualsBothBranchesByHand) {
   }
 }
 
-TEST(Hybrid, ClosureRunsOnceAndLrMultiplierScalesEveryGroup) {
+TEST(Hybrid, ClosureRunsOnceAndSchedulersReachEveryGroup) {
   demo::Gpt model(tiny());
   HybridOptimizer opt(route(*model), MuonOptions(0.02), AdamWOptions(0.004));
+  ASSERT_EQ(opt.param_groups().size(), 3u);  // muon; adamw with decay; adamw without
   int calls = 0;
   auto tokens = at::zeros({2, 8}, at::kLong);
   opt.step([&] {
@@ -67,31 +97,243 @@ TEST(Hybrid, ClosureRunsOnceAndLrMultiplierScalesEveryGroup) {
     return loss;
   });
   EXPECT_EQ(calls, 1);
-  opt.set_lr_multiplier(0.5);
+  std::vector<double> initial;
+  for (const auto& g : opt.param_groups()) initial.push_back(g.options().get_lr());
+  torch::optim::StepLR schedule(opt, /*step_size=*/1, /*gamma=*/0.5);
+  schedule.step();
+  schedule.step();  // libtorch's StepLR acts from its second call
+  for (size_t i = 0; i < initial.size(); ++i) {
+    EXPECT_DOUBLE_EQ(opt.param_groups()[i].options().get_lr(), initial[i] * 0.5) << i;
+  }
+  set_gradients(*model, 1);
+  opt.step();  // the branches run with the scheduled rates
   EXPECT_DOUBLE_EQ(opt.muon()->param_groups()[0].options().get_lr(), 0.01);
-  EXPECT_DOUBLE_EQ(opt.adamw()->param_groups()[0].options().get_lr(), 0.002);
-  opt.set_lr_multiplier(1.0);  // relative to the construction-time rates, not compounding
-  EXPECT_DOUBLE_EQ(opt.muon()->param_groups()[0].options().get_lr(), 0.02);
+  for (const auto& g : opt.adamw()->param_groups()) {
+    EXPECT_DOUBLE_EQ(g.options().get_lr(), 0.002);
+  }
+  opt.set_lr_multiplier(0.25);  // relative to the construction-time rates
+  for (size_t i = 0; i < initial.size(); ++i) {
+    EXPECT_DOUBLE_EQ(opt.param_groups()[i].options().get_lr(), initial[i] * 0.25) << i;
+  }
 }
 
-TEST(Hybrid, FrozenParametersNeverMoveAndSparseGradientsChangeNothing) {
+TEST(Hybrid, GroupsFirstMatchWinsAndTheReportShowsTheirSettings) {
+  demo::Gpt model(tiny());
+  HybridOptions options;
+  options.muon = MuonOptions(0.02).weight_decay(0.1);
+  options.adamw = AdamWOptions(0.004).weight_decay(0.01);
+  ParamGroupSpec attention{"attention", {"*.attn.*"}, 0.5};
+  attention.momentum = 0.9;
+  ParamGroupSpec norms{"norms", {"*norm*"}};
+  norms.weight_decay = 0.3;  // a group may decay norm weights explicitly
+  ParamGroupSpec rest{"rest", {"*"}};
+  options.groups = {attention, norms, rest};
+  HybridOptimizer opt(route(*model), options);
+  const auto& q = row_of(opt, "blocks.0.attn.q_proj.weight");
+  EXPECT_EQ(q.group, "attention");
+  EXPECT_DOUBLE_EQ(q.lr, 0.01);
+  EXPECT_DOUBLE_EQ(q.weight_decay, 0.1);
+  const auto& norm = row_of(opt, "blocks.0.attn_norm.weight");
+  EXPECT_EQ(norm.group, "norms");  // "*.attn.*" does not match "attn_norm"
+  EXPECT_DOUBLE_EQ(norm.weight_decay, 0.3);
+  EXPECT_DOUBLE_EQ(norm.lr, 0.004);
+  const auto& wte = row_of(opt, "wte.weight");
+  EXPECT_EQ(wte.group, "rest");
+  EXPECT_DOUBLE_EQ(wte.weight_decay, 0.01);
+  // The Muon group of "attention" carries its momentum.
+  bool found = false;
+  for (const auto& g : opt.param_groups()) {
+    if (const auto* o = dynamic_cast<const MuonOptions*>(&g.options()); o && o->lr() == 0.01) {
+      EXPECT_DOUBLE_EQ(o->momentum(), 0.9);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+  const auto text = opt.report_text();
+  EXPECT_NE(text.find("blocks.0.attn.q_proj.weight"), std::string::npos);
+  EXPECT_NE(text.find("attention"), std::string::npos);
+}
+
+TEST(Hybrid, GroupErrors) {
+  demo::Gpt model(tiny());
+  const auto routes = route(*model);
+  auto build = [&](std::vector<ParamGroupSpec> groups) {
+    HybridOptions options;
+    options.groups = std::move(groups);
+    HybridOptimizer opt(routes, options);
+  };
+  expect_error<Error>([&] { build({{"attention", {"*.attn.*"}}}); },
+                      {"parameter 'wte.weight' matches no parameter group", "attention",
+                       "patterns: [\"*\"]"});
+  expect_error<Error>([&] { build({{"a", {"*"}}, {"a", {"*"}}}); }, {"duplicate group name 'a'"});
+  expect_error<Error>([&] { build({{"a", {}}}); }, {"param_groups[0] ('a')", "patterns is empty"});
+  expect_error<Error>([&] { build({{"a", {"*"}, 0.0}}); }, {"lr_multiplier must be > 0", "got 0"});
+  EXPECT_TRUE(pattern_matches("*", "blocks.0.attn.q_proj.weight"));  // * crosses dots
+  EXPECT_FALSE(pattern_matches("*.Weight", "a.weight"));            // case-sensitive
+}
+
+TEST(Hybrid, MupAndNanochatPresets) {
+  demo::Gpt model(tiny());
+  HybridOptions options;
+  options.muon = MuonOptions(0.02);
+  options.adamw = AdamWOptions(0.004).weight_decay(0.1);
+  options.groups = mup_groups(4.0);
+  HybridOptimizer mup(route(*model), options);
+  EXPECT_EQ(row_of(mup, "norm.weight").group, "no_weight_decay");
+  EXPECT_DOUBLE_EQ(row_of(mup, "norm.weight").weight_decay, 0.0);
+  EXPECT_EQ(row_of(mup, "wte.weight").group, "normal");
+  EXPECT_DOUBLE_EQ(row_of(mup, "wte.weight").lr, 0.004);
+  EXPECT_EQ(row_of(mup, "blocks.0.mlp.up_proj.weight").group, "mup");
+  EXPECT_DOUBLE_EQ(row_of(mup, "blocks.0.mlp.up_proj.weight").lr, 0.02 / 4);
+
+  demo::Gpt untied(tiny(/*tied=*/false));
+  NanochatSettings settings;
+  settings.d_model = 3072;  // d = (3072/768)^-0.5 = 0.5
+  const auto preset = nanochat_preset(settings);
+  HybridOptions nano;
+  nano.groups = preset.groups;
+  nano.muon = preset.muon;
+  nano.adamw = preset.adamw;
+  HybridOptimizer opt(route(*untied), nano);
+  const auto& head = row_of(opt, "lm_head.weight");
+  EXPECT_EQ(head.group, "lm_head");
+  EXPECT_DOUBLE_EQ(head.lr, 0.008 * 0.5);
+  EXPECT_DOUBLE_EQ(head.weight_decay, 0.01);
+  const auto& wte = row_of(opt, "wte.weight");
+  EXPECT_EQ(wte.group, "embeddings");
+  EXPECT_DOUBLE_EQ(wte.lr, 0.3 * 0.5);
+  EXPECT_DOUBLE_EQ(wte.weight_decay, 0.001);
+  const auto& q = row_of(opt, "blocks.0.attn.q_proj.weight");
+  EXPECT_EQ(q.group, "matrices");
+  EXPECT_DOUBLE_EQ(q.lr, 0.02);
+  EXPECT_DOUBLE_EQ(q.weight_decay, 0.28);
+  for (const auto& g : opt.param_groups()) {
+    if (const auto* o = dynamic_cast<const AdamWOptions*>(&g.options()); o && o->lr() == 0.004) {
+      EXPECT_EQ(o->betas(), (Betas{0.8, 0.96}));
+      EXPECT_DOUBLE_EQ(o->eps(), 1e-10);
+    }
+    if (const auto* o = dynamic_cast<const MuonOptions*>(&g.options())) {
+      EXPECT_TRUE(o->normuon().has_value());
+      EXPECT_DOUBLE_EQ(o->normuon()->beta2, 0.9);
+      EXPECT_TRUE(o->cautious_weight_decay());
+      EXPECT_EQ(o->coefficients().name, "polar_express");
+    }
+  }
+}
+
+TEST(Hybrid, ClippingEqualsAStraightforwardComputation) {
+  demo::Gpt model(tiny());
+  HybridOptions options;
+  options.max_grad_norm = 1.0;
+  HybridOptimizer opt(route(*model), options);
+  set_gradients(*model, 3);
+  double sum = 0;
+  std::vector<at::Tensor> grads;
+  for (const auto& r : route(*model)) {
+    grads.push_back(r.tensor.grad().clone());
+    sum += r.tensor.grad().to(at::kDouble).square().sum().item<double>();
+  }
+  const double norm = std::sqrt(sum);
+  ASSERT_GT(norm, 1.0);
+  opt.step();
+  EXPECT_NEAR(opt.last_step().grad_norm, norm, 1e-9 * norm);
+  EXPECT_NEAR(opt.last_step().clip_factor, 1.0 / norm, 1e-12);
+  size_t i = 0;
+  for (const auto& r : route(*model)) {
+    EXPECT_LT(testing::max_rel_diff(r.tensor.grad(), grads[i++] / norm), 1e-6);
+  }
+  // Below the threshold nothing is scaled.
+  set_gradients(*model, 4);
+  for (auto& p : model->parameters()) p.mutable_grad().mul_(1e-4);
+  opt.step();
+  EXPECT_EQ(opt.last_step().clip_factor, 1.0);
+}
+
+TEST(Hybrid, NanGradientUnderSkipLeavesEveryParameterAndStateBitIdentical) {
+  demo::Gpt model(tiny());
+  HybridOptimizer opt(route(*model), HybridOptions{});
+  set_gradients(*model, 5);
+  opt.step();  // creates state
+  const auto params = snapshot(*model);
+  std::vector<at::Tensor> state;
+  for (auto* branch : std::vector<torch::optim::Optimizer*>{opt.muon(), opt.adamw()}) {
+    for (const auto& item : branch->state()) {
+      if (const auto* m = dynamic_cast<const MuonParamState*>(item.second.get())) {
+        state.push_back(m->momentum_buffer().clone());
+      } else if (const auto* a = dynamic_cast<const AdamParamState*>(item.second.get())) {
+        state.push_back(a->exp_avg().clone());
+        state.push_back(a->exp_avg_sq().clone());
+      }
+    }
+  }
+  set_gradients(*model, 6);
+  model->blocks[0]->as<demo::BlockImpl>()->mlp->up_proj->weight.mutable_grad()[0][0] =
+      std::nanf("");
+  opt.step();
+  EXPECT_TRUE(opt.last_step().skipped);
+  EXPECT_EQ(opt.last_step().skipped_steps, 1);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(at::equal(model->parameters()[i], params[i])) << i;
+  }
+  size_t k = 0;
+  for (auto* branch : std::vector<torch::optim::Optimizer*>{opt.muon(), opt.adamw()}) {
+    for (const auto& item : branch->state()) {
+      if (const auto* m = dynamic_cast<const MuonParamState*>(item.second.get())) {
+        EXPECT_TRUE(at::equal(m->momentum_buffer(), state[k++]));
+        EXPECT_EQ(m->step(), 1);
+      } else if (const auto* a = dynamic_cast<const AdamParamState*>(item.second.get())) {
+        EXPECT_TRUE(at::equal(a->exp_avg(), state[k++]));
+        EXPECT_TRUE(at::equal(a->exp_avg_sq(), state[k++]));
+        EXPECT_EQ(a->step(), 1);
+      }
+    }
+  }
+  // Under `error` the step throws, naming the parameter, and still changes nothing.
+  HybridOptions strict;
+  strict.nonfinite = NonfinitePolicy::error;
+  HybridOptimizer failing(route(*model), strict);
+  expect_error<Error>([&] { failing.step(); },
+                      {"non-finite gradient norm", "'blocks.0.mlp.up_proj.weight'"});
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(at::equal(model->parameters()[i], params[i])) << i;
+  }
+}
+
+TEST(Hybrid, SparseGradientChangesNothingAndResetStateClearsBothBranches) {
+  demo::Gpt model(tiny());
+  HybridOptimizer opt(route(*model), MuonOptions(), AdamWOptions());
+  set_gradients(*model, 1);
+  opt.step();
+  EXPECT_FALSE(opt.muon()->state().empty());
+  EXPECT_FALSE(opt.adamw()->state().empty());
+  const auto params = snapshot(*model);
+  set_gradients(*model, 2);
+  model->blocks[0]->as<demo::BlockImpl>()->attn_norm->weight.mutable_grad() =
+      at::ones({16}).to_sparse();
+  expect_error<Error>([&] { opt.step(); }, {"does not support sparse gradients"});
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(at::equal(model->parameters()[i], params[i])) << i;
+  }
+  opt.reset_state();
+  EXPECT_TRUE(opt.muon()->state().empty());
+  EXPECT_TRUE(opt.adamw()->state().empty());
+}
+
+TEST(Hybrid, FrozenParametersNeverMoveAndAdamWModeTakesEverything) {
   demo::Gpt model(tiny());
   model->norm->weight.set_requires_grad(false);
-  HybridOptimizer opt(route(*model), MuonOptions(), AdamWOptions());
+  HybridOptions options;
+  options.all_adamw = true;
+  HybridOptimizer opt(route(*model), options);
+  EXPECT_EQ(opt.muon(), nullptr);
+  EXPECT_EQ(row_of(opt, "blocks.0.attn.q_proj.weight").role, Role::adamw);
+  EXPECT_EQ(row_of(opt, "blocks.0.attn.q_proj.weight").reason,
+            "optimizer adamw: every trainable parameter in AdamW");
+  EXPECT_EQ(row_of(opt, "norm.weight").role, Role::frozen);
   set_gradients(*model, 1);
   const auto before = model->norm->weight.detach().clone();
   opt.step();
   EXPECT_TRUE(at::equal(model->norm->weight, before));
-
-  std::vector<at::Tensor> snapshot;
-  for (const auto& p : model->parameters()) snapshot.push_back(p.detach().clone());
-  set_gradients(*model, 2);
-  model->blocks[0]->as<demo::BlockImpl>()->attn_norm->weight.mutable_grad() =
-      at::ones({16}).to_sparse();
-  testing::expect_error<Error>([&] { opt.step(); }, {"sparse gradients"});
-  for (size_t i = 0; i < snapshot.size(); ++i) {
-    EXPECT_TRUE(at::equal(model->parameters()[i], snapshot[i])) << i;
-  }
 }
 
 }  // namespace

@@ -70,6 +70,8 @@ class AdamW : public torch::optim::Optimizer {
   explicit AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults = {});
   explicit AdamW(std::vector<at::Tensor> params, AdamWOptions defaults = {});
   at::Tensor step(LossClosure closure = nullptr) override;
+  // Throws muon::Error for whatever would stop step(), changing nothing.
+  void check_step() const;
 };
 
 class Adam : public torch::optim::Optimizer {
@@ -77,6 +79,8 @@ class Adam : public torch::optim::Optimizer {
   explicit Adam(std::vector<torch::optim::OptimizerParamGroup> groups, AdamOptions defaults = {});
   explicit Adam(std::vector<at::Tensor> params, AdamOptions defaults = {});
   at::Tensor step(LossClosure closure = nullptr) override;
+  // Throws muon::Error for whatever would stop step(), changing nothing.
+  void check_step() const;
 };
 
 class Lamb : public torch::optim::Optimizer {
@@ -84,6 +88,8 @@ class Lamb : public torch::optim::Optimizer {
   explicit Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, LambOptions defaults = {});
   explicit Lamb(std::vector<at::Tensor> params, LambOptions defaults = {});
   at::Tensor step(LossClosure closure = nullptr) override;
+  // Throws muon::Error for whatever would stop step(), changing nothing.
+  void check_step() const;
 };
 
 }  // namespace muon

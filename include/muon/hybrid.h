@@ -1,39 +1,97 @@
-// muon::HybridOptimizer — Muon for the matrices routing picks, AdamW for every other trainable
-// parameter, stepped together (SPEC §10, first version).
+// muon::HybridOptimizer — one torch::optim::Optimizer over a whole model (SPEC §10): Muon for the
+// matrices routing picks, AdamW for every other trainable parameter, with parameter groups,
+// global-norm clipping and a policy for non-finite gradients.
+//
+// Its param_groups() hold one group per (parameter group, role), whose options are MuonOptions or
+// AdamWOptions — the options' type is the algorithm tag — so libtorch's LRScheduler and set_lr
+// reach every group. The state lives in the two branch optimizers (muon(), adamw()).
 #pragma once
 
-#include <memory>
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "muon/adam.h"
 #include "muon/muon.h"
+#include "muon/param_groups.h"
 #include "muon/routing.h"
 
 namespace muon {
 
-class HybridOptimizer {
+enum class NonfinitePolicy {
+  skip,   // leave parameters and state untouched, count the step, log a warning (default)
+  error,  // throw muon::Error naming the first parameter with a non-finite gradient
+};
+
+struct HybridOptions {
+  MuonOptions muon;    // base settings of Muon-routed parameters; lr is the base rate
+  AdamWOptions adamw;  // base settings of AdamW-routed parameters
+  std::vector<ParamGroupSpec> groups;  // empty: one catch-all group "default"
+  std::optional<double> max_grad_norm;  // clip the global gradient norm to this (> 0)
+  NonfinitePolicy nonfinite = NonfinitePolicy::skip;
+  bool all_adamw = false;  // optimizer `adamw`: every trainable parameter in AdamW
+};
+
+// What the last step() did.
+struct StepStats {
+  double grad_norm = 0;      // √Σ‖g‖² over every gradient, before clipping
+  double clip_factor = 1;    // what gradients were multiplied by
+  bool skipped = false;      // a non-finite norm skipped this step
+  int64_t skipped_steps = 0; // over the optimizer's life
+};
+
+// One row of the routing report: routing's decision plus the group's resolved settings.
+struct ParameterReport {
+  std::string name;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype;
+  Role role;
+  std::string reason;
+  std::string group;  // empty for frozen parameters
+  double lr = 0;
+  double weight_decay = 0;
+};
+
+class HybridOptimizer : public torch::optim::Optimizer {
  public:
-  // Frozen parameters go to neither optimizer. A branch with no parameters is not created.
+  HybridOptimizer(const std::vector<RoutedParameter>& routes, const HybridOptions& options);
+  // Muon and AdamW settings only: one group, no clipping.
   HybridOptimizer(const std::vector<RoutedParameter>& routes, MuonOptions muon_options,
                   AdamWOptions adamw_options);
 
-  // Calls `closure` (if any) exactly once, then steps Muon and AdamW. Gradients are checked for
-  // both branches before either changes anything.
-  at::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr);
-  void zero_grad();
+  // Calls `closure` (if any) exactly once; checks both branches; measures the global gradient
+  // norm (skipping or failing on a non-finite one) and clips; then steps Muon and AdamW.
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+  // Clears both branches' state (e.g. after an outer synchronization, DiLoCo style).
+  void reset_state();
 
   // Sets every group's lr to its construction-time lr × multiplier (drives schedules).
   void set_lr_multiplier(double multiplier);
 
-  Muon* muon() { return muon_.get(); }                   // null without Muon parameters
+  const StepStats& last_step() const { return stats_; }
+  const std::vector<ParameterReport>& report() const { return report_; }
+  std::string report_text() const;  // an aligned table of report()
+
+  Muon* muon() { return muon_.get(); }     // null without Muon parameters
   AdamW* adamw() { return adamw_.get(); }  // null without AdamW parameters
 
  private:
-  std::vector<torch::optim::Optimizer*> branches();
+  struct Plan;
+  HybridOptimizer(Plan plan, const HybridOptions& options);
+  void sync_branch_options();
+  bool clip_gradients();  // false: skip this step
+  std::string first_nonfinite_gradient() const;
 
+  HybridOptions options_;
   std::unique_ptr<Muon> muon_;
   std::unique_ptr<AdamW> adamw_;
-  std::vector<std::vector<double>> base_lrs_;  // per branch, per group
+  std::vector<std::pair<torch::optim::Optimizer*, size_t>> branch_group_;  // per hybrid group
+  std::vector<double> base_lrs_;
+  std::vector<ParameterReport> report_;
+  std::map<const void*, std::string> names_;
+  StepStats stats_;
 };
 
 }  // namespace muon

@@ -96,6 +96,10 @@ class Muon : public torch::optim::Optimizer {
   // gradient. Everything is validated before the first parameter changes.
   at::Tensor step(LossClosure closure = nullptr) override;
 
+  // Throws muon::Error for whatever would stop step() (options, sparse/complex/mis-shaped
+  // gradients), changing nothing: step() calls it before its first write.
+  void check_step() const;
+
   // Orthogonalize `param` (one of this optimizer's) as the (batch..., rows, cols) tensor `view`
   // (same element count, at least 2 dims).
   void set_matrix_view(const at::Tensor& param, std::vector<int64_t> view);
@@ -104,7 +108,6 @@ class Muon : public torch::optim::Optimizer {
 
  private:
   struct Pending;
-  void check_before_step() const;
   MuonParamState& state_of(const at::Tensor& p, const MuonOptions& o);
   void finish(Pending& item, const at::Tensor& U);
 

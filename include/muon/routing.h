@@ -34,7 +34,12 @@ struct RoutedParameter {
   at::Tensor tensor;
   Role role;
   std::string reason;  // human-readable, e.g. "name part 'lm_head' marks an input/output layer"
+  std::string module_type;
+  std::vector<int64_t> view;  // Muon's (batch..., rows, cols) view; empty: the tensor's shape
 };
+
+// Biases and norm weights: no weight decay unless their parameter group sets one (SPEC §3).
+bool is_no_decay(const RoutedParameter& p);
 
 // Every parameter of `model` in registration order, with its owning module's type name.
 std::vector<NamedParameter> named_parameters_of(const torch::nn::Module& model);

@@ -2,64 +2,230 @@
 
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <sstream>
+
 #include "muon/error.h"
+#include "table.h"
 
 namespace muon {
 
+// The groups the hybrid optimizer is built from, decided before its base class exists.
+struct HybridOptimizer::Plan {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::vector<Role> group_roles;
+  std::vector<ParameterReport> report;
+  std::vector<std::pair<at::Tensor, std::vector<int64_t>>> views;  // Muon views to declare
+  std::map<const void*, std::string> names;
+};
+
+namespace {
+
+std::vector<ParamGroupSpec> groups_or_default(const HybridOptions& options) {
+  if (!options.groups.empty()) return options.groups;
+  return {ParamGroupSpec{"default", {"*"}}};
+}
+
+}  // namespace
+
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
-                                 MuonOptions muon_options,
-                                 AdamWOptions adamw_options) {
-  const auto matrices = tensors_with_role(routes, Role::muon);
-  const auto others = tensors_with_role(routes, Role::adamw);
-  if (!matrices.empty()) muon_ = std::make_unique<Muon>(matrices, muon_options);
-  if (!others.empty()) adamw_ = std::make_unique<AdamW>(others, adamw_options);
-  for (auto* branch : branches()) {
-    std::vector<double> lrs;
-    for (const auto& group : branch->param_groups()) lrs.push_back(group.options().get_lr());
-    base_lrs_.push_back(std::move(lrs));
+                                 MuonOptions muon_options, AdamWOptions adamw_options)
+    : HybridOptimizer(routes, HybridOptions{std::move(muon_options), std::move(adamw_options)}) {}
+
+HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
+                                 const HybridOptions& options)
+    : HybridOptimizer(
+          [&] {
+            check_options(options.muon);
+            if (options.max_grad_norm) {
+              check(std::isfinite(*options.max_grad_norm) && *options.max_grad_norm > 0,
+                    "max_grad_norm must be > 0, got ", *options.max_grad_norm);
+            }
+            const auto specs = groups_or_default(options);
+            check_groups(specs);
+            // (group, role) → hybrid group index, in order of first appearance.
+            std::map<std::pair<size_t, Role>, size_t> index;
+            Plan plan;
+            for (const auto& r : routes) {
+              const Role role = (options.all_adamw && r.role == Role::muon) ? Role::adamw : r.role;
+              ParameterReport row{r.name,
+                                  r.tensor.sizes().vec(),
+                                  r.tensor.scalar_type(),
+                                  role,
+                                  role != r.role ? "optimizer adamw: every trainable parameter in "
+                                                   "AdamW"
+                                                 : r.reason,
+                                  "",
+                                  0,
+                                  0};
+              if (role == Role::frozen) {
+                plan.report.push_back(row);
+                continue;
+              }
+              const size_t g = group_of(specs, r.name);
+              const auto& spec = specs[g];
+              const double base_lr = role == Role::muon ? options.muon.lr() : options.adamw.lr();
+              const double base_wd =
+                  role == Role::muon ? options.muon.weight_decay() : options.adamw.weight_decay();
+              row.group = spec.name;
+              row.lr = spec.lr ? *spec.lr : base_lr * spec.lr_multiplier;
+              row.weight_decay = spec.weight_decay ? *spec.weight_decay
+                                 : is_no_decay(r)  ? 0.0
+                                                   : base_wd;
+              // Parameters whose settings differ (no-decay defaults) get their own libtorch group.
+              const auto key = std::make_pair(g * 2 + (row.weight_decay != base_wd), role);
+              auto [it, fresh] = index.emplace(key, plan.groups.size());
+              if (fresh) {
+                std::unique_ptr<torch::optim::OptimizerOptions> group_options;
+                if (role == Role::muon) {
+                  auto o = options.muon;
+                  o.lr(row.lr).weight_decay(row.weight_decay);
+                  if (spec.momentum) o.momentum(*spec.momentum);
+                  group_options = std::make_unique<MuonOptions>(o);
+                } else {
+                  auto o = options.adamw;
+                  o.lr(row.lr).weight_decay(row.weight_decay);
+                  if (spec.betas) o.betas(*spec.betas);
+                  if (spec.eps) o.eps(*spec.eps);
+                  group_options = std::make_unique<AdamWOptions>(o);
+                }
+                plan.groups.emplace_back(std::vector<at::Tensor>{}, std::move(group_options));
+                plan.group_roles.push_back(role);
+              }
+              plan.groups[it->second].params().push_back(r.tensor);
+              plan.names[r.tensor.unsafeGetTensorImpl()] = r.name;
+              if (role == Role::muon && !r.view.empty()) plan.views.emplace_back(r.tensor, r.view);
+              plan.report.push_back(row);
+            }
+            return plan;
+          }(),
+          options) {}
+
+HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
+    : Optimizer(std::move(plan.groups), std::make_unique<AdamWOptions>(options.adamw)),
+      options_(options),
+      report_(std::move(plan.report)),
+      names_(std::move(plan.names)) {
+  // The branches get copies of the groups of their role; sync_branch_options() keeps their
+  // options equal to ours, so a scheduler acting on this optimizer drives them.
+  std::vector<torch::optim::OptimizerParamGroup> muon_groups, adamw_groups;
+  for (size_t i = 0; i < param_groups_.size(); ++i) {
+    auto& target = plan.group_roles[i] == Role::muon ? muon_groups : adamw_groups;
+    target.emplace_back(param_groups_[i].params(), param_groups_[i].options().clone());
+  }
+  if (!muon_groups.empty()) muon_ = std::make_unique<Muon>(std::move(muon_groups), options.muon);
+  if (!adamw_groups.empty()) {
+    adamw_ = std::make_unique<AdamW>(std::move(adamw_groups), options.adamw);
+  }
+  size_t next_muon = 0, next_adamw = 0;
+  for (size_t i = 0; i < param_groups_.size(); ++i) {
+    if (plan.group_roles[i] == Role::muon) {
+      branch_group_.emplace_back(muon_.get(), next_muon++);
+    } else {
+      branch_group_.emplace_back(adamw_.get(), next_adamw++);
+    }
+    base_lrs_.push_back(param_groups_[i].options().get_lr());
+  }
+  for (const auto& [tensor, view] : plan.views) muon_->set_matrix_view(tensor, view);
+}
+
+void HybridOptimizer::sync_branch_options() {
+  for (size_t i = 0; i < param_groups_.size(); ++i) {
+    auto& [branch, index] = branch_group_[i];
+    branch->param_groups()[index].set_options(param_groups_[i].options().clone());
   }
 }
 
-std::vector<torch::optim::Optimizer*> HybridOptimizer::branches() {
-  std::vector<torch::optim::Optimizer*> out;
-  if (muon_) out.push_back(muon_.get());
-  if (adamw_) out.push_back(adamw_.get());
-  return out;
+std::string HybridOptimizer::first_nonfinite_gradient() const {
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) {
+      if (p.grad().defined() && !at::isfinite(p.grad()).all().item<bool>()) {
+        return names_.at(p.unsafeGetTensorImpl());
+      }
+    }
+  }
+  return "?";
 }
 
-at::Tensor HybridOptimizer::step(torch::optim::Optimizer::LossClosure closure) {
+bool HybridOptimizer::clip_gradients() {
+  double sum = 0;
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const double n = at::linalg_vector_norm(p.grad(), 2, {}, false, at::kDouble).item<double>();
+      sum += n * n;
+    }
+  }
+  stats_.grad_norm = std::sqrt(sum);
+  stats_.clip_factor = 1;
+  stats_.skipped = false;
+  if (!std::isfinite(stats_.grad_norm)) {
+    if (options_.nonfinite == NonfinitePolicy::error) {
+      throw Error(detail::concat("non-finite gradient norm (", stats_.grad_norm, "): parameter '",
+                                 first_nonfinite_gradient(),
+                                 "' has NaN or Inf gradients; nothing was changed (nonfinite: "
+                                 "error; `skip` drops such steps instead)"));
+    }
+    stats_.skipped = true;
+    ++stats_.skipped_steps;
+    std::cerr << "muon: skipped a step: the gradient norm is " << stats_.grad_norm
+              << " (nonfinite policy: skip; " << stats_.skipped_steps << " skipped so far)\n";
+    return false;
+  }
+  if (options_.max_grad_norm && stats_.grad_norm > *options_.max_grad_norm) {
+    stats_.clip_factor = *options_.max_grad_norm / stats_.grad_norm;
+    for (auto& group : param_groups_) {
+      for (auto& p : group.params()) {
+        if (p.grad().defined()) p.mutable_grad().mul_(stats_.clip_factor);
+      }
+    }
+  }
+  return true;
+}
+
+at::Tensor HybridOptimizer::step(LossClosure closure) {
   at::Tensor loss;
   if (closure != nullptr) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  // Each branch checks its own parameters before changing any; a sparse gradient is the one
-  // failure AdamW could meet after Muon stepped, so rule it out first: no half-done step.
-  for (auto* branch : branches()) {
-    for (const auto& group : branch->param_groups()) {
-      for (const auto& p : group.params()) {
-        check(!(p.grad().defined() && p.grad().is_sparse()),
-              "HybridOptimizer: sparse gradients are not supported (parameter of shape ",
-              p.sizes(), ")");
-      }
-    }
-  }
-  for (auto* branch : branches()) branch->step();
+  at::NoGradGuard no_grad;
+  sync_branch_options();
+  if (muon_) muon_->check_step();
+  if (adamw_) adamw_->check_step();
+  if (!clip_gradients()) return loss;
+  if (muon_) muon_->step();
+  if (adamw_) adamw_->step();
   return loss;
 }
 
-void HybridOptimizer::zero_grad() {
-  for (auto* branch : branches()) branch->zero_grad();
+void HybridOptimizer::reset_state() {
+  if (muon_) muon_->state().clear();
+  if (adamw_) adamw_->state().clear();
 }
 
 void HybridOptimizer::set_lr_multiplier(double multiplier) {
-  const auto all = branches();
-  for (size_t b = 0; b < all.size(); ++b) {
-    auto& groups = all[b]->param_groups();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      groups[g].options().set_lr(base_lrs_[b][g] * multiplier);
-    }
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    param_groups_[g].options().set_lr(base_lrs_[g] * multiplier);
   }
+}
+
+std::string HybridOptimizer::report_text() const {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : report_) {
+    std::ostringstream shape, lr, wd;
+    shape << at::IntArrayRef(r.shape);
+    if (r.role != Role::frozen) {
+      lr << r.lr;
+      wd << r.weight_decay;
+    }
+    rows.push_back({r.name, shape.str(), c10::toString(r.dtype), to_string(r.role), r.group,
+                    lr.str(), wd.str(), r.reason});
+  }
+  return detail::format_table({"name", "shape", "dtype", "role", "group", "lr", "wd", "reason"},
+                              rows);
 }
 
 }  // namespace muon

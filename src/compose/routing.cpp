@@ -1,5 +1,7 @@
 #include "muon/routing.h"
 
+#include "table.h"
+
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -97,9 +99,17 @@ std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters
   for (const auto& p : parameters) {
     if (!seen.insert(p.tensor.unsafeGetTensorImpl()).second) continue;  // tied: first name wins
     auto [role, reason] = decide(p);
-    out.push_back({p.name, p.tensor, role, std::move(reason)});
+    out.push_back({p.name, p.tensor, role, std::move(reason), p.module_type, {}});
   }
   return out;
+}
+
+bool is_no_decay(const RoutedParameter& p) {
+  const auto type = lower(p.module_type);
+  const auto name = lower(p.name);
+  return ends_with(name, "bias") || ends_with(name, ".scale") ||
+         type.find("norm") != std::string::npos ||
+         (p.tensor.dim() == 1 && name.find("norm") != std::string::npos);
 }
 
 std::vector<RoutedParameter> route(const torch::nn::Module& model) {
@@ -115,34 +125,19 @@ std::vector<at::Tensor> tensors_with_role(const std::vector<RoutedParameter>& ro
 }
 
 std::string format_routing_report(const std::vector<RoutedParameter>& routes) {
-  const std::array<std::string, 5> header = {"name", "shape", "dtype", "role", "reason"};
-  std::vector<std::array<std::string, 5>> rows;
+  std::vector<std::vector<std::string>> rows;
   std::map<std::string, std::pair<int64_t, int64_t>> totals;  // role → (tensors, elements)
   for (const auto& r : routes) {
     std::ostringstream shape;
     shape << r.tensor.sizes();
-    rows.push_back(
-        {r.name, shape.str(), c10::toString(r.tensor.scalar_type()), to_string(r.role), r.reason});
+    rows.push_back({r.name, shape.str(), c10::toString(r.tensor.scalar_type()), to_string(r.role),
+                    r.reason});
     auto& t = totals[to_string(r.role)];
     t.first += 1;
     t.second += r.tensor.numel();
   }
-  std::array<size_t, 5> width{};
-  for (size_t c = 0; c < 5; ++c) {
-    width[c] = header[c].size();
-    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
-  }
   std::ostringstream out;
-  auto print_row = [&](const std::array<std::string, 5>& row) {
-    for (size_t c = 0; c < 5; ++c) {
-      out << row[c];
-      if (c + 1 < 5) out << std::string(width[c] - row[c].size() + 2, ' ');
-    }
-    out << '\n';
-  };
-  print_row(header);
-  for (const auto& row : rows) print_row(row);
-  out << '\n';
+  out << detail::format_table({"name", "shape", "dtype", "role", "reason"}, rows) << '\n';
   for (const auto& [role, t] : totals) {
     out << role << ": " << t.first << " tensors, " << t.second << " elements\n";
   }

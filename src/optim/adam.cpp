@@ -163,6 +163,7 @@ AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions
 }
 AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions defaults)
     : AdamW(one_group(std::move(params)), std::move(defaults)) {}
+void AdamW::check_step() const { check_all<AdamWOptions>(*this, Rule::adamw); }
 at::Tensor AdamW::step(LossClosure closure) {
   return family_step<AdamWOptions>(*this, closure, Rule::adamw);
 }
@@ -173,6 +174,7 @@ Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> groups, AdamOptions de
 }
 Adam::Adam(std::vector<at::Tensor> params, AdamOptions defaults)
     : Adam(one_group(std::move(params)), std::move(defaults)) {}
+void Adam::check_step() const { check_all<AdamOptions>(*this, Rule::adam); }
 at::Tensor Adam::step(LossClosure closure) {
   return family_step<AdamOptions>(*this, closure, Rule::adam);
 }
@@ -183,6 +185,7 @@ Lamb::Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, LambOptions de
 }
 Lamb::Lamb(std::vector<at::Tensor> params, LambOptions defaults)
     : Lamb(one_group(std::move(params)), std::move(defaults)) {}
+void Lamb::check_step() const { check_all<LambOptions>(*this, Rule::lamb); }
 at::Tensor Lamb::step(LossClosure closure) {
   return family_step<LambOptions>(*this, closure, Rule::lamb);
 }

@@ -210,7 +210,7 @@ std::vector<int64_t> Muon::matrix_view(const at::Tensor& param) const {
   return it != views_.end() ? it->second : param.sizes().vec();
 }
 
-void Muon::check_before_step() const {
+void Muon::check_step() const {
   for (size_t gi = 0; gi < param_groups_.size(); ++gi) {
     const auto& o = static_cast<const MuonOptions&>(param_groups_[gi].options());
     check_options(o);
@@ -271,7 +271,7 @@ at::Tensor Muon::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  check_before_step();
+  check_step();
 
   // Gather the parameters to update into batches of same-shape matrices.
   std::map<std::string, std::vector<Pending>> batches;
