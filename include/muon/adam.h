@@ -27,6 +27,8 @@ using Betas = std::tuple<double, double>;
   TORCH_ARG(bool, nesterov) = false;                                               \
   /* at::kFloat (full precision; fp64 for fp64 parameters) or at::kBFloat16 */      \
   TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;                             \
+  /* cautious optimizer: keep entries where (W_old − W_new)·g > 0, inside the pass */ \
+  TORCH_ARG(bool, cautious) = false;                                               \
                                                                                    \
  public:                                                                           \
   double get_lr() const override { return lr(); }                                  \

@@ -21,6 +21,7 @@ struct AdamStepScalars {
   double decoupled_weight_decay = 0;  // AdamW: W ← W·(1 − lr·λ) before the step
   double l2_weight_decay = 0;         // Adam: g ← g + λ·W before the moments
   bool nesterov = false;              // NAdam as optax forms it
+  bool cautious = false;              // keep W_old where (W_old − W_new)·g ≤ 0 (cautious optimizer)
   int64_t step = 1;                   // t, counting this update (1 on the first)
   uint32_t seed_exp_avg = 0;          // stochastic-rounding seeds, used with bf16 state
   uint32_t seed_exp_avg_sq = 0;
@@ -54,8 +55,9 @@ void fused_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& dire
                     const MomentumScalars& k);
 
 // W ← W·decay − scale·U in one pass (U float32/float64, W any supported dtype). With `cautious`
-// the decay applies only where U·W ≥ 0 (cautious weight decay).
+// the decay applies only where U·W ≥ 0 (cautious weight decay). With `mask_grad` (the gradient,
+// contiguous, W's dtype) entries where (W_old − W_new)·g ≤ 0 keep W_old (cautious optimizer).
 void fused_apply_update(at::Tensor& param, const at::Tensor& update, double decay, double scale,
-                        bool cautious = false);
+                        bool cautious = false, const at::Tensor* mask_grad = nullptr);
 
 }  // namespace muon

@@ -64,6 +64,9 @@ struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions>
   TORCH_ARG(std::optional<NorMuonOptions>, normuon) = std::nullopt;
   // Decay only entries where U·W ≥ 0 (flaxchat/nanochat).
   TORCH_ARG(bool, cautious_weight_decay) = false;
+  // Cautious optimizer (arXiv 2411.16085): keep entries where (W_old − W_new)·g > 0 only, applied
+  // inside the update pass.
+  TORCH_ARG(bool, cautious) = false;
   // Momentum storage: at::kFloat (fp64 for fp64 parameters) or at::kBFloat16 (stochastic
   // rounding, CPU).
   TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;

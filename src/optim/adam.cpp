@@ -33,14 +33,19 @@ struct Hyper {
   double lr, beta1, beta2, eps, weight_decay;
   bool nesterov;
   at::ScalarType state_dtype;
+  bool cautious;
 };
 
 template <class Options>
 Hyper hyper_of(const Options& o) {
   bool nesterov = false;
-  if constexpr (!std::is_same_v<Options, LambOptions>) nesterov = o.nesterov();
+  bool cautious = false;
+  if constexpr (!std::is_same_v<Options, LambOptions>) {
+    nesterov = o.nesterov();
+    cautious = o.cautious();
+  }
   return {o.lr(),           std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(),
-          o.weight_decay(), nesterov,               o.state_dtype()};
+          o.weight_decay(), nesterov,               o.state_dtype(),        cautious};
 }
 
 void check_hyper(const Hyper& h, Rule rule) {
@@ -128,6 +133,7 @@ at::Tensor family_step(torch::optim::Optimizer& opt, const torch::optim::Optimiz
       s.decoupled_weight_decay = rule == Rule::adamw ? h.weight_decay : 0.0;
       s.l2_weight_decay = rule == Rule::adam ? h.weight_decay : 0.0;
       s.nesterov = h.nesterov;
+      s.cautious = h.cautious;
       s.step = state.step() + 1;
       s.seed_exp_avg = salt;
       s.seed_exp_avg_sq = sr::second_moment_salt(salt);

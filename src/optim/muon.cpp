@@ -123,19 +123,23 @@ void momentum_direction(const at::Tensor& grad, at::Tensor& B, at::Tensor& direc
 
 // W ← W·(1 − lr·λ) − lr·factor·U (decay masked to U·W ≥ 0 when cautious), computed in U's dtype
 // and rounded once into W.
+// With `masked`, entries where (W_old − W_new)·g ≤ 0 keep W_old (cautious optimizer).
 void apply_update(at::Tensor& p, const at::Tensor& U, double lr, double factor,
-                  double weight_decay, bool cautious) {
+                  double weight_decay, bool cautious_decay, bool masked) {
   const double decay = 1.0 - lr * weight_decay;
   if (p.device().is_cpu()) {
+    const auto grad = masked ? p.grad().contiguous() : at::Tensor();
     detail::update_in_place(p, [&](at::Tensor& dense) {
-      fused_apply_update(dense, U.contiguous(), decay, lr * factor, cautious);
+      fused_apply_update(dense, U.contiguous(), decay, lr * factor, cautious_decay,
+                         masked ? &grad : nullptr);
     });
     return;
   }
-  auto w = p.to(U.scalar_type());
+  const auto w = p.to(U.scalar_type());
   const auto decayed = w * decay;
-  w = cautious ? at::where(U * w >= 0, decayed, w) : decayed;
-  p.copy_(w.sub_(U, lr * factor));
+  auto w_new = (cautious_decay ? at::where(U * w >= 0, decayed, w) : decayed).sub_(U, lr * factor);
+  if (masked) w_new = at::where((w - w_new) * p.grad() > 0, w_new, w);
+  p.copy_(w_new);
 }
 
 // Matrices that can share one orthogonalize() call: same matrix shape, dtype, device and settings.
@@ -260,7 +264,7 @@ void Muon::finish(Pending& item, const at::Tensor& U_view) {
   const auto cols = item.view.back();
   apply_update(item.param, U.reshape(item.param.sizes()), o.lr(),
                shape_factor(o.adjust_lr(), rows, cols), o.weight_decay(),
-               o.cautious_weight_decay());
+               o.cautious_weight_decay(), o.cautious());
   item.state->step(item.state->step() + 1);
 }
 

@@ -70,7 +70,9 @@ struct AdamConstants {
 
 // Kernels that round stochastically count elements with a 32-bit index (the hash's width), so
 // that the index vectors are as wide as the float ones.
-template <class P, class S, bool Nesterov>
+// Masked (cautious optimizer, arXiv 2411.16085): keep the new value only where the step
+// W_old − W_new agrees in sign with the gradient, else keep W_old; the moments update either way.
+template <class P, class S, bool Nesterov, bool Masked>
 MUON_TARGET_CLONES void adam_range(const AdamConstants<compute_t<P>>& k, P* __restrict__ p,
                                    const P* __restrict__ g, S* __restrict__ m,
                                    S* __restrict__ v, int64_t begin, int64_t end) {
@@ -79,14 +81,16 @@ MUON_TARGET_CLONES void adam_range(const AdamConstants<compute_t<P>>& k, P* __re
   const auto count = static_cast<uint32_t>(end - begin);
   p += begin, g += begin, m += begin, v += begin;
   for (uint32_t i = 0; i < count; ++i) {
-    C w = widen(p[i]);
-    const C grad = widen(g[i]) + k.l2 * w;
-    w = w * k.decay;
+    const C w_old = widen(p[i]);
+    const C raw_grad = widen(g[i]);
+    const C grad = raw_grad + k.l2 * w_old;
+    const C w = w_old * k.decay;
     const C mi = widen(m[i]) * k.beta1 + grad * k.one_minus_beta1;
     const C vi = widen(v[i]) * k.beta2 + k.one_minus_beta2 * grad * grad;
     const C denom = std::sqrt(vi) * k.inv_sqrt_bc2 + k.eps;
     const C numerator = Nesterov ? mi * k.coef_m + grad * k.coef_g : mi;
-    store_param(p[i], w - k.step_size * (numerator / denom));
+    const C w_new = w - k.step_size * (numerator / denom);
+    store_param(p[i], Masked ? ((w_old - w_new) * raw_grad > 0 ? w_new : w_old) : w_new);
     store_state(m[i], mi, k.seed_m, first + i);
     store_state(v[i], vi, k.seed_v, first + i);
   }
@@ -230,16 +234,22 @@ MUON_TARGET_CLONES void momentum_range(const MomentumConstants<compute_t<P>>& k,
   }
 }
 
-// Cautious weight decay (flaxchat/nanochat) decays only entries where U·W ≥ 0.
-template <class P, bool Cautious>
+// Cautious weight decay (flaxchat/nanochat) decays only entries where U·W ≥ 0. Masked (cautious
+// optimizer) keeps W_old wherever (W_old − W_new)·g ≤ 0.
+template <class P, bool CautiousDecay, bool Masked>
 MUON_TARGET_CLONES void apply_range(compute_t<P> decay, compute_t<P> scale, P* __restrict__ p,
-                                    const compute_t<P>* __restrict__ u, int64_t begin,
-                                    int64_t end) {
+                                    const compute_t<P>* __restrict__ u,
+                                    const P* __restrict__ g, int64_t begin, int64_t end) {
   using C = compute_t<P>;
   for (int64_t i = begin; i < end; ++i) {
     const C w = widen(p[i]);
-    const C kept = Cautious ? (u[i] * w >= 0 ? w * decay : w) : w * decay;
-    store_param(p[i], kept - scale * u[i]);
+    const C kept = CautiousDecay ? (u[i] * w >= 0 ? w * decay : w) : w * decay;
+    const C w_new = kept - scale * u[i];
+    if constexpr (Masked) {
+      store_param(p[i], (w - w_new) * widen(g[i]) > 0 ? w_new : w);
+    } else {
+      store_param(p[i], w_new);
+    }
   }
 }
 
@@ -260,9 +270,11 @@ void fused_adam_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_
     auto* v = static_cast<S*>(exp_avg_sq.data_ptr());
     at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
       if (s.nesterov) {
-        adam_range<P, S, true>(k, p, g, m, v, begin, end);
+        s.cautious ? adam_range<P, S, true, true>(k, p, g, m, v, begin, end)
+                   : adam_range<P, S, true, false>(k, p, g, m, v, begin, end);
       } else {
-        adam_range<P, S, false>(k, p, g, m, v, begin, end);
+        s.cautious ? adam_range<P, S, false, true>(k, p, g, m, v, begin, end)
+                   : adam_range<P, S, false, false>(k, p, g, m, v, begin, end);
       }
     });
   });
@@ -334,8 +346,9 @@ void fused_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& dire
 }
 
 void fused_apply_update(at::Tensor& param, const at::Tensor& update, double decay, double scale,
-                        bool cautious) {
-  check_same_layout(param, param, {&update}, "fused_apply_update");
+                        bool cautious, const at::Tensor* mask_grad) {
+  check_same_layout(param, mask_grad != nullptr ? *mask_grad : param, {&update},
+                    "fused_apply_update");
   dispatch(param, update, [&](auto p_tag, auto) {
     using P = decltype(p_tag);
     using C = compute_t<P>;
@@ -343,10 +356,17 @@ void fused_apply_update(at::Tensor& param, const at::Tensor& update, double deca
           "fused_apply_update: the update must be in the compute dtype");
     auto* p = param.data_ptr<P>();
     const auto* u = update.data_ptr<C>();
+    const P* g = mask_grad != nullptr ? mask_grad->data_ptr<P>() : nullptr;
+    const auto d = static_cast<C>(decay);
+    const auto sc = static_cast<C>(scale);
     at::parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      cautious ? apply_range<P, true>(static_cast<C>(decay), static_cast<C>(scale), p, u, begin, end)
-               : apply_range<P, false>(static_cast<C>(decay), static_cast<C>(scale), p, u, begin,
-                                       end);
+      if (g != nullptr) {
+        cautious ? apply_range<P, true, true>(d, sc, p, u, g, begin, end)
+                 : apply_range<P, false, true>(d, sc, p, u, g, begin, end);
+      } else {
+        cautious ? apply_range<P, true, false>(d, sc, p, u, g, begin, end)
+                 : apply_range<P, false, false>(d, sc, p, u, g, begin, end);
+      }
     });
   });
 }
