@@ -8,6 +8,8 @@
 #include <map>
 
 #include "gpt.h"
+#include "helpers.h"
+#include "muon/error.h"
 
 namespace muon {
 namespace {
@@ -119,6 +121,110 @@ TEST(Routing, NameTypeAndRankHeuristics) {
   expect("counts", Role::frozen, "requires_grad is false");
   // "heads" is not "head": whole parts only.
   expect("heads.weight", Role::muon, "hidden 2-D matrix");
+}
+
+TEST(Routing, OverridesByPatternAndByTagWithClearErrors) {
+  demo::Gpt model(small_gpt(1, true));
+  RoutingRules rules;
+  rules.adamw_patterns = {"*.mlp.*"};
+  rules.muon_patterns = {"*.up_proj.weight"};  // muon patterns are checked before adamw ones
+  rules.tag_module(*model->blocks[0]->as<demo::BlockImpl>()->attn->v_proj, Role::adamw);
+  const auto routes = route(*model, rules);
+  const auto named = by_name(routes);
+  EXPECT_EQ(named.at("blocks.0.mlp.gate_proj.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("blocks.0.mlp.gate_proj.weight")->reason, "routing.adamw pattern '*.mlp.*'");
+  EXPECT_EQ(named.at("blocks.0.mlp.up_proj.weight")->role, Role::muon);
+  EXPECT_EQ(named.at("blocks.0.mlp.up_proj.weight")->reason,
+            "routing.muon pattern '*.up_proj.weight'");
+  EXPECT_EQ(named.at("blocks.0.attn.v_proj.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("blocks.0.attn.v_proj.weight")->reason, "tagged 'adamw' in code");
+  EXPECT_EQ(role_from_string("frozen"), Role::frozen);
+  testing::expect_error<Error>([] { role_from_string("sgd"); },
+                               {"unknown optimizer role 'sgd'", "muon, adamw, frozen"});
+  RoutingRules bad;
+  bad.muon_patterns = {"*norm*"};
+  testing::expect_error<Error>([&] { route(*model, bad); },
+                               {"parameter 'blocks.0.attn_norm.weight' of shape [32]",
+                                "overridden to muon (routing.muon pattern '*norm*')",
+                                "floating-point 2-D matrix or declared matrix axes"});
+}
+
+TEST(Routing, ConvKernelUnderEachHigherRankPolicy) {
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 8, 3));
+  RoutingRules rules;
+  auto routed = route(*conv, rules);
+  EXPECT_EQ(routed[0].role, Role::adamw);
+  EXPECT_EQ(routed[0].reason,
+            "rank-4 tensor without declared matrix axes (higher_rank policy 'adamw')");
+  EXPECT_EQ(routed[1].reason, "rank-1 tensor");  // the bias
+  rules.higher_rank = HigherRankPolicy::flatten;
+  routed = route(*conv, rules);
+  EXPECT_EQ(routed[0].role, Role::muon);
+  EXPECT_EQ(routed[0].view, (std::vector<int64_t>{8, 27}));
+  EXPECT_EQ(routed[0].reason, "rank-4 tensor flattened to [8, 27] (higher_rank policy 'flatten')");
+  rules.higher_rank = HigherRankPolicy::error;
+  testing::expect_error<Error>([&] { route(*conv, rules); },
+                               {"parameter 'weight' is a rank-4 tensor of shape [8, 3, 3, 3]",
+                                "higher_rank policy 'error'", "'flatten' or 'adamw'"});
+  EXPECT_EQ(higher_rank_policy_from_string("flatten"), HigherRankPolicy::flatten);
+  testing::expect_error<Error>([] { higher_rank_policy_from_string("reshape"); },
+                               {"'reshape'", "adamw, flatten, error"});
+}
+
+TEST(Routing, DeclaredAxesFollowDewsRules) {
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const std::vector<NamedParameter> params = {
+      {"attn.q", t({64, 4, 16}), ""},         // (embed, heads, head_dim)
+      {"attn.o", t({4, 16, 64}), ""},         // (heads, head_dim, embed)
+      {"moe.up", t({8, 64, 128}), ""},        // (exp, embed, mlp)
+      {"moe.router", t({64, 8}), ""},         // (embed, exp)
+      {"tok", t({256, 64}), ""},              // (vocab, embed)
+      {"lm_head_like", t({64, 256}), "Foo"},  // (embed, output)
+      {"norm_scale", t({64}), ""},            // (embed)
+  };
+  RoutingRules rules;
+  rules.declare_axes("attn.q", {"embed", "heads", "head_dim"});
+  rules.declare_axes("attn.o", {"heads", "head_dim", "embed"});
+  rules.declare_axes("moe.up", {"exp", "embed", "mlp"});
+  rules.declare_axes("moe.router", {"embed", "exp"});
+  rules.declare_axes("tok", {"vocab", "embed"});
+  rules.declare_axes("lm_head_like", {"embed", "output"});
+  rules.declare_axes("norm_scale", {"embed"});
+  const auto routes = route(params, rules);
+  const auto named = by_name(routes);
+  auto expect = [&](const std::string& name, Role role, std::vector<int64_t> view,
+                    const std::string& reason) {
+    EXPECT_EQ(named.at(name)->role, role) << name;
+    EXPECT_EQ(named.at(name)->view, view) << name;
+    EXPECT_EQ(named.at(name)->reason, reason) << name;
+  };
+  expect("attn.q", Role::muon, {64, 64},
+         "declared axes (embed, heads, head_dim): matrix (embed) x (heads, head_dim)");
+  expect("attn.o", Role::muon, {64, 64},
+         "declared axes (heads, head_dim, embed): matrix (heads, head_dim) x (embed)");
+  expect("moe.up", Role::muon, {8, 64, 128},
+         "declared axes (exp, embed, mlp): matrix (embed) x (mlp)");
+  expect("moe.router", Role::adamw, {}, "declared axes (embed, exp): a router (last axis 'exp')");
+  expect("tok", Role::adamw, {}, "declared axes (vocab, embed): selection axis 'vocab'");
+  expect("lm_head_like", Role::adamw, {},
+         "declared axes (embed, output): selection axis 'output'");
+  expect("norm_scale", Role::adamw, {}, "rank-1 tensor");
+
+  RoutingRules undeclarable;
+  undeclarable.declare_axes("w", {"heads", "embed", "head_dim"});
+  testing::expect_error<Error>(
+      [&] { route(std::vector<NamedParameter>{{"w", t({4, 64, 16}), ""}}, undeclarable); },
+      {"parameter 'w'", "3 matrix sides (heads) (embed) (head_dim)", "exactly two"});
+  RoutingRules late_expert;
+  late_expert.declare_axes("w", {"embed", "exp", "mlp"});
+  testing::expect_error<Error>(
+      [&] { route(std::vector<NamedParameter>{{"w", t({64, 8, 32}), ""}}, late_expert); },
+      {"batch axis 'exp' after a matrix axis"});
+  RoutingRules wrong_rank;
+  wrong_rank.declare_axes("w", {"embed", "mlp"});
+  testing::expect_error<Error>(
+      [&] { route(std::vector<NamedParameter>{{"w", t({4, 64, 16}), ""}}, wrong_rank); },
+      {"parameter 'w' has shape [4, 64, 16] but 2 declared axes (embed, mlp)"});
 }
 
 TEST(Routing, ModulesReportTheirTypeNames) {

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,16 @@ enum class Role {
 };
 
 std::string to_string(Role role);
+Role role_from_string(const std::string& name);  // "muon", "adamw" or "frozen"; else an error
+
+// What to do with an undeclared floating tensor of rank > 2 (a conv kernel, say).
+enum class HigherRankPolicy {
+  adamw,    // AdamW, with a reason saying so (default)
+  flatten,  // Muon on the (out, ∏rest) view, conv style
+  error,    // refuse: the matrix axes cannot be guessed
+};
+std::string to_string(HigherRankPolicy policy);
+HigherRankPolicy higher_rank_policy_from_string(const std::string& name);
 
 // A parameter as routing sees it: its dotted name, the tensor, and the type name of the module that
 // owns it (empty when unknown, e.g. for a bare list of named tensors).
@@ -44,13 +55,35 @@ bool is_no_decay(const RoutedParameter& p);
 // Every parameter of `model` in registration order, with its owning module's type name.
 std::vector<NamedParameter> named_parameters_of(const torch::nn::Module& model);
 
+// Everything beyond the heuristics that steers routing (SPEC §4 rules 3–4).
+struct RoutingRules {
+  std::vector<std::string> muon_patterns;   // fnmatch over names: force Muon (config routing.muon)
+  std::vector<std::string> adamw_patterns;  // force AdamW (config routing.adamw)
+  HigherRankPolicy higher_rank = HigherRankPolicy::adamw;
+
+  // C++ tags, the equivalent of a per-module role attribute; they win over patterns.
+  void tag_parameter(const at::Tensor& param, Role role);
+  void tag_module(const torch::nn::Module& module, Role role);  // every parameter below it
+
+  // Dew's logical axes for a parameter, one name per dim in storage order: head axes {heads,
+  // head_dim, kv} merge when adjacent, the batch axis `exp` must lead, selection axes {vocab,
+  // output} mean AdamW. The rest must form exactly two sides: (out side, in side) → Muon's view.
+  void declare_axes(const std::string& name, std::vector<std::string> axes);
+
+  std::map<const void*, Role> tags;
+  std::map<std::string, std::vector<std::string>> axes;
+};
+
 // Routes each distinct tensor once, under the first name it appears with (tied weights are
-// optimized once). Rules, in order: frozen; rank < 2, non-floating or a bias → AdamW; owning module
+// optimized once). Rules, in order: frozen (requires_grad false); an explicit override (tag, then
+// muon_patterns, then adamw_patterns — Muon only for floating matrices or declared axes); declared
+// axes; then Speedtronic's heuristics: rank < 2, non-floating or a bias → AdamW; owning module
 // type containing "embedding" or "norm" → AdamW; a name part naming an input/output layer (embed,
-// wte, lm_head, head, ...) → AdamW; rank > 2 → AdamW (higher_rank policy "adamw"); any other
-// floating 2-D tensor → Muon. (Speedtronic's heuristics.)
-std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters);
-std::vector<RoutedParameter> route(const torch::nn::Module& model);
+// wte, lm_head, head, ...) → AdamW; rank > 2 → the higher_rank policy; any other floating 2-D
+// tensor → Muon.
+std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters,
+                                   const RoutingRules& rules = {});
+std::vector<RoutedParameter> route(const torch::nn::Module& model, const RoutingRules& rules = {});
 
 // The tensors routed to `role`, in order.
 std::vector<at::Tensor> tensors_with_role(const std::vector<RoutedParameter>& routes, Role role);

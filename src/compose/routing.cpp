@@ -1,13 +1,18 @@
 #include "muon/routing.h"
 
+#include "muon/error.h"
 #include "table.h"
 
 #include <torch/nn/module.h>
+
+#include <fnmatch.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <map>
+#include <optional>
+#include <tuple>
 #include <sstream>
 #include <unordered_set>
 
@@ -23,6 +28,44 @@ std::string to_string(Role role) {
       return "frozen";
   }
   return "?";
+}
+
+Role role_from_string(const std::string& name) {
+  for (auto r : {Role::muon, Role::adamw, Role::frozen}) {
+    if (to_string(r) == name) return r;
+  }
+  throw Error("unknown optimizer role '" + name + "'; valid roles are muon, adamw, frozen");
+}
+
+std::string to_string(HigherRankPolicy policy) {
+  switch (policy) {
+    case HigherRankPolicy::adamw:
+      return "adamw";
+    case HigherRankPolicy::flatten:
+      return "flatten";
+    case HigherRankPolicy::error:
+      return "error";
+  }
+  return "?";
+}
+
+HigherRankPolicy higher_rank_policy_from_string(const std::string& name) {
+  for (auto p : {HigherRankPolicy::adamw, HigherRankPolicy::flatten, HigherRankPolicy::error}) {
+    if (to_string(p) == name) return p;
+  }
+  throw Error("unknown higher_rank policy '" + name + "'; valid policies are adamw, flatten, error");
+}
+
+void RoutingRules::tag_parameter(const at::Tensor& param, Role role) {
+  tags[param.unsafeGetTensorImpl()] = role;
+}
+
+void RoutingRules::tag_module(const torch::nn::Module& module, Role role) {
+  for (const auto& p : module.parameters(/*recurse=*/true)) tag_parameter(p, role);
+}
+
+void RoutingRules::declare_axes(const std::string& name, std::vector<std::string> names) {
+  axes[name] = std::move(names);
 }
 
 std::vector<NamedParameter> named_parameters_of(const torch::nn::Module& model) {
@@ -66,40 +109,163 @@ std::string input_output_part(const std::string& name) {
   return "";
 }
 
-std::pair<Role, std::string> decide(const NamedParameter& p) {
+struct Decision {
+  Role role;
+  std::string reason;
+  std::vector<int64_t> view;  // Muon's view when not the tensor's own shape
+};
+
+bool is_head_axis(const std::string& a) { return a == "heads" || a == "head_dim" || a == "kv"; }
+bool is_selection_axis(const std::string& a) { return a == "vocab" || a == "output"; }
+
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
+  return out;
+}
+
+// Dew's rules on declared logical axes (SPEC §4 rule 4).
+Decision decide_declared(const NamedParameter& p, const std::vector<std::string>& axes) {
   const auto& t = p.tensor;
-  if (!t.requires_grad()) return {Role::frozen, "requires_grad is false"};
+  check(static_cast<int64_t>(axes.size()) == t.dim(), "routing: parameter '", p.name,
+        "' has shape ", t.sizes(), " but ", axes.size(), " declared axes (", join(axes, ", "), ")");
+  const auto described = "declared axes (" + join(axes, ", ") + ")";
+  if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor", {}};
+  for (const auto& a : axes) {
+    if (is_selection_axis(a)) return {Role::adamw, described + ": selection axis '" + a + "'", {}};
+  }
+  if (axes.back() == "exp") return {Role::adamw, described + ": a router (last axis 'exp')", {}};
+  // Leading `exp` axes are the batch; the rest must form exactly two sides.
+  std::vector<int64_t> view;
+  size_t i = 0;
+  for (; i < axes.size() && axes[i] == "exp"; ++i) view.push_back(t.size(static_cast<int64_t>(i)));
+  std::vector<std::vector<std::string>> sides;
+  std::vector<int64_t> sizes;
+  for (; i < axes.size(); ++i) {
+    check(axes[i] != "exp", "routing: parameter '", p.name, "' with ", described,
+          " has the batch axis 'exp' after a matrix axis; declare expert axes first");
+    const bool merge = !sides.empty() && is_head_axis(axes[i]) && is_head_axis(sides.back().back());
+    if (merge) {
+      sides.back().push_back(axes[i]);
+      sizes.back() *= t.size(static_cast<int64_t>(i));
+    } else {
+      sides.push_back({axes[i]});
+      sizes.push_back(t.size(static_cast<int64_t>(i)));
+    }
+  }
+  if (sides.size() != 2) {
+    std::vector<std::string> described_sides;
+    for (const auto& side : sides) described_sides.push_back("(" + join(side, ", ") + ")");
+    throw Error("routing: parameter '" + p.name + "' with " + described + " has " +
+                std::to_string(sides.size()) + " matrix sides " + join(described_sides, " ") +
+                "; Muon needs exactly two (out side, in side) after leading 'exp' axes — adjacent "
+                "head axes merge into one side");
+  }
+  view.push_back(sizes[0]);
+  view.push_back(sizes[1]);
+  return {Role::muon,
+          described + ": matrix (" + join(sides[0], ", ") + ") x (" + join(sides[1], ", ") + ")",
+          view};
+}
+
+// Speedtronic's heuristics (SPEC §4 rule 5) with the higher_rank policy.
+Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank) {
+  const auto& t = p.tensor;
   if (!t.is_floating_point()) {
     return {Role::adamw,
-            "dtype " + std::string(c10::toString(t.scalar_type())) + " is not floating-point"};
+            "dtype " + std::string(c10::toString(t.scalar_type())) + " is not floating-point", {}};
   }
-  if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor"};
-  if (ends_with(p.name, "bias")) return {Role::adamw, "a bias"};
+  if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor", {}};
+  if (ends_with(p.name, "bias")) return {Role::adamw, "a bias", {}};
   const auto type = lower(p.module_type);
   if (type.find("embedding") != std::string::npos) {
-    return {Role::adamw, "owned by an embedding module (" + p.module_type + ")"};
+    return {Role::adamw, "owned by an embedding module (" + p.module_type + ")", {}};
   }
   if (type.find("norm") != std::string::npos) {
-    return {Role::adamw, "owned by a norm module (" + p.module_type + ")"};
+    return {Role::adamw, "owned by a norm module (" + p.module_type + ")", {}};
   }
   const auto part = input_output_part(p.name);
-  if (!part.empty()) return {Role::adamw, "name part '" + part + "' marks an input/output layer"};
-  if (t.dim() > 2) {
-    return {Role::adamw, "rank-" + std::to_string(t.dim()) +
-                             " tensor without declared matrix axes (higher_rank policy 'adamw')"};
+  if (!part.empty()) {
+    return {Role::adamw, "name part '" + part + "' marks an input/output layer", {}};
   }
-  return {Role::muon, "hidden 2-D matrix"};
+  if (t.dim() > 2) {
+    const auto rank = "rank-" + std::to_string(t.dim()) + " tensor";
+    switch (higher_rank) {
+      case HigherRankPolicy::adamw:
+        return {Role::adamw, rank + " without declared matrix axes (higher_rank policy 'adamw')",
+                {}};
+      case HigherRankPolicy::flatten: {
+        const std::vector<int64_t> view{t.size(0), t.numel() / t.size(0)};
+        std::ostringstream out;
+        out << rank << " flattened to " << at::IntArrayRef(view)
+            << " (higher_rank policy 'flatten')";
+        return {Role::muon, out.str(), view};
+      }
+      case HigherRankPolicy::error:
+        throw Error("routing: parameter '" + p.name + "' is a " + rank + " of shape " +
+                    detail::concat(t.sizes()) +
+                    " without declared matrix axes (higher_rank policy 'error'); declare its axes, "
+                    "or use higher_rank 'flatten' or 'adamw'");
+    }
+  }
+  return {Role::muon, "hidden 2-D matrix", {}};
+}
+
+// An explicit override, if any applies (SPEC §4 rule 3).
+std::optional<Decision> decide_override(const NamedParameter& p, const RoutingRules& rules) {
+  std::optional<Role> role;
+  std::string why;
+  const auto tag = rules.tags.find(p.tensor.unsafeGetTensorImpl());
+  if (tag != rules.tags.end()) {
+    role = tag->second;
+    why = "tagged '" + to_string(*role) + "' in code";
+  } else {
+    for (const auto& [patterns, r, key] :
+         {std::tuple{&rules.muon_patterns, Role::muon, "routing.muon"},
+          std::tuple{&rules.adamw_patterns, Role::adamw, "routing.adamw"}}) {
+      for (const auto& pattern : *patterns) {
+        if (!role && fnmatch(pattern.c_str(), p.name.c_str(), 0) == 0) {
+          role = r;
+          why = std::string(key) + " pattern '" + pattern + "'";
+        }
+      }
+    }
+  }
+  if (!role) return std::nullopt;
+  if (*role != Role::muon) return Decision{*role, why, {}};
+  const auto declared = rules.axes.find(p.name);
+  if (declared != rules.axes.end()) {
+    auto d = decide_declared(p, declared->second);
+    check(d.role == Role::muon, "routing: parameter '", p.name, "' is overridden to muon (", why,
+          ") but its ", d.reason, " cannot be orthogonalized");
+    return Decision{Role::muon, why + "; " + d.reason, d.view};
+  }
+  check(p.tensor.is_floating_point() && !p.tensor.is_complex() && p.tensor.dim() == 2,
+        "routing: parameter '", p.name, "' of shape ", p.tensor.sizes(), " and dtype ",
+        p.tensor.scalar_type(), " is overridden to muon (", why,
+        ") but Muon needs a floating-point 2-D matrix or declared matrix axes");
+  return Decision{Role::muon, why, {}};
 }
 
 }  // namespace
 
-std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters) {
+std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters,
+                                   const RoutingRules& rules) {
   std::vector<RoutedParameter> out;
   std::unordered_set<const void*> seen;
   for (const auto& p : parameters) {
     if (!seen.insert(p.tensor.unsafeGetTensorImpl()).second) continue;  // tied: first name wins
-    auto [role, reason] = decide(p);
-    out.push_back({p.name, p.tensor, role, std::move(reason), p.module_type, {}});
+    Decision d;
+    if (!p.tensor.requires_grad()) {
+      d = {Role::frozen, "requires_grad is false", {}};
+    } else if (auto forced = decide_override(p, rules)) {
+      d = *forced;
+    } else if (const auto declared = rules.axes.find(p.name); declared != rules.axes.end()) {
+      d = decide_declared(p, declared->second);
+    } else {
+      d = decide_heuristic(p, rules.higher_rank);
+    }
+    out.push_back({p.name, p.tensor, d.role, std::move(d.reason), p.module_type, std::move(d.view)});
   }
   return out;
 }
@@ -112,8 +278,8 @@ bool is_no_decay(const RoutedParameter& p) {
          (p.tensor.dim() == 1 && name.find("norm") != std::string::npos);
 }
 
-std::vector<RoutedParameter> route(const torch::nn::Module& model) {
-  return route(named_parameters_of(model));
+std::vector<RoutedParameter> route(const torch::nn::Module& model, const RoutingRules& rules) {
+  return route(named_parameters_of(model), rules);
 }
 
 std::vector<at::Tensor> tensors_with_role(const std::vector<RoutedParameter>& routes, Role role) {
