@@ -15,6 +15,7 @@
 #include "muon/adam.h"
 #include "muon/muon.h"
 #include "muon/param_groups.h"
+#include "muon/qk_clip.h"
 #include "muon/routing.h"
 
 namespace muon {
@@ -31,6 +32,7 @@ struct HybridOptions {
   std::optional<double> max_grad_norm;  // clip the global gradient norm to this (> 0)
   NonfinitePolicy nonfinite = NonfinitePolicy::skip;
   bool all_adamw = false;  // optimizer `adamw`: every trainable parameter in AdamW
+  std::optional<double> qk_clip_tau;  // MuonClip after each step (needs set_qk_clip_source)
 };
 
 // What the last step() did.
@@ -39,6 +41,7 @@ struct StepStats {
   double clip_factor = 1;    // what gradients were multiplied by
   bool skipped = false;      // a non-finite norm skipped this step
   int64_t skipped_steps = 0; // over the optimizer's life
+  std::vector<QkClipScaling> qk_clip;  // heads QK-clip shrank this step
 };
 
 // One row of the routing report: routing's decision plus the group's resolved settings.
@@ -60,9 +63,13 @@ class HybridOptimizer : public torch::optim::Optimizer {
   HybridOptimizer(const std::vector<RoutedParameter>& routes, MuonOptions muon_options,
                   AdamWOptions adamw_options);
 
-  // Calls `closure` (if any) exactly once; checks both branches; measures the global gradient
-  // norm (skipping or failing on a non-finite one) and clips; then steps Muon and AdamW.
+  // Calls `closure` (if any) exactly once; checks both branches (and QK-clip's inputs); measures
+  // the global gradient norm (skipping or failing on a non-finite one) and clips; steps Muon and
+  // AdamW; then applies QK-clip.
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  // The model whose attention statistics QK-clip reads (options.qk_clip_tau); not owned.
+  void set_qk_clip_source(QkClipSource* source) { qk_source_ = source; }
 
   // Clears both branches' state (e.g. after an outer synchronization, DiLoCo style).
   void reset_state();
@@ -92,6 +99,7 @@ class HybridOptimizer : public torch::optim::Optimizer {
   std::vector<ParameterReport> report_;
   std::map<const void*, std::string> names_;
   StepStats stats_;
+  QkClipSource* qk_source_ = nullptr;
 };
 
 }  // namespace muon

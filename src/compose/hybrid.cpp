@@ -39,6 +39,10 @@ HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
     : HybridOptimizer(
           [&] {
             check_options(options.muon);
+            if (options.qk_clip_tau) {
+              check(std::isfinite(*options.qk_clip_tau) && *options.qk_clip_tau > 0,
+                    "qk_clip: tau must be > 0, got ", *options.qk_clip_tau);
+            }
             if (options.max_grad_norm) {
               check(std::isfinite(*options.max_grad_norm) && *options.max_grad_norm > 0,
                     "max_grad_norm must be > 0, got ", *options.max_grad_norm);
@@ -195,9 +199,19 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
   sync_branch_options();
   if (muon_) muon_->check_step();
   if (adamw_) adamw_->check_step();
+  std::vector<QkClipTarget> qk_targets;
+  std::map<std::string, at::Tensor> qk_logits;
+  const bool clipping_qk = options_.qk_clip_tau && qk_source_ != nullptr;
+  if (clipping_qk) {
+    qk_targets = qk_source_->qk_clip_targets();
+    qk_logits = qk_source_->qk_max_logits();
+    check_qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
+  }
+  stats_.qk_clip.clear();
   if (!clip_gradients()) return loss;
   if (muon_) muon_->step();
   if (adamw_) adamw_->step();
+  if (clipping_qk) stats_.qk_clip = qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
   return loss;
 }
 

@@ -74,6 +74,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
   auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim_));
   const auto future = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  max_logits = scores.detach().amax({0, 2, 3}).to(at::kFloat);  // for QK-clip
   const auto y = at::matmul(at::softmax(scores, -1), v);
   return o_proj(y.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_}));
 }
@@ -153,6 +154,31 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens) {
 at::Tensor GptImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   const auto logits = forward(tokens);
   return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+std::vector<QkClipTarget> GptImpl::qk_clip_targets() {
+  std::vector<QkClipTarget> out;
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    auto& attn = *blocks[i]->as<BlockImpl>()->attn;
+    QkClipTarget t;
+    t.layer = "blocks." + std::to_string(i) + ".attn";
+    t.q_weight = attn.q_proj->weight;
+    t.k_weight = attn.k_proj->weight;
+    t.n_heads = attn.n_heads();
+    t.n_kv_heads = attn.n_kv_heads();
+    t.head_dim = attn.head_dim();
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::map<std::string, at::Tensor> GptImpl::qk_max_logits() {
+  std::map<std::string, at::Tensor> out;
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    const auto& logits = blocks[i]->as<BlockImpl>()->attn->max_logits;
+    if (logits.defined()) out["blocks." + std::to_string(i) + ".attn"] = logits;
+  }
+  return out;
 }
 
 std::string generate(Gpt& model, const std::string& prompt, int64_t n_bytes, double temperature,

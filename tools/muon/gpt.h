@@ -8,7 +8,10 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <map>
 #include <string>
+
+#include "muon/qk_clip.h"
 
 namespace muon::demo {
 
@@ -46,6 +49,11 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const GptConfig& config);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  // Per-head maximum of the scaled pre-softmax logits of the last forward pass (fp32, (heads)).
+  at::Tensor max_logits;
+  int64_t n_heads() const { return n_heads_; }
+  int64_t n_kv_heads() const { return n_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
 
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
@@ -80,7 +88,7 @@ class LmHeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LmHead);
 
-class GptImpl : public torch::nn::Module {
+class GptImpl : public torch::nn::Module, public QkClipSource {
  public:
   explicit GptImpl(GptConfig config);
   // tokens (batch, time) int64 → logits (batch, time, vocab)
@@ -88,6 +96,10 @@ class GptImpl : public torch::nn::Module {
   // mean cross-entropy of predicting targets (batch, time)
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
   const GptConfig& config() const { return config_; }
+
+  // QK-clip: one grouped-query target per block, keyed "blocks.<i>.attn".
+  std::vector<QkClipTarget> qk_clip_targets() override;
+  std::map<std::string, at::Tensor> qk_max_logits() override;
 
   torch::nn::Embedding wte{nullptr};
   torch::nn::ModuleList blocks{nullptr};
