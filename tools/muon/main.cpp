@@ -122,7 +122,9 @@ int main(int argc, char** argv) {
     } else if (*route) {
       route_model.tie_embeddings = !untied;
       muon::demo::Gpt model(route_model);
-      std::cout << muon::format_routing_report(muon::route(*model));
+      muon::demo::TrainConfig defaults;
+      const muon::HybridOptimizer optimizer(muon::route(*model), hybrid_options(defaults));
+      std::cout << optimizer.report_text();
     }
   } catch (const muon::Error& e) {
     std::cerr << "error: " << e.what() << '\n';

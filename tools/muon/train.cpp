@@ -80,6 +80,18 @@ std::string TrainConfig::describe() const {
   return out.str();
 }
 
+HybridOptions hybrid_options(const TrainConfig& config) {
+  HybridOptions options;
+  options.muon =
+      MuonOptions(config.muon_lr).weight_decay(config.weight_decay).state_dtype(config.state_dtype);
+  options.adamw = AdamWOptions(config.adamw_lr)
+                      .betas({0.9, 0.95})
+                      .weight_decay(config.weight_decay)
+                      .state_dtype(config.state_dtype);
+  options.all_adamw = config.optimizer == "adamw";
+  return options;
+}
+
 double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config) {
   at::NoGradGuard no_grad;
   double total = 0;
@@ -102,25 +114,16 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   auto generator = at::detail::createCPUGenerator(config.seed);
   Gpt model(config.model);
 
-  auto routes = route(*model);
-  if (config.optimizer == "adamw") {
-    for (auto& r : routes) {
-      if (r.role != Role::muon) continue;
-      r.role = Role::adamw;
-      r.reason = "optimizer adamw: every trainable parameter in AdamW";
-    }
+  HybridOptimizer optimizer(route(*model), hybrid_options(config));
+  write_file(out_dir / "routing.txt", optimizer.report_text());
+  int64_t muon_tensors = 0, adamw_tensors = 0;
+  for (const auto& row : optimizer.report()) {
+    muon_tensors += row.role == Role::muon;
+    adamw_tensors += row.role == Role::adamw;
   }
-  write_file(out_dir / "routing.txt", format_routing_report(routes));
-  HybridOptimizer optimizer(
-      routes,
-      MuonOptions(config.muon_lr).weight_decay(config.weight_decay).state_dtype(config.state_dtype),
-      AdamWOptions(config.adamw_lr).betas({0.9, 0.95}).weight_decay(0.0).state_dtype(
-          config.state_dtype));
-
   log << "muon train: " << config.model.n_layers << " layers, d_model " << config.model.d_model
-      << ", " << tensors_with_role(routes, Role::muon).size() << " Muon matrices, "
-      << tensors_with_role(routes, Role::adamw).size() << " AdamW tensors; " << data.train_bytes()
-      << " training bytes, " << at::get_num_threads() << " threads\n";
+      << ", " << muon_tensors << " Muon matrices, " << adamw_tensors << " AdamW tensors; "
+      << data.train_bytes() << " training bytes, " << at::get_num_threads() << " threads\n";
 
   TrainResult result;
   result.initial_val_loss = evaluate(model, data, config);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpt.h"
+#include "muon/hybrid.h"
 #include "muon/schedule.h"
 
 namespace muon::demo {
@@ -55,6 +56,9 @@ struct TrainResult {
   double optimizer_share = 0;  // fraction of step time spent in optimizer.step()
   std::string sample;
 };
+
+// The optimizer settings a run uses (also what `muon route` reports).
+HybridOptions hybrid_options(const TrainConfig& config);
 
 // Mean loss over the fixed validation windows.
 double evaluate(Gpt& model, const class TextDataset& data, const TrainConfig& config);
