@@ -1,24 +1,206 @@
 #include "muon/schedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "muon/error.h"
 
 namespace muon {
 
-double WarmdownSchedule::operator()(int64_t step, int64_t total_steps) const {
-  check(total_steps > 0, "warmdown schedule: total_steps must be > 0, got ", total_steps);
-  check(warmup_steps >= 0, "warmdown schedule: warmup_steps must be >= 0, got ", warmup_steps);
-  check(warmdown_ratio >= 0 && warmdown_ratio <= 1,
-        "warmdown schedule: warmdown_ratio must be in [0, 1], got ", warmdown_ratio);
-  if (step < warmup_steps) return static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
-  const auto warmdown_steps = std::llround(warmdown_ratio * static_cast<double>(total_steps));
-  if (step <= total_steps - warmdown_steps) return 1.0;
-  // progress runs from 1 at the warmdown's start to 0 at total_steps (nanochat's form).
+std::string to_string(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::constant:
+      return "constant";
+    case ScheduleKind::cosine:
+      return "cosine";
+    case ScheduleKind::power:
+      return "power";
+    case ScheduleKind::linear:
+      return "linear";
+    case ScheduleKind::warmdown:
+      return "warmdown";
+    case ScheduleKind::one_cycle:
+      return "one_cycle";
+    case ScheduleKind::exponential:
+      return "exponential";
+  }
+  return "?";
+}
+
+ScheduleKind schedule_kind_from_string(const std::string& name) {
+  for (auto k : {ScheduleKind::constant, ScheduleKind::cosine, ScheduleKind::power,
+                 ScheduleKind::linear, ScheduleKind::warmdown, ScheduleKind::one_cycle,
+                 ScheduleKind::exponential}) {
+    if (to_string(k) == name) return k;
+  }
+  throw Error("unknown schedule '" + name +
+              "'; valid schedules are constant, cosine, power, linear, warmdown, one_cycle, "
+              "exponential");
+}
+
+namespace {
+
+double ramp(int64_t step, int64_t steps) {  // step/steps, for a linear warmup
+  return static_cast<double>(step) / static_cast<double>(steps);
+}
+
+double half_cosine(double progress) {  // 1 at 0, 0 at 1
+  return 0.5 * (1.0 + std::cos(M_PI * std::clamp(progress, 0.0, 1.0)));
+}
+
+}  // namespace
+
+void LrSchedule::check(int64_t total_steps) const {
+  const auto name = to_string(kind);
+  muon::check(total_steps > 0, "schedule: total_steps must be > 0, got ", total_steps);
+  muon::check(warmup_steps >= 0, "schedule.warmup_steps must be >= 0, got ", warmup_steps);
+  const int64_t end = decay_steps.value_or(total_steps);
+  switch (kind) {
+    case ScheduleKind::constant:
+      return;
+    case ScheduleKind::cosine:
+      muon::check(end - warmup_steps > 0, "schedule (cosine): decay_steps (", end,
+                  ") must exceed warmup_steps (", warmup_steps, ")");
+      muon::check(exponent > 0, "schedule (cosine): exponent must be > 0, got ", exponent);
+      return;
+    case ScheduleKind::linear: {
+      const int64_t start = decay_start.value_or(warmup_steps);
+      muon::check(start >= warmup_steps, "schedule (linear): decay_start (", start,
+                  ") must be >= warmup_steps (", warmup_steps, ")");
+      muon::check(end > start, "schedule (linear): decay_steps (", end,
+                  ") must exceed decay_start (", start, ")");
+      return;
+    }
+    case ScheduleKind::power:
+      muon::check(power_a > 0 && power_c > 0, "schedule (power): a and c must be > 0");
+      if (tail_start) {
+        muon::check(*tail_start >= warmup_steps && tail_steps.value_or(total_steps) > *tail_start,
+                    "schedule (power): the tail must start after the warmup (", warmup_steps,
+                    ") and end after its start (", *tail_start, ")");
+      }
+      return;
+    case ScheduleKind::warmdown:
+      muon::check(warmdown_ratio >= 0 && warmdown_ratio <= 1,
+                  "schedule (warmdown): warmdown_ratio must be in [0, 1], got ", warmdown_ratio);
+      return;
+    case ScheduleKind::one_cycle:
+      muon::check(pct_start > 0 && pct_start < 1, "schedule (one_cycle): pct_start must be in ",
+                  "(0, 1), got ", pct_start);
+      muon::check(div_factor > 0 && final_div_factor > 0,
+                  "schedule (one_cycle): div_factor and final_div_factor must be > 0");
+      return;
+    case ScheduleKind::exponential:
+      muon::check(decay_rate > 0 && transition_steps > 0,
+                  "schedule (exponential): decay_rate and transition_steps must be > 0");
+      return;
+  }
+  (void)name;
+}
+
+double LrSchedule::multiplier(int64_t step, int64_t total_steps, double peak) const {
+  const int64_t end = decay_steps.value_or(total_steps);
+  switch (kind) {
+    case ScheduleKind::constant:
+      return 1.0;
+    case ScheduleKind::cosine: {
+      if (step < warmup_steps) return init_value + (1.0 - init_value) * ramp(step, warmup_steps);
+      const double T = static_cast<double>(end - warmup_steps);
+      const double t = std::min(static_cast<double>(step - warmup_steps), T);
+      return end_value + (1.0 - end_value) * std::pow(half_cosine(t / T), exponent);
+    }
+    case ScheduleKind::linear: {
+      if (step < warmup_steps) return ramp(step, warmup_steps);
+      const int64_t start = decay_start.value_or(warmup_steps);
+      if (step <= start) return 1.0;
+      if (step >= end) return end_value;
+      return 1.0 + (end_value - 1.0) * ramp(step - start, end - start);
+    }
+    case ScheduleKind::power: {
+      auto law = [&](int64_t t) {
+        return std::min(peak, power_a * std::pow(static_cast<double>(t) * power_c, power_b));
+      };
+      double rate;
+      if (step < warmup_steps) {
+        rate = law(warmup_steps) * ramp(step, warmup_steps);
+      } else if (tail_start && step >= *tail_start) {
+        const int64_t tail_end = tail_steps.value_or(total_steps);
+        const double from = law(*tail_start);
+        rate = step >= tail_end ? end_value * peak
+                                : from + (end_value * peak - from) *
+                                             ramp(step - *tail_start, tail_end - *tail_start);
+      } else {
+        rate = law(step);
+      }
+      return rate / peak;
+    }
+    case ScheduleKind::warmdown: {
+      if (step < warmup_steps) return ramp(step + 1, warmup_steps);
+      const auto warmdown = std::llround(warmdown_ratio * static_cast<double>(total_steps));
+      if (step <= total_steps - warmdown) return 1.0;
+      // progress falls from 1 at the warmdown's start to 0 at total_steps (nanochat's form).
+      const double progress =
+          std::max(0.0, static_cast<double>(total_steps - step) / static_cast<double>(warmdown));
+      const double shape = cosine_shape ? 1.0 - half_cosine(progress) : progress;
+      return final_lr_frac + (1.0 - final_lr_frac) * shape;
+    }
+    case ScheduleKind::one_cycle: {
+      const double up = pct_start * static_cast<double>(total_steps);
+      const double low = 1.0 / div_factor;
+      const double final_low = low / final_div_factor;
+      const double s = static_cast<double>(step);
+      if (s < up) return 1.0 + (low - 1.0) * half_cosine(s / up);
+      return final_low + (1.0 - final_low) *
+                             half_cosine((s - up) / (static_cast<double>(total_steps) - up));
+    }
+    case ScheduleKind::exponential:
+      if (step < warmup_steps) return ramp(step, warmup_steps);
+      return std::pow(decay_rate, static_cast<double>(step - warmup_steps) /
+                                      static_cast<double>(transition_steps));
+  }
+  return 1.0;
+}
+
+void MomentumSchedule::check() const {
+  muon::check(start >= 0 && start < 1 && target >= 0 && target < 1,
+              "momentum schedule: start and target must be in [0, 1), got ", start, " and ",
+              target);
+  muon::check(steps > 0, "momentum schedule: steps must be > 0, got ", steps);
+}
+
+double MomentumSchedule::value(int64_t step, int64_t total_steps) const {
+  const double warm = start + (target - start) * std::min(1.0, ramp(step, steps));
+  if (!cool_down) return warm;
+  const auto warmdown = std::llround(warmdown_ratio * static_cast<double>(total_steps));
+  if (warmdown == 0 || step <= total_steps - warmdown) return warm;
   const double progress =
-      std::max(0.0, static_cast<double>(total_steps - step) / static_cast<double>(warmdown_steps));
-  const double shape = cosine ? 0.5 * (1.0 - std::cos(M_PI * progress)) : progress;
-  return final_lr_frac + (1.0 - final_lr_frac) * shape;
+      std::max(0.0, static_cast<double>(total_steps - step) / static_cast<double>(warmdown));
+  return start + (warm - start) * progress;
+}
+
+double WeightDecaySchedule::multiplier(int64_t step, int64_t total_steps) const {
+  return cosine ? half_cosine(static_cast<double>(step) / static_cast<double>(total_steps)) : 1.0;
+}
+
+double ScalingRules::lr_multiplier() const {
+  check(batch_tokens > 0, "scaling: batch_tokens must be > 0, got ", batch_tokens);
+  return std::sqrt(batch_tokens / kReferenceBatch);
+}
+
+double ScalingRules::adamw_lr_multiplier() const {
+  check(d_model > 0, "scaling: d_model must be > 0, got ", d_model);
+  return lr_multiplier() * std::pow(static_cast<double>(d_model) / 768.0, -0.5);
+}
+
+double ScalingRules::weight_decay_multiplier() const {
+  if (training_tokens <= 0 || reference_tokens <= 0) return lr_multiplier();
+  return lr_multiplier() * reference_tokens / training_tokens;
+}
+
+double ScalingRules::auto_batch_tokens(double training_tokens, double reference_tokens) {
+  check(training_tokens > 0 && reference_tokens > 0,
+        "scaling: automatic batch size needs training_tokens and reference_tokens > 0");
+  return std::exp2(std::round(
+      std::log2(kReferenceBatch * std::pow(training_tokens / reference_tokens, 0.383))));
 }
 
 }  // namespace muon

@@ -53,6 +53,7 @@ void check_config(const TrainConfig& c) {
   c.model.check();
   check(c.steps > 0, "train: steps must be > 0, got ", c.steps);
   check(c.batch_size > 0, "train: batch_size must be > 0, got ", c.batch_size);
+  c.schedule.check(c.steps);
   check(c.optimizer == "muon" || c.optimizer == "adamw", "train: optimizer must be \"muon\" or ",
         "\"adamw\", got \"", c.optimizer, "\"");
   check(c.log_every > 0 && c.eval_every > 0 && c.eval_batches > 0,
@@ -72,7 +73,7 @@ std::string TrainConfig::describe() const {
       << "\nbatch_size: " << batch_size << "\noptimizer: " << optimizer
       << "\nstate_dtype: " << state_dtype << "\nmuon_lr: " << muon_lr << "\nadamw_lr: " << adamw_lr
       << "\nweight_decay: " << weight_decay
-      << "\nschedule: {name: warmdown, warmup_steps: " << schedule.warmup_steps
+      << "\nschedule: {name: " << to_string(schedule.kind) << ", warmup_steps: " << schedule.warmup_steps
       << ", warmdown_ratio: " << schedule.warmdown_ratio
       << ", final_lr_frac: " << schedule.final_lr_frac << "}\nlog_every: " << log_every
       << "\neval_every: " << eval_every << "\neval_batches: " << eval_batches << "\nseed: " << seed
@@ -137,7 +138,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   double window_loss = 0;
   auto window_start = Clock::now();
   for (int64_t step = 0; step < config.steps; ++step) {
-    const double multiplier = config.schedule(step, config.steps);
+    const double multiplier = config.schedule.multiplier(step, config.steps);
     optimizer.set_lr_multiplier(multiplier);
     const auto [x, y] = data.train_batch(config.batch_size, config.model.seq_len, generator);
     const auto loss = model->loss(x, y);

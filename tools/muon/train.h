@@ -27,7 +27,7 @@ struct TrainConfig {
   double muon_lr = 0.02;    // hidden matrices
   double adamw_lr = 0.004;  // embedding and norm weights
   double weight_decay = 0.0;
-  WarmdownSchedule schedule{/*warmup_steps=*/20, /*warmdown_ratio=*/0.4, /*final_lr_frac=*/0.05};
+  LrSchedule schedule = default_schedule();  // warmdown: 20 warmup steps, last 40% down to 5%
   int64_t log_every = 20;
   int64_t eval_every = 100;
   int64_t eval_batches = 8;
@@ -37,6 +37,15 @@ struct TrainConfig {
   std::string sample_prompt = "And God said";
 
   std::string describe() const;  // the resolved settings, one `key: value` per line
+
+  static LrSchedule default_schedule() {
+    LrSchedule s;
+    s.kind = ScheduleKind::warmdown;
+    s.warmup_steps = 20;
+    s.warmdown_ratio = 0.4;
+    s.final_lr_frac = 0.05;
+    return s;
+  }
 };
 
 struct MetricsRow {
