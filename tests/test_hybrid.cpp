@@ -319,6 +319,51 @@ TEST(Hybrid, SparseGradientChangesNothingAndResetStateClearsBothBranches) {
   EXPECT_TRUE(opt.adamw()->state().empty());
 }
 
+TEST(Hybrid, SchedulesDriveRatesMomentumAndDecayFromTheStepCount) {
+  demo::Gpt model(tiny());
+  HybridOptions options;
+  options.muon = MuonOptions(0.02).weight_decay(0.1);
+  options.adamw = AdamWOptions(0.004).weight_decay(0.1);
+  LrSchedule cosine;
+  cosine.kind = ScheduleKind::cosine;
+  cosine.warmup_steps = 2;
+  options.schedule = cosine;
+  const MomentumSchedule momentum{0.85, 0.95, 4};
+  options.momentum_schedule = momentum;
+  options.weight_decay_schedule = WeightDecaySchedule{true};
+  options.total_steps = 10;
+  ParamGroupSpec attention{"attention", {"*.attn.*"}};
+  LrSchedule flat;  // constant: this group ignores the cosine
+  attention.schedule = flat;
+  options.groups = {attention, {"rest", {"*"}}};
+  HybridOptimizer opt(route(*model), options);
+  for (int64_t k = 0; k < 5; ++k) {
+    set_gradients(*model, k);
+    opt.step();
+    EXPECT_EQ(opt.step_count(), k + 1);
+    for (const auto& g : opt.param_groups()) {
+      const auto* m = dynamic_cast<const MuonOptions*>(&g.options());
+      const bool attention_group = m != nullptr && g.params().size() == 4;  // q, k, v, o
+      const double peak = m != nullptr ? 0.02 : 0.004;
+      const double expected = attention_group ? peak : peak * cosine.multiplier(k, 10);
+      EXPECT_NEAR(g.options().get_lr(), expected, 1e-15) << k;
+      if (m != nullptr) {
+        EXPECT_NEAR(m->momentum(), momentum.value(k, 10), 1e-15);
+        EXPECT_NEAR(m->weight_decay(), 0.1 * 0.5 * (1 + std::cos(M_PI * k / 10.0)), 1e-15);
+      }
+    }
+  }
+  // A skipped step does not advance the schedules.
+  set_gradients(*model, 9);
+  model->norm->weight.mutable_grad()[0] = std::nanf("");
+  opt.step();
+  EXPECT_EQ(opt.step_count(), 5);
+  HybridOptions missing = options;
+  missing.total_steps = 0;
+  expect_error<Error>([&] { HybridOptimizer(route(*model), missing); },
+                      {"schedules need total_steps > 0"});
+}
+
 TEST(Hybrid, FrozenParametersNeverMoveAndAdamWModeTakesEverything) {
   demo::Gpt model(tiny());
   model->norm->weight.set_requires_grad(false);

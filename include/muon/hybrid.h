@@ -33,6 +33,12 @@ struct HybridOptions {
   NonfinitePolicy nonfinite = NonfinitePolicy::skip;
   bool all_adamw = false;  // optimizer `adamw`: every trainable parameter in AdamW
   std::optional<double> qk_clip_tau;  // MuonClip after each step (needs set_qk_clip_source)
+  // Schedules, applied by step() before each update from its own step count (a skipped step does
+  // not advance it). Each group's rate = its peak × the schedule's multiplier.
+  std::optional<LrSchedule> schedule;
+  std::optional<MomentumSchedule> momentum_schedule;  // Muon groups' momentum
+  std::optional<WeightDecaySchedule> weight_decay_schedule;
+  int64_t total_steps = 0;  // the run's length; needed by the schedules
 };
 
 // What the last step() did.
@@ -74,8 +80,11 @@ class HybridOptimizer : public torch::optim::Optimizer {
   // Clears both branches' state (e.g. after an outer synchronization, DiLoCo style).
   void reset_state();
 
-  // Sets every group's lr to its construction-time lr × multiplier (drives schedules).
+  // Sets every group's lr to its construction-time lr × multiplier (for a caller's own schedule).
   void set_lr_multiplier(double multiplier);
+
+  // Updates done so far (the schedules' position).
+  int64_t step_count() const { return step_count_; }
 
   const StepStats& last_step() const { return stats_; }
   const std::vector<ParameterReport>& report() const { return report_; }
@@ -88,6 +97,7 @@ class HybridOptimizer : public torch::optim::Optimizer {
   struct Plan;
   HybridOptimizer(Plan plan, const HybridOptions& options);
   void sync_branch_options();
+  void apply_schedules();
   bool clip_gradients();  // false: skip this step
   std::string first_nonfinite_gradient() const;
 
@@ -95,7 +105,12 @@ class HybridOptimizer : public torch::optim::Optimizer {
   std::unique_ptr<Muon> muon_;
   std::unique_ptr<AdamW> adamw_;
   std::vector<std::pair<torch::optim::Optimizer*, size_t>> branch_group_;  // per hybrid group
-  std::vector<double> base_lrs_;
+  struct GroupBase {
+    double lr, weight_decay, momentum;
+    std::optional<LrSchedule> schedule;
+  };
+  std::vector<GroupBase> base_;  // per hybrid group, as constructed
+  int64_t step_count_ = 0;
   std::vector<ParameterReport> report_;
   std::map<const void*, std::string> names_;
   StepStats stats_;

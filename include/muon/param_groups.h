@@ -9,6 +9,7 @@
 
 #include "muon/adam.h"
 #include "muon/muon.h"
+#include "muon/schedule.h"
 
 namespace muon {
 
@@ -21,6 +22,7 @@ struct ParamGroupSpec {
   std::optional<Betas> betas;          // AdamW-routed members
   std::optional<double> eps;           // AdamW-routed members
   std::optional<double> momentum;      // Muon-routed members
+  std::optional<LrSchedule> schedule;  // replaces the optimizer's schedule for this group
 };
 
 // fnmatch(3) without FNM_PATHNAME: `*` and `?` also match dots.

@@ -19,6 +19,7 @@ struct HybridOptimizer::Plan {
   std::vector<ParameterReport> report;
   std::vector<std::pair<at::Tensor, std::vector<int64_t>>> views;  // Muon views to declare
   std::map<const void*, std::string> names;
+  std::vector<std::optional<LrSchedule>> group_schedules;
 };
 
 namespace {
@@ -42,6 +43,15 @@ HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
             if (options.qk_clip_tau) {
               check(std::isfinite(*options.qk_clip_tau) && *options.qk_clip_tau > 0,
                     "qk_clip: tau must be > 0, got ", *options.qk_clip_tau);
+            }
+            const bool scheduled = options.schedule || options.momentum_schedule ||
+                                   options.weight_decay_schedule;
+            check(!scheduled || options.total_steps > 0,
+                  "schedules need total_steps > 0 (the run's length), got ", options.total_steps);
+            if (options.schedule) options.schedule->check(options.total_steps);
+            if (options.momentum_schedule) options.momentum_schedule->check();
+            for (const auto& g : options.groups) {
+              if (g.schedule) g.schedule->check(std::max<int64_t>(options.total_steps, 1));
             }
             if (options.max_grad_norm) {
               check(std::isfinite(*options.max_grad_norm) && *options.max_grad_norm > 0,
@@ -97,6 +107,7 @@ HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
                 }
                 plan.groups.emplace_back(std::vector<at::Tensor>{}, std::move(group_options));
                 plan.group_roles.push_back(role);
+                plan.group_schedules.push_back(spec.schedule);
               }
               plan.groups[it->second].params().push_back(r.tensor);
               plan.names[r.tensor.unsafeGetTensorImpl()] = r.name;
@@ -130,9 +141,39 @@ HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
     } else {
       branch_group_.emplace_back(adamw_.get(), next_adamw++);
     }
-    base_lrs_.push_back(param_groups_[i].options().get_lr());
+    const auto& o = param_groups_[i].options();
+    const auto* muon_options = dynamic_cast<const MuonOptions*>(&o);
+    const auto* adamw_options = dynamic_cast<const AdamWOptions*>(&o);
+    base_.push_back({o.get_lr(),
+                     muon_options ? muon_options->weight_decay() : adamw_options->weight_decay(),
+                     muon_options ? muon_options->momentum() : 0.0, plan.group_schedules[i]});
   }
   for (const auto& [tensor, view] : plan.views) muon_->set_matrix_view(tensor, view);
+}
+
+void HybridOptimizer::apply_schedules() {
+  const auto& o = options_;
+  if (!o.schedule && !o.momentum_schedule && !o.weight_decay_schedule) {
+    bool any = false;
+    for (const auto& b : base_) any = any || b.schedule.has_value();
+    if (!any) return;
+  }
+  const int64_t total = std::max<int64_t>(o.total_steps, 1);
+  const double wd = o.weight_decay_schedule ? o.weight_decay_schedule->multiplier(step_count_, total)
+                                            : 1.0;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto& base = base_[g];
+    const auto& schedule = base.schedule ? base.schedule : o.schedule;
+    const double lr = base.lr * (schedule ? schedule->multiplier(step_count_, total, base.lr) : 1.0);
+    auto& options = param_groups_[g].options();
+    options.set_lr(lr);
+    if (auto* m = dynamic_cast<MuonOptions*>(&options)) {
+      m->weight_decay(base.weight_decay * wd);
+      if (o.momentum_schedule) m->momentum(o.momentum_schedule->value(step_count_, total));
+    } else if (auto* a = dynamic_cast<AdamWOptions*>(&options)) {
+      a->weight_decay(base.weight_decay * wd);
+    }
+  }
 }
 
 void HybridOptimizer::sync_branch_options() {
@@ -196,6 +237,7 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
     loss = closure();
   }
   at::NoGradGuard no_grad;
+  apply_schedules();
   sync_branch_options();
   if (muon_) muon_->check_step();
   if (adamw_) adamw_->check_step();
@@ -212,6 +254,7 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
   if (muon_) muon_->step();
   if (adamw_) adamw_->step();
   if (clipping_qk) stats_.qk_clip = qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
+  ++step_count_;
   return loss;
 }
 
@@ -222,7 +265,7 @@ void HybridOptimizer::reset_state() {
 
 void HybridOptimizer::set_lr_multiplier(double multiplier) {
   for (size_t g = 0; g < param_groups_.size(); ++g) {
-    param_groups_[g].options().set_lr(base_lrs_[g] * multiplier);
+    param_groups_[g].options().set_lr(base_[g].lr * multiplier);
   }
 }
 

@@ -60,6 +60,16 @@ void check_config(const TrainConfig& c) {
         "train: log_every, eval_every and eval_batches must be > 0");
 }
 
+// The rate the last step used in the first Muon group (AdamW's without Muon): what the log shows.
+double leading_rate(const HybridOptimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
+    if (dynamic_cast<const MuonOptions*>(&group.options()) != nullptr) {
+      return group.options().get_lr();
+    }
+  }
+  return optimizer.param_groups().front().options().get_lr();
+}
+
 }  // namespace
 
 std::string TrainConfig::describe() const {
@@ -90,6 +100,8 @@ HybridOptions hybrid_options(const TrainConfig& config) {
                       .weight_decay(config.weight_decay)
                       .state_dtype(config.state_dtype);
   options.all_adamw = config.optimizer == "adamw";
+  options.schedule = config.schedule;
+  options.total_steps = config.steps;
   return options;
 }
 
@@ -138,8 +150,6 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   double window_loss = 0;
   auto window_start = Clock::now();
   for (int64_t step = 0; step < config.steps; ++step) {
-    const double multiplier = config.schedule.multiplier(step, config.steps);
-    optimizer.set_lr_multiplier(multiplier);
     const auto [x, y] = data.train_batch(config.batch_size, config.model.seq_len, generator);
     const auto loss = model->loss(x, y);
     optimizer.zero_grad();
@@ -157,7 +167,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
         done,
         window_loss / static_cast<double>(window_steps),
         std::nullopt,
-        config.muon_lr * multiplier,
+        leading_rate(optimizer),
         tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
         seconds_since(start)};
     if (done % config.eval_every == 0 || done == config.steps) {
