@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache  # toolchain; ccache keeps rebuilds fast
   libtorch-dev libopenblas-dev              # LibTorch 1.13 and the BLAS its GEMMs call
   libcli11-dev                              # the muon command line
+  libyaml-cpp-dev                           # YAML configuration
   libgtest-dev libbenchmark-dev             # tests and benchmarks
   bible-kjv                                 # the training text of `muon train`
 )

@@ -1,0 +1,47 @@
+// The optimizer's YAML configuration (SPEC §11) and build_optimizer (SPEC §10): the one source of
+// truth from which the hybrid optimizer, its groups, routing overrides and schedules are built.
+//
+//   auto config = muon::OptimConfig::from_yaml_file("optim.yaml");
+//   auto optimizer = muon::build_optimizer(config, *model, total_steps);
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "muon/hybrid.h"
+#include "muon/routing.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace muon {
+
+struct OptimConfig {
+  // muon: Muon for routed matrices, AdamW for the rest; muonclip: the same plus QK-clip;
+  // adamw: every trainable parameter in AdamW.
+  std::string name = "muon";
+  HybridOptions hybrid;         // rates, groups, clipping, schedules, QK-clip tau
+  RoutingRules routing;         // routing.muon / routing.adamw patterns, higher_rank policy
+  bool cautious = false;        // the cautious mask, fused into both branches
+  std::string preset = "none";  // none | mup | nanochat (already expanded into hybrid)
+
+  // Parses and validates; every error (muon::Error) names the key path and what is valid.
+  static OptimConfig from_yaml(const std::string& text);
+  static OptimConfig from_yaml_file(const std::string& path);
+
+  // The resolved configuration, defaults filled, as YAML that from_yaml() reads back.
+  std::string to_yaml() const;
+};
+
+// The hybrid optimizer `config` describes over `parameters`, with its schedules running over
+// `total_steps` updates.
+std::unique_ptr<HybridOptimizer> build_optimizer(const OptimConfig& config,
+                                                 const std::vector<NamedParameter>& parameters,
+                                                 int64_t total_steps);
+std::unique_ptr<HybridOptimizer> build_optimizer(const OptimConfig& config,
+                                                 const torch::nn::Module& model,
+                                                 int64_t total_steps);
+
+}  // namespace muon

@@ -1,0 +1,241 @@
+// The YAML configuration: resolution, aliases, round trip, build_optimizer and a table of invalid
+// configs, each asserting the key path its error names (SPEC §11).
+#include "muon/config.h"
+
+#include <gtest/gtest.h>
+
+#include "gpt.h"
+#include "helpers.h"
+#include "muon/error.h"
+
+namespace muon {
+namespace {
+
+TEST(Config, MappingFormResolvesEveryKey) {
+  const auto c = OptimConfig::from_yaml(R"(
+optimizer:
+  name: muon
+  lr: 0.03
+  adamw_lr: 0.002
+  weight_decay: 0.1
+  betas: [0.8, 0.95]
+  eps: 1.0e-10
+  momentum: 0.9
+  nesterov: false
+  momentum_form: sum
+  ns_steps: 6
+  ns_coefficients: polar_express
+  adjust_lr: match_rms_adamw
+  muon_plus: {mode: col_row, eps: 1.0e-6}
+  normuon: {beta2: 0.9, axis: row}
+  cautious_weight_decay: true
+  state_dtype: bfloat16
+  grad_clip: 1.0
+  nonfinite: error
+  schedule: {name: cosine, warmup_steps: 10, end_value: 0.1}
+  momentum_schedule: {start: 0.85, target: 0.95, steps: 100}
+  weight_decay_schedule: cosine
+  routing: {muon: ["*.experts.*"], higher_rank: flatten}
+)");
+  const auto& h = c.hybrid;
+  EXPECT_EQ(c.name, "muon");
+  EXPECT_DOUBLE_EQ(h.muon.lr(), 0.03);
+  EXPECT_DOUBLE_EQ(h.adamw.lr(), 0.002);
+  EXPECT_DOUBLE_EQ(h.muon.weight_decay(), 0.1);
+  EXPECT_EQ(h.adamw.betas(), (Betas{0.8, 0.95}));
+  EXPECT_DOUBLE_EQ(h.adamw.eps(), 1e-10);
+  EXPECT_DOUBLE_EQ(h.muon.momentum(), 0.9);
+  EXPECT_FALSE(h.muon.nesterov());
+  EXPECT_EQ(h.muon.momentum_form(), MomentumForm::sum);
+  EXPECT_EQ(h.muon.ns_steps(), 6);
+  EXPECT_EQ(h.muon.coefficients().name, "polar_express");
+  EXPECT_EQ(h.muon.adjust_lr(), AdjustLr::match_rms_adamw);
+  EXPECT_EQ(h.muon.post_norm(), PostNorm::col_row);
+  EXPECT_DOUBLE_EQ(h.muon.post_norm_eps(), 1e-6);
+  EXPECT_DOUBLE_EQ(h.muon.normuon()->beta2, 0.9);
+  EXPECT_EQ(h.muon.normuon()->axis, NorMuonAxis::row);
+  EXPECT_TRUE(h.muon.cautious_weight_decay());
+  EXPECT_EQ(h.adamw.state_dtype(), at::kBFloat16);
+  EXPECT_EQ(h.muon.state_dtype(), at::kBFloat16);
+  EXPECT_DOUBLE_EQ(*h.max_grad_norm, 1.0);
+  EXPECT_EQ(h.nonfinite, NonfinitePolicy::error);
+  EXPECT_EQ(h.schedule->kind, ScheduleKind::cosine);
+  EXPECT_DOUBLE_EQ(h.schedule->end_value, 0.1);
+  EXPECT_EQ(h.momentum_schedule->steps, 100);
+  EXPECT_TRUE(h.weight_decay_schedule->cosine);
+  EXPECT_EQ(c.routing.muon_patterns, (std::vector<std::string>{"*.experts.*"}));
+  EXPECT_EQ(c.routing.higher_rank, HigherRankPolicy::flatten);
+}
+
+TEST(Config, ScalarFormRootFlagsAndSpeedtronicAliases) {
+  const auto c = OptimConfig::from_yaml("optimizer: muon\nmuon_plus: true\ncautious: true\n");
+  EXPECT_EQ(c.hybrid.muon.post_norm(), PostNorm::row_col);
+  EXPECT_TRUE(c.cautious);
+  EXPECT_TRUE(c.hybrid.muon.cautious());
+  EXPECT_TRUE(c.hybrid.adamw.cautious());
+  const auto aliased = OptimConfig::from_yaml(
+      "optimizer: {name: muon, muon_momentum: 0.9, muon_ns_steps: 4, muon_plus: true, "
+      "muon_norm_eps: 1.0e-5}\n");
+  EXPECT_DOUBLE_EQ(aliased.hybrid.muon.momentum(), 0.9);
+  EXPECT_EQ(aliased.hybrid.muon.ns_steps(), 4);
+  EXPECT_DOUBLE_EQ(aliased.hybrid.muon.post_norm_eps(), 1e-5);
+  const auto adamw = OptimConfig::from_yaml("optimizer: adamw\ncautious: true\n");
+  EXPECT_TRUE(adamw.hybrid.all_adamw);
+  EXPECT_DOUBLE_EQ(adamw.hybrid.adamw.lr(), 1e-3);
+  const auto clip = OptimConfig::from_yaml("optimizer: muonclip\n");
+  EXPECT_DOUBLE_EQ(*clip.hybrid.qk_clip_tau, 100.0);
+}
+
+TEST(Config, ResolvedConfigRoundTrips) {
+  const auto first = OptimConfig::from_yaml(R"(
+optimizer:
+  name: muonclip
+  lr: 0.02
+  ns_coefficients: [[3.0, -3.2, 1.2], [2.0, -1.5, 0.5]]
+  normuon: true
+  qk_clip: {tau: 50}
+  schedule: {name: power, a: 0.1, warmup_steps: 5, tail: {start: 50, steps: 80, end: 0.0}}
+  param_groups:
+    - {name: no_decay, patterns: ["*.bias", "*norm*"], weight_decay: 0.0}
+    - {name: rest, patterns: ["*"], lr_multiplier: 0.5, schedule: {name: warmdown}}
+)");
+  const auto text = first.to_yaml();
+  const auto second = OptimConfig::from_yaml(text);
+  EXPECT_EQ(second.to_yaml(), text);
+  EXPECT_EQ(second.hybrid.muon.coefficients().rows.size(), 2u);
+  EXPECT_EQ(second.hybrid.groups.size(), 2u);
+  EXPECT_EQ(*second.hybrid.schedule->tail_start, 50);
+  EXPECT_DOUBLE_EQ(*second.hybrid.qk_clip_tau, 50.0);
+  EXPECT_NE(text.find("name: muonclip"), std::string::npos);
+}
+
+TEST(Config, BuildOptimizerAppliesGroupsRoutingAndSchedule) {
+  demo::GptConfig g;
+  g.n_layers = 1;
+  g.d_model = 16;
+  g.n_heads = 2;
+  g.n_kv_heads = 1;
+  g.seq_len = 8;
+  g.vocab_size = 32;
+  demo::Gpt model(g);
+  const auto config = OptimConfig::from_yaml(R"(
+optimizer:
+  name: muon
+  lr: 0.02
+  adamw_lr: 0.004
+  preset: {name: mup, width_multiplier: 2}
+  routing: {adamw: ["*.mlp.*"]}
+  schedule: {name: linear, warmup_steps: 4}
+)");
+  auto opt = build_optimizer(config, *model, 20);
+  for (const auto& row : opt->report()) {
+    if (row.name == "blocks.0.mlp.up_proj.weight") {
+      EXPECT_EQ(row.role, Role::adamw);
+      EXPECT_EQ(row.group, "mup");
+      EXPECT_DOUBLE_EQ(row.lr, 0.002);
+    }
+    if (row.name == "blocks.0.attn.q_proj.weight") EXPECT_DOUBLE_EQ(row.lr, 0.01);
+  }
+  for (auto& p : model->parameters()) p.mutable_grad() = at::ones_like(p);
+  opt->step();  // step 0 of a 4-step warmup: rate 0
+  for (const auto& group : opt->param_groups()) EXPECT_DOUBLE_EQ(group.options().get_lr(), 0.0);
+  testing::expect_error<Error>([&] { build_optimizer(config, *model, 0); },
+                               {"total_steps must be > 0"});
+}
+
+TEST(Config, ScalingRulesMultiplyRatesAndDecay) {
+  const auto c = OptimConfig::from_yaml(R"(
+optimizer:
+  lr: 0.02
+  adamw_lr: 0.004
+  weight_decay: 0.2
+  scaling: {batch_tokens: 2097152, d_model: 3072, training_tokens: 2.0e9, reference_tokens: 1.0e9}
+)");
+  EXPECT_DOUBLE_EQ(c.hybrid.muon.lr(), 0.04);          // × √4
+  EXPECT_DOUBLE_EQ(c.hybrid.adamw.lr(), 0.004);        // × √4 × (3072/768)^-0.5
+  EXPECT_DOUBLE_EQ(c.hybrid.muon.weight_decay(), 0.2); // × √4 × 1e9/2e9
+}
+
+struct Invalid {
+  const char* yaml;
+  const char* fragment;  // the key path and rule the message must contain
+};
+
+TEST(Config, InvalidConfigsNameTheirKeyPath) {
+  const Invalid cases[] = {
+      {"optimizer: {learning_rate: 0.1}", "optimizer.learning_rate: unknown key; did you mean 'lr'?"},
+      {"optimizer: {nestrov: true}", "optimizer.nestrov: unknown key; did you mean 'nesterov'?"},
+      {"optimizer: {lr: [1, 2]}", "optimizer.lr: expected a number, got a list"},
+      {"optimizer: {lr: fast}", "optimizer.lr: expected a number, got 'fast'"},
+      {"optimizer: {lr: 0}", "optimizer.lr must be > 0, got 0"},
+      {"optimizer: {lr: -0.1}", "optimizer.lr must be > 0"},
+      {"optimizer: {lr: .nan}", "optimizer.lr: must be finite"},
+      {"optimizer: {adamw_lr: .inf}", "optimizer.adamw_lr: must be finite"},
+      {"optimizer: {betas: [0.9, 1.0]}", "optimizer.betas[1] must be in [0, 1), got 1"},
+      {"optimizer: {betas: [-0.1, 0.9]}", "optimizer.betas[0] must be in [0, 1)"},
+      {"optimizer: {betas: [0.9]}", "optimizer.betas: expected [beta1, beta2]"},
+      {"optimizer: {eps: 0}", "optimizer.eps must be > 0, got 0"},
+      {"optimizer: {weight_decay: -1}", "optimizer.weight_decay must be >= 0, got -1"},
+      {"optimizer: {grad_clip: 0}", "optimizer.grad_clip must be > 0"},
+      {"optimizer: {momentum: 1.0}", "optimizer.momentum must be in [0, 1), got 1"},
+      {"optimizer: {muon_momentum: -0.5}", "optimizer.momentum must be in [0, 1)"},
+      {"optimizer: {ns_steps: 0}", "optimizer.ns_steps must be a whole number >= 1"},
+      {"optimizer: {ns_steps: 2.5}", "optimizer.ns_steps must be a whole number >= 1"},
+      {"optimizer: {name: adamw, muon_plus: true}", "optimizer.muon_plus: Muon+ needs name muon or muonclip"},
+      {"optimizer: adamw\nmuon_plus: true", "Muon+ needs name muon or muonclip, not 'adamw'"},
+      {"optimizer: {name: sgd}", "optimizer.name: unknown optimizer 'sgd'; valid optimizers are muon, muonclip, adamw"},
+      {"optimizer: lion", "unknown optimizer 'lion'"},
+      {"optimizer: {muon_plus: false}\nmuon_plus: true", "muon_plus: the root value true conflicts with optimizer.muon_plus false"},
+      {"optimizer: {cautious: true}\ncautious: false", "cautious: the root value false conflicts with optimizer.cautious true"},
+      {"optimizer: {state_dtype: float16}", "optimizer.state_dtype: expected float32 or bfloat16, got 'float16'"},
+      {"optimizer: {nonfinite: ignore}", "optimizer.nonfinite: expected skip or error"},
+      {"optimizer: {momentum_form: adam}", "optimizer.momentum_form: expected ema or sum"},
+      {"optimizer: {adjust_lr: sqrt}", "optimizer.adjust_lr: unknown mode 'sqrt'"},
+      {"optimizer: {ns_coefficients: cubic}", "optimizer.ns_coefficients: unknown coefficient table 'cubic'"},
+      {"optimizer: {ns_coefficients: [[1, 2]]}", "optimizer.ns_coefficients[0]: expected [a, b, c]"},
+      {"optimizer: {ns_method: fastest}", "optimizer.ns_method: unknown orthogonalization method 'fastest'"},
+      {"optimizer: {muon_plus: {mode: rows}}", "optimizer.muon_plus.mode: unknown muon_plus mode 'rows'"},
+      {"optimizer: {muon_plus: {mode: row, epsilon: 1}}", "optimizer.muon_plus.epsilon: unknown key; did you mean 'eps'?"},
+      {"optimizer: {normuon: {beta2: 1.5}}", "optimizer.normuon.beta2 must be in [0, 1)"},
+      {"optimizer: {normuon: {axis: diagonal}}", "optimizer.normuon.axis: unknown NorMuon axis 'diagonal'"},
+      {"optimizer: {qk_clip: {tau: 0}}", "optimizer.qk_clip.tau must be > 0"},
+      {"optimizer: {name: adamw, qk_clip: {tau: 10}}", "optimizer.qk_clip: QK-clip needs name muon or muonclip"},
+      {"optimizer: {schedule: {warmup_steps: 5}}", "optimizer.schedule.name: a schedule needs a name"},
+      {"optimizer: {schedule: {name: step}}", "optimizer.schedule.name: unknown schedule 'step'"},
+      {"optimizer: {schedule: {name: cosine, warmup_steps: -1}}", "optimizer.schedule.warmup_steps must be >= 0"},
+      {"optimizer: {schedule: {name: cosine, tail: {start: 3}}}", "optimizer.schedule.tail: only the power schedule has a tail"},
+      {"optimizer: {schedule: {name: warmdown, shape: square}}", "optimizer.schedule.shape: expected linear or cosine"},
+      {"optimizer: {momentum_schedule: {target: 1.2}}", "optimizer.momentum_schedule: momentum schedule: start and target must be in [0, 1)"},
+      {"optimizer: {weight_decay_schedule: linear}", "optimizer.weight_decay_schedule: expected constant or cosine"},
+      {"optimizer: {param_groups: {name: a}}", "optimizer.param_groups: expected a list, got a mapping"},
+      {"optimizer: {param_groups: [{patterns: ['*']}]}", "optimizer.param_groups[0].name: a parameter group needs a name"},
+      {"optimizer: {param_groups: [{name: a}]}", "optimizer.param_groups[0].patterns: a parameter group needs patterns"},
+      {"optimizer: {param_groups: [{name: a, patterns: ['*'], lr_multiplier: 0}]}", "optimizer.param_groups[0].lr_multiplier must be > 0"},
+      {"optimizer: {param_groups: [{name: a, patterns: ['*']}, {name: a, patterns: ['*']}]}", "optimizer.param_groups: param_groups[1] ('a'): duplicate group name 'a'"},
+      {"optimizer: {param_groups: [{name: a, patterns: ['*'], momentun: 0.9}]}", "optimizer.param_groups[0].momentun: unknown key; did you mean 'momentum'?"},
+      {"optimizer: {preset: {name: mup}, param_groups: [{name: a, patterns: ['*']}]}", "optimizer.preset: give either a preset or param_groups, not both"},
+      {"optimizer: {preset: {name: gpt3}}", "optimizer.preset.name: unknown preset 'gpt3'; valid presets are mup, nanochat"},
+      {"optimizer: {preset: {name: mup, width_multiplier: 0}}", "optimizer.preset.width_multiplier must be > 0"},
+      {"optimizer: {preset: {name: nanochat, d_model: 0}}", "optimizer.preset.d_model must be > 0"},
+      {"optimizer: {routing: {muon: '*'}}", "optimizer.routing.muon: expected a list of strings"},
+      {"optimizer: {routing: {higher_rank: reshape}}", "optimizer.routing.higher_rank: unknown higher_rank policy 'reshape'"},
+      {"optimizer: {scaling: {batch_tokens: 0}}", "optimizer.scaling.batch_tokens must be > 0"},
+      {"optimizer: {nesterov: maybe}", "optimizer.nesterov: expected true or false, got 'maybe'"},
+      {"optimiser: muon", "optimiser: unknown key; did you mean 'optimizer'?"},
+      {"- just\n- a list", ": expected a mapping, got a list"},
+      {"optimizer: {lr: 0.1\n", "config: invalid YAML at line"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    testing::expect_error<Error>([&] { OptimConfig::from_yaml(c.yaml); }, {c.fragment});
+  }
+  EXPECT_GE(std::size(cases), 30u);
+}
+
+TEST(Config, FileErrorsNameTheFile) {
+  testing::expect_error<Error>([] { OptimConfig::from_yaml_file("/nonexistent/optim.yaml"); },
+                               {"config: cannot read '/nonexistent/optim.yaml'"});
+}
+
+}  // namespace
+}  // namespace muon
