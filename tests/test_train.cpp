@@ -10,6 +10,7 @@
 
 #include "data.h"
 #include "helpers.h"
+#include "muon/config.h"
 #include "muon/error.h"
 
 namespace muon::demo {
@@ -109,6 +110,24 @@ TEST(Train, DataAndConfigErrors) {
   config = fixture_config("/tmp/muon_test_unused");
   config.model.seq_len = 4096;
   testing::expect_error<Error>([&] { train(config, log); }, {"shorter than one window"});
+}
+
+TEST(Train, EachSeedRecipeInExamplesTrains) {
+  // Speedtronic (Muon+ and cautious), Dew (MuonClip, power schedule, muP, bf16 state) and flaxchat
+  // (Polar Express, NorMuon, cautious weight decay, warmdown) on the fixture.
+  for (const char* recipe : {"speedtronic", "dew", "flaxchat"}) {
+    SCOPED_TRACE(recipe);
+    auto config = fixture_config(
+        (std::filesystem::temp_directory_path() / ("muon_test_" + std::string(recipe))).string());
+    config.steps = 150;
+    config.log_every = config.eval_every = 150;
+    config.optimizer_config =
+        OptimConfig::from_yaml_file(std::string(MUON_EXAMPLES_DIR "/") + recipe + ".yaml");
+    std::ostringstream log;
+    const auto result = train(config, log);
+    EXPECT_LT(result.final_val_loss, 0.4 * std::log(256.0)) << log.str();
+    EXPECT_TRUE(std::filesystem::exists(config.out_dir + "/config.yaml"));
+  }
 }
 
 TEST(Data, WindowsAreShiftedByOneByte) {

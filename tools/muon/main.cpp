@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 
 #include <fstream>
@@ -21,6 +22,20 @@ void add_model_options(CLI::App& cmd, muon::demo::GptConfig& model) {
   cmd.add_option("--kv-heads", model.n_kv_heads, "key/value heads (grouped-query attention)")
       ->capture_default_str();
   cmd.add_option("--seq-len", model.seq_len, "context length in bytes")->capture_default_str();
+}
+
+// One row per `every` steps: the multipliers the hybrid optimizer would apply.
+void print_schedule(const muon::OptimConfig& c, int64_t steps, int64_t every) {
+  const auto& h = c.hybrid;
+  if (h.schedule) h.schedule->check(steps);
+  std::printf("%8s  %12s  %10s  %10s\n", "step", "lr_multiplier", "momentum", "wd_multiplier");
+  for (int64_t t = 0; t < steps; t += every) {
+    const double lr = h.schedule ? h.schedule->multiplier(t, steps, h.muon.lr()) : 1.0;
+    const double momentum = h.momentum_schedule ? h.momentum_schedule->value(t, steps)
+                                                : h.muon.momentum();
+    const double wd = h.weight_decay_schedule ? h.weight_decay_schedule->multiplier(t, steps) : 1.0;
+    std::printf("%8lld  %12.6f  %10.4f  %10.4f\n", static_cast<long long>(t), lr, momentum, wd);
+  }
 }
 
 }  // namespace
@@ -64,6 +79,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--threads", threads, "intra-op threads (0: LibTorch's default)")
       ->capture_default_str();
+  std::string config_path;
+  bool print_config = false;
+  train->add_option("--config", config_path,
+                    "YAML optimizer config (see docs/config.md; examples/*.yaml); replaces "
+                    "--optimizer, --state-dtype, --muon-lr and --adamw-lr")
+      ->check(CLI::ExistingFile);
+  train->add_flag("--print-config", print_config,
+                  "print the resolved optimizer config (defaults filled) and exit");
   add_model_options(*train, config.model);
 
   muon::demo::GptConfig route_model;
@@ -74,6 +97,19 @@ int main(int argc, char** argv) {
                          "optimizer (muon/adamw/frozen) and the reason.");
   route->add_flag("--untied", untied, "give the head its own weight instead of the embedding's");
   add_model_options(*route, route_model);
+
+  std::string schedule_config;
+  int64_t schedule_steps = 1000;
+  int64_t schedule_every = 0;
+  auto* schedule = app.add_subcommand(
+      "schedule", "Print the learning-rate multiplier, Muon momentum and weight-decay multiplier a "
+                  "config's schedules give at each step.");
+  schedule->add_option("--config", schedule_config, "YAML optimizer config")
+      ->required()
+      ->check(CLI::ExistingFile);
+  schedule->add_option("--steps", schedule_steps, "the run's length")->capture_default_str();
+  schedule->add_option("--every", schedule_every, "print every N steps (0: about 20 rows)")
+      ->capture_default_str();
 
   muon::demo::BenchConfig bench_config;
   std::string bench_json;
@@ -104,7 +140,19 @@ int main(int argc, char** argv) {
     if (threads > 0) at::set_num_threads(threads);
     if (*train) {
       config.state_dtype = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+      if (!config_path.empty()) {
+        config.optimizer_config = muon::OptimConfig::from_yaml_file(config_path);
+      }
+      if (print_config) {
+        std::cout << (config.optimizer_config ? *config.optimizer_config : muon::OptimConfig())
+                         .to_yaml();
+        return 0;
+      }
       muon::demo::train(config, std::cout);
+    } else if (*schedule) {
+      const auto c = muon::OptimConfig::from_yaml_file(schedule_config);
+      print_schedule(c, schedule_steps, schedule_every > 0 ? schedule_every
+                                                           : std::max<int64_t>(1, schedule_steps / 20));
     } else if (*bench) {
       if (!bench_only.empty()) {
         auto wanted = [&](const char* s) {

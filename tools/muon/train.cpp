@@ -127,7 +127,12 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   auto generator = at::detail::createCPUGenerator(config.seed);
   Gpt model(config.model);
 
-  HybridOptimizer optimizer(route(*model), hybrid_options(config));
+  auto owned = config.optimizer_config
+                   ? build_optimizer(*config.optimizer_config, *model, config.steps)
+                   : std::make_unique<HybridOptimizer>(route(*model), hybrid_options(config));
+  auto& optimizer = *owned;
+  if (config.optimizer_config) write_file(out_dir / "config.yaml", config.optimizer_config->to_yaml());
+  optimizer.set_qk_clip_source(model.get());  // used when the config sets qk_clip
   write_file(out_dir / "routing.txt", optimizer.report_text());
   int64_t muon_tensors = 0, adamw_tensors = 0;
   for (const auto& row : optimizer.report()) {
@@ -200,7 +205,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       << static_cast<int64_t>(result.tokens_per_s) << " tok/s | optimizer "
       << static_cast<int>(100 * result.optimizer_share) << "% of step time\n--- sample ---\n"
       << result.sample << "\n--------------\n"
-      << "wrote " << (out_dir / "metrics.csv").string() << ", routing.txt, config.txt\n";
+      << "wrote " << (out_dir / "metrics.csv").string() << ", routing.txt, config.txt"
+      << (config.optimizer_config ? ", config.yaml" : "") << "\n";
   return result;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpt.h"
+#include "muon/config.h"
 #include "muon/hybrid.h"
 #include "muon/schedule.h"
 
@@ -33,6 +34,9 @@ struct TrainConfig {
   int64_t eval_batches = 8;
   uint64_t seed = 1337;
   std::string out_dir = "runs/latest";
+  // A YAML optimizer config (muon train --config); replaces optimizer, state_dtype, muon_lr,
+  // adamw_lr, weight_decay and schedule when set.
+  std::optional<OptimConfig> optimizer_config;
   int64_t sample_bytes = 240;
   std::string sample_prompt = "And God said";
 
