@@ -75,26 +75,47 @@ TEST(Train, SameSeedSameRun) {
 }
 
 TEST(Train, Bf16StateAdamWTrainsLikeFp32State) {
-  // One run's loss moves by a few percent with the seed (measured: 2.03–2.08 across seeds), so
-  // compare the mean over three seeds, same seeds for both state dtypes.
+  // One run's loss moves by several percent with the seed (measured: 1.92–2.20 across seeds 1–3),
+  // so compare the mean over four seeds, the same seeds for both state dtypes: within 2%.
   auto config = fixture_config((std::filesystem::temp_directory_path() / "muon_test_bf16").string());
   config.optimizer = "adamw";
   config.steps = 200;
   config.log_every = config.eval_every = 200;
   std::ostringstream log;
   double fp32 = 0, bf16 = 0;
-  for (uint64_t seed : {1, 2, 3}) {
+  for (uint64_t seed : {1, 2, 3, 4}) {
     config.seed = seed;
     config.state_dtype = at::kFloat;
     const double a = train(config, log).final_val_loss;
     config.state_dtype = at::kBFloat16;
     const double b = train(config, log).final_val_loss;
     EXPECT_NEAR(b, a, 0.05 * a) << "seed " << seed;
-    fp32 += a / 3;
-    bf16 += b / 3;
+    fp32 += a / 4;
+    bf16 += b / 4;
   }
   EXPECT_LT(fp32, 0.45 * std::log(256.0));
-  EXPECT_NEAR(bf16, fp32, 0.01 * fp32);
+  EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
+}
+
+TEST(Train, ResumedRunEqualsAnUninterruptedOne) {
+  const auto dir = std::filesystem::temp_directory_path();
+  auto straight = fixture_config((dir / "muon_resume_straight").string());
+  straight.steps = 40;
+  straight.log_every = straight.eval_every = 20;
+  std::ostringstream log;
+  const auto whole = train(straight, log);
+
+  auto interrupted = straight;  // the same 40-step run, stopped after 20 steps
+  interrupted.out_dir = (dir / "muon_resume_part").string();
+  interrupted.stop_after = 20;
+  train(interrupted, log);
+  auto resumed = straight;
+  resumed.out_dir = (dir / "muon_resume_rest").string();
+  resumed.resume_dir = interrupted.out_dir;
+  const auto rest = train(resumed, log);
+  EXPECT_EQ(rest.final_val_loss, whole.final_val_loss) << log.str();
+  EXPECT_EQ(rest.sample, whole.sample);
+  EXPECT_NE(log.str().find("resumed from"), std::string::npos);
 }
 
 TEST(Train, DataAndConfigErrors) {

@@ -86,6 +86,12 @@ class HybridOptimizer : public torch::optim::Optimizer {
   // Updates done so far (the schedules' position).
   int64_t step_count() const { return step_count_; }
 
+  // For checkpoints: the trainable parameters by name (routing order), the branch that holds a
+  // parameter's state, and restoring the step counters.
+  std::vector<std::pair<std::string, at::Tensor>> named_trainable() const;
+  Role role_of(const at::Tensor& param) const;
+  void restore_counters(int64_t step_count, int64_t skipped_steps);
+
   const StepStats& last_step() const { return stats_; }
   const std::vector<ParameterReport>& report() const { return report_; }
   std::string report_text() const;  // an aligned table of report()
@@ -113,6 +119,7 @@ class HybridOptimizer : public torch::optim::Optimizer {
   int64_t step_count_ = 0;
   std::vector<ParameterReport> report_;
   std::map<const void*, std::string> names_;
+  std::map<const void*, Role> roles_;
   StepStats stats_;
   QkClipSource* qk_source_ = nullptr;
 };

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -19,6 +20,7 @@ struct HybridOptimizer::Plan {
   std::vector<ParameterReport> report;
   std::vector<std::pair<at::Tensor, std::vector<int64_t>>> views;  // Muon views to declare
   std::map<const void*, std::string> names;
+  std::map<const void*, Role> roles;
   std::vector<std::optional<LrSchedule>> group_schedules;
 };
 
@@ -111,6 +113,7 @@ HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
               }
               plan.groups[it->second].params().push_back(r.tensor);
               plan.names[r.tensor.unsafeGetTensorImpl()] = r.name;
+              plan.roles[r.tensor.unsafeGetTensorImpl()] = role;
               if (role == Role::muon && !r.view.empty()) plan.views.emplace_back(r.tensor, r.view);
               plan.report.push_back(row);
             }
@@ -122,7 +125,8 @@ HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
     : Optimizer(std::move(plan.groups), std::make_unique<AdamWOptions>(options.adamw)),
       options_(options),
       report_(std::move(plan.report)),
-      names_(std::move(plan.names)) {
+      names_(std::move(plan.names)),
+      roles_(std::move(plan.roles)) {
   // The branches get copies of the groups of their role; sync_branch_options() keeps their
   // options equal to ours, so a scheduler acting on this optimizer drives them.
   std::vector<torch::optim::OptimizerParamGroup> muon_groups, adamw_groups;
@@ -256,6 +260,25 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
   if (clipping_qk) stats_.qk_clip = qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
   ++step_count_;
   return loss;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> HybridOptimizer::named_trainable() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) out.emplace_back(names_.at(p.unsafeGetTensorImpl()), p);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+Role HybridOptimizer::role_of(const at::Tensor& param) const {
+  const auto it = roles_.find(param.unsafeGetTensorImpl());
+  return it == roles_.end() ? Role::frozen : it->second;
+}
+
+void HybridOptimizer::restore_counters(int64_t step_count, int64_t skipped_steps) {
+  step_count_ = step_count;
+  stats_.skipped_steps = skipped_steps;
 }
 
 void HybridOptimizer::reset_state() {

@@ -85,6 +85,12 @@ int main(int argc, char** argv) {
                     "YAML optimizer config (see docs/config.md; examples/*.yaml); replaces "
                     "--optimizer, --state-dtype, --muon-lr and --adamw-lr")
       ->check(CLI::ExistingFile);
+  train->add_option("--resume", config.resume_dir,
+                    "continue from DIR/checkpoint.pt (weights, optimizer state, step)")
+      ->check(CLI::ExistingDirectory);
+  train->add_option("--checkpoint-every", config.checkpoint_every,
+                    "also write checkpoint.pt every N steps (0: at the end only)")
+      ->capture_default_str();
   train->add_flag("--print-config", print_config,
                   "print the resolved optimizer config (defaults filled) and exit");
   add_model_options(*train, config.model);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "data.h"
+#include "muon/checkpoint.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
 #include "muon/routing.h"
@@ -58,6 +59,15 @@ void check_config(const TrainConfig& c) {
         "\"adamw\", got \"", c.optimizer, "\"");
   check(c.log_every > 0 && c.eval_every > 0 && c.eval_batches > 0,
         "train: log_every, eval_every and eval_batches must be > 0");
+}
+
+// splitmix64 (Steele, Lea, Flood 2014) of (seed, step): well-separated generator seeds for
+// neighbouring steps.
+uint64_t batch_seed(uint64_t seed, int64_t step) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 // The rate the last step used in the first Muon group (AdamW's without Muon): what the log shows.
@@ -124,7 +134,6 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 
   const TextDataset data(load_text(config.data), config.val_fraction);
   at::manual_seed(config.seed);
-  auto generator = at::detail::createCPUGenerator(config.seed);
   Gpt model(config.model);
 
   auto owned = config.optimizer_config
@@ -134,6 +143,15 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (config.optimizer_config) write_file(out_dir / "config.yaml", config.optimizer_config->to_yaml());
   optimizer.set_qk_clip_source(model.get());  // used when the config sets qk_clip
   write_file(out_dir / "routing.txt", optimizer.report_text());
+  int64_t first_step = 0;
+  if (!config.resume_dir.empty()) {
+    const auto path = (std::filesystem::path(config.resume_dir) / "checkpoint.pt").string();
+    first_step = load_checkpoint(path, optimizer, model.get()).step_count;
+    check(first_step < config.steps, "train: the checkpoint in '", config.resume_dir,
+          "' is at step ", first_step, ", not before --steps ", config.steps);
+    log << "resumed from " << path << " at step " << first_step << "\n";
+  }
+  const auto checkpoint_path = (out_dir / "checkpoint.pt").string();
   int64_t muon_tensors = 0, adamw_tensors = 0;
   for (const auto& row : optimizer.report()) {
     muon_tensors += row.role == Role::muon;
@@ -154,7 +172,11 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   double eval_seconds = 0;  // excluded from throughput and the optimizer's share
   double window_loss = 0;
   auto window_start = Clock::now();
-  for (int64_t step = 0; step < config.steps; ++step) {
+  const int64_t last = config.stop_after > 0 ? std::min(config.stop_after, config.steps)
+                                             : config.steps;
+  for (int64_t step = first_step; step < last; ++step) {
+    // Each step's batch depends on (seed, step) only, so a resumed run sees the same data.
+    auto generator = at::detail::createCPUGenerator(batch_seed(config.seed, step));
     const auto [x, y] = data.train_batch(config.batch_size, config.model.seq_len, generator);
     const auto loss = model->loss(x, y);
     optimizer.zero_grad();
@@ -165,9 +187,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     window_loss += loss.item<double>();
 
     const int64_t done = step + 1;
-    const bool log_now = done % config.log_every == 0 || done == config.steps;
+    const bool log_now = done % config.log_every == 0 || done == last;
     if (!log_now) continue;
-    const int64_t window_steps = (done - 1) % config.log_every + 1;
+    const int64_t window_steps = std::min((done - 1) % config.log_every + 1, done - first_step);
     MetricsRow row{
         done,
         window_loss / static_cast<double>(window_steps),
@@ -175,13 +197,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
         leading_rate(optimizer),
         tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
         seconds_since(start)};
-    if (done % config.eval_every == 0 || done == config.steps) {
+    if (done % config.eval_every == 0 || done == last) {
       const auto eval_start = Clock::now();
       row.val_loss = evaluate(model, data, config);
       eval_seconds += seconds_since(eval_start);
     }
     const double eta =
-        row.elapsed_s / static_cast<double>(done) * static_cast<double>(config.steps - done);
+        row.elapsed_s / static_cast<double>(done - first_step) * static_cast<double>(last - done);
     char line[256];
     std::snprintf(
         line, sizeof line,
@@ -193,20 +215,27 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     result.rows.push_back(row);
     window_loss = 0;
     window_start = Clock::now();
+    if (config.checkpoint_every > 0 && done % config.checkpoint_every == 0 && done < last) {
+      save_checkpoint(checkpoint_path, optimizer, model.get(), config.describe());
+    }
   }
+  save_checkpoint(checkpoint_path, optimizer, model.get(), config.describe());
   const double total_seconds = seconds_since(start) - eval_seconds;
   result.final_val_loss = *result.rows.back().val_loss;
-  result.tokens_per_s = tokens_per_step * static_cast<double>(config.steps) / total_seconds;
+  result.tokens_per_s =
+      tokens_per_step * static_cast<double>(last - first_step) / total_seconds;
   result.optimizer_share = optimizer_seconds / total_seconds;
   write_file(out_dir / "metrics.csv", metrics_csv(result.rows));
 
-  result.sample = generate(model, config.sample_prompt, config.sample_bytes, 0.8, generator);
+  auto sample_generator = at::detail::createCPUGenerator(config.seed);
+  result.sample =
+      generate(model, config.sample_prompt, config.sample_bytes, 0.8, sample_generator);
   log << "final val loss " << result.final_val_loss << " | "
       << static_cast<int64_t>(result.tokens_per_s) << " tok/s | optimizer "
       << static_cast<int>(100 * result.optimizer_share) << "% of step time\n--- sample ---\n"
       << result.sample << "\n--------------\n"
-      << "wrote " << (out_dir / "metrics.csv").string() << ", routing.txt, config.txt"
-      << (config.optimizer_config ? ", config.yaml" : "") << "\n";
+      << "wrote " << (out_dir / "metrics.csv").string() << ", checkpoint.pt, routing.txt, "
+      << "config.txt" << (config.optimizer_config ? ", config.yaml" : "") << "\n";
   return result;
 }
 

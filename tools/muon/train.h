@@ -37,6 +37,9 @@ struct TrainConfig {
   // A YAML optimizer config (muon train --config); replaces optimizer, state_dtype, muon_lr,
   // adamw_lr, weight_decay and schedule when set.
   std::optional<OptimConfig> optimizer_config;
+  int64_t checkpoint_every = 0;  // also write out_dir/checkpoint.pt every N steps (0: end only)
+  std::string resume_dir;        // continue from resume_dir/checkpoint.pt
+  int64_t stop_after = 0;        // stop (with a checkpoint) after this many steps; 0: run all
   int64_t sample_bytes = 240;
   std::string sample_prompt = "And God said";
 
@@ -77,7 +80,7 @@ HybridOptions hybrid_options(const TrainConfig& config);
 double evaluate(Gpt& model, const class TextDataset& data, const TrainConfig& config);
 
 // Runs the whole job, printing one progress line per log interval to `log` and writing
-// config.txt, routing.txt and metrics.csv into config.out_dir.
+// config.txt, routing.txt, metrics.csv and checkpoint.pt into config.out_dir.
 TrainResult train(const TrainConfig& config, std::ostream& log);
 
 }  // namespace muon::demo

@@ -1,0 +1,161 @@
+// Checkpoints: bit-exact resume, validation before any change, crash safety (SPEC §12).
+#include "muon/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gpt.h"
+#include "helpers.h"
+#include "muon/config.h"
+#include "muon/error.h"
+
+namespace muon {
+namespace {
+
+using testing::expect_error;
+
+demo::GptConfig tiny(int64_t d_model = 16, int64_t layers = 1) {
+  demo::GptConfig c;
+  c.n_layers = layers;
+  c.d_model = d_model;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.seq_len = 8;
+  c.vocab_size = 32;
+  return c;
+}
+
+OptimConfig config_with(const std::string& state_dtype) {
+  return OptimConfig::from_yaml("optimizer:\n  name: muon\n  normuon: true\n  state_dtype: " +
+                                state_dtype +
+                                "\n  schedule: {name: cosine, warmup_steps: 2}\n  grad_clip: 1.0\n");
+}
+
+// One training step on a batch that depends only on the step number.
+void train_step(demo::Gpt& model, HybridOptimizer& opt, int64_t step) {
+  auto gen = testing::seeded(1000 + static_cast<uint64_t>(step));
+  const auto tokens = at::randint(0, 32, {4, 8}, gen, at::kLong);
+  opt.zero_grad();
+  model->loss(tokens, tokens.roll(1, 1)).backward();
+  opt.step();
+}
+
+std::vector<at::Tensor> weights(demo::Gpt& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / name).string();
+}
+
+TEST(Checkpoint, ResumeIsBitExactForFp32AndBf16State) {
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    SCOPED_TRACE(dtype);
+    const auto config = config_with(dtype);
+    const int64_t K = 3;
+    at::manual_seed(1);
+    demo::Gpt straight(tiny());
+    auto straight_opt = build_optimizer(config, *straight, 2 * K);
+    for (int64_t s = 0; s < 2 * K; ++s) train_step(straight, *straight_opt, s);
+
+    at::manual_seed(1);
+    demo::Gpt first(tiny());
+    auto first_opt = build_optimizer(config, *first, 2 * K);
+    for (int64_t s = 0; s < K; ++s) train_step(first, *first_opt, s);
+    const auto path = temp_path(std::string("muon_ckpt_") + dtype + ".pt");
+    save_checkpoint(path, *first_opt, first.get(), config.to_yaml());
+
+    at::manual_seed(99);  // a differently initialized model: the checkpoint restores it
+    demo::Gpt resumed(tiny());
+    auto resumed_opt = build_optimizer(config, *resumed, 2 * K);
+    const auto info = load_checkpoint(path, *resumed_opt, resumed.get());
+    EXPECT_EQ(info.step_count, K);
+    EXPECT_EQ(info.config_yaml, config.to_yaml());
+    for (int64_t s = K; s < 2 * K; ++s) train_step(resumed, *resumed_opt, s);
+
+    const auto a = weights(straight);
+    const auto b = weights(resumed);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
+  }
+}
+
+TEST(Checkpoint, TruncatedCorruptAndForeignFilesChangeNothing) {
+  const auto config = config_with("float32");
+  at::manual_seed(2);
+  demo::Gpt model(tiny());
+  auto opt = build_optimizer(config, *model, 10);
+  train_step(model, *opt, 0);
+  const auto path = temp_path("muon_ckpt_good.pt");
+  save_checkpoint(path, *opt, model.get());
+  const auto before = weights(model);
+  train_step(model, *opt, 1);  // state and weights now differ from the file
+  const auto current = weights(model);
+
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto truncated = temp_path("muon_ckpt_truncated.pt");
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  expect_error<Error>([&] { load_checkpoint(truncated, *opt, model.get()); },
+                      {"muon_ckpt_truncated.pt' is truncated or corrupt", "nothing was loaded"});
+  const auto garbage = temp_path("muon_ckpt_garbage.pt");
+  std::ofstream(garbage, std::ios::binary) << std::string(4096, 'x');
+  expect_error<Error>([&] { load_checkpoint(garbage, *opt, model.get()); },
+                      {"truncated or corrupt"});
+  expect_error<Error>([&] { load_checkpoint(temp_path("muon_no_such.pt"), *opt, model.get()); },
+                      {"cannot read"});
+
+  // A checkpoint of a different model: names, then shapes.
+  demo::Gpt deeper(tiny(16, 2));
+  auto deeper_opt = build_optimizer(config, *deeper, 10);
+  expect_error<Error>([&] { load_checkpoint(path, *deeper_opt, deeper.get()); },
+                      {"has no state for parameter 'blocks.1.", "different model"});
+  demo::Gpt wider(tiny(32));
+  auto wider_opt = build_optimizer(config, *wider, 10);
+  expect_error<Error>([&] { load_checkpoint(path, *wider_opt, wider.get()); },
+                      {"has shape", "this optimizer needs"});
+  // A checkpoint with bf16 state into an fp32-state optimizer: dtype.
+  auto bf16_opt = build_optimizer(config_with("bfloat16"), *model, 10);
+  expect_error<Error>([&] { load_checkpoint(path, *bf16_opt, model.get()); },
+                      {"has dtype Float, this optimizer stores BFloat16"});
+
+  const auto after = weights(model);
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(at::equal(after[i], current[i])) << i;
+  // The good file still loads and restores the earlier weights.
+  load_checkpoint(path, *opt, model.get());
+  const auto restored = weights(model);
+  for (size_t i = 0; i < restored.size(); ++i) EXPECT_TRUE(at::equal(restored[i], before[i])) << i;
+}
+
+TEST(Checkpoint, KillingTheWriterLeavesThePreviousCheckpointLoadable) {
+  const auto config = config_with("float32");
+  at::manual_seed(3);
+  demo::Gpt model(tiny(64, 2));
+  auto opt = build_optimizer(config, *model, 10);
+  train_step(model, *opt, 0);
+  const auto path = temp_path("muon_ckpt_crash.pt");
+  save_checkpoint(path, *opt, model.get());
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (;;) save_checkpoint(path, *opt, model.get());  // until killed
+    }
+    usleep(static_cast<useconds_t>(2000 + 3000 * attempt));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    demo::Gpt fresh(tiny(64, 2));
+    auto fresh_opt = build_optimizer(config, *fresh, 10);
+    EXPECT_NO_THROW(load_checkpoint(path, *fresh_opt, fresh.get())) << "attempt " << attempt;
+  }
+}
+
+}  // namespace
+}  // namespace muon
