@@ -11,6 +11,7 @@ packages=(
   libyaml-cpp-dev                           # YAML configuration
   libgtest-dev libbenchmark-dev             # tests and benchmarks
   bible-kjv                                 # the training text of `muon train`
+  python3-torch                             # checks that PyTorch reads our checkpoints
 )
 
 missing=()
