@@ -151,6 +151,39 @@ TEST(Train, EachSeedRecipeInExamplesTrains) {
   }
 }
 
+TEST(Train, RunConfigReadsModelDataTrainAndOptimizerSections) {
+  const auto c = train_config_from_yaml(R"(
+model: {d_model: 48, n_layers: 3, n_heads: 6, n_kv_heads: 3, seq_len: 32}
+data: {source: corpus.txt, val_fraction: 0.2}
+train: {steps: 77, batch_size: 5, checkpoint_every: 10, seed: 9}
+optimizer: {name: muon, lr: 0.01}
+cautious: true
+)");
+  EXPECT_EQ(c.model.d_model, 48);
+  EXPECT_EQ(c.model.n_layers, 3);
+  EXPECT_EQ(c.model.n_kv_heads, 3);
+  EXPECT_EQ(c.data, "corpus.txt");
+  EXPECT_DOUBLE_EQ(c.val_fraction, 0.2);
+  EXPECT_EQ(c.steps, 77);
+  EXPECT_EQ(c.batch_size, 5);
+  EXPECT_EQ(c.checkpoint_every, 10);
+  EXPECT_EQ(c.seed, 9u);
+  ASSERT_TRUE(c.optimizer_config.has_value());
+  EXPECT_DOUBLE_EQ(c.optimizer_config->hybrid.muon.lr(), 0.01);
+  EXPECT_TRUE(c.optimizer_config->cautious);
+  testing::expect_error<Error>([] { train_config_from_yaml("model: {layers: 3}"); },
+                               {"model.layers: unknown key; did you mean 'n_layers'?"});
+  testing::expect_error<Error>([] { train_config_from_yaml("train: {steps: 0}"); },
+                               {"train.steps must be > 0, got 0"});
+  testing::expect_error<Error>([] { train_config_from_yaml("model: {d_model: 30, n_heads: 4}"); },
+                               {"model: model: d_model (30) must be a multiple of n_heads (4)"});
+  testing::expect_error<Error>([] { train_config_from_yaml("optimizer: {lr: 0}"); },
+                               {"optimizer.lr must be > 0"});
+  const auto example = train_config_from_yaml_file(MUON_EXAMPLES_DIR "/run.yaml");
+  EXPECT_EQ(example.steps, 400);
+  EXPECT_EQ(example.data, "kjv");
+}
+
 TEST(Data, WindowsAreShiftedByOneByte) {
   const TextDataset data("abcdefghijklmnopqrstuvwxyz0123456789", 0.5);
   auto gen = testing::seeded(1);

@@ -82,8 +82,9 @@ int main(int argc, char** argv) {
   std::string config_path;
   bool print_config = false;
   train->add_option("--config", config_path,
-                    "YAML optimizer config (see docs/config.md; examples/*.yaml); replaces "
-                    "--optimizer, --state-dtype, --muon-lr and --adamw-lr")
+                    "YAML run config: optimizer (docs/config.md) and optional model, data and "
+                    "train sections; its optimizer replaces --optimizer, --state-dtype, "
+                    "--muon-lr and --adamw-lr, its sections override the other flags")
       ->check(CLI::ExistingFile);
   train->add_option("--resume", config.resume_dir,
                     "continue from DIR/checkpoint.pt (weights, optimizer state, step)")
@@ -102,6 +103,9 @@ int main(int argc, char** argv) {
                          "Print the routing report of the demo GPT: each parameter's shape, dtype, "
                          "optimizer (muon/adamw/frozen) and the reason.");
   route->add_flag("--untied", untied, "give the head its own weight instead of the embedding's");
+  std::string route_config;
+  route->add_option("--config", route_config, "YAML run config: its model and optimizer")
+      ->check(CLI::ExistingFile);
   add_model_options(*route, route_model);
 
   std::string schedule_config;
@@ -147,7 +151,7 @@ int main(int argc, char** argv) {
     if (*train) {
       config.state_dtype = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
       if (!config_path.empty()) {
-        config.optimizer_config = muon::OptimConfig::from_yaml_file(config_path);
+        config = muon::demo::train_config_from_yaml_file(config_path, config);
       }
       if (print_config) {
         std::cout << (config.optimizer_config ? *config.optimizer_config : muon::OptimConfig())
@@ -175,10 +179,15 @@ int main(int argc, char** argv) {
       }
     } else if (*route) {
       route_model.tie_embeddings = !untied;
-      muon::demo::Gpt model(route_model);
-      muon::demo::TrainConfig defaults;
-      const muon::HybridOptimizer optimizer(muon::route(*model), hybrid_options(defaults));
-      std::cout << optimizer.report_text();
+      muon::demo::TrainConfig run;
+      run.model = route_model;
+      if (!route_config.empty()) run = muon::demo::train_config_from_yaml_file(route_config, run);
+      muon::demo::Gpt model(run.model);
+      const auto optimizer =
+          run.optimizer_config
+              ? muon::build_optimizer(*run.optimizer_config, *model, run.steps)
+              : std::make_unique<muon::HybridOptimizer>(muon::route(*model), hybrid_options(run));
+      std::cout << optimizer->report_text();
     }
   } catch (const muon::Error& e) {
     std::cerr << "error: " << e.what() << '\n';

@@ -73,6 +73,12 @@ struct TrainResult {
   std::string sample;
 };
 
+// A run from YAML: optional `model`, `data` ({source, val_fraction}) and `train` ({steps,
+// batch_size, log_every, eval_every, eval_batches, checkpoint_every, seed, sample_bytes,
+// sample_prompt}) sections over `defaults`; everything else is the optimizer config.
+TrainConfig train_config_from_yaml(const std::string& text, TrainConfig defaults = {});
+TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig defaults = {});
+
 // The optimizer settings a run uses (also what `muon route` reports).
 HybridOptions hybrid_options(const TrainConfig& config);
 
