@@ -27,8 +27,8 @@ std::vector<at::Tensor> assorted_parameters(at::Generator& gen) {
            {}, {0}, {7}, {3, 5}, {64, 33}, {4, 0, 3}, {2, 3, 4, 5}, {70000}}) {
     out.push_back(at::randn(shape, gen));
   }
-  out.push_back(at::randn({6, 9}, gen).t());                       // transposed
-  out.push_back(at::randn({10, 8}, gen).slice(1, 0, 8, 2));        // strided columns
+  out.push_back(at::randn({6, 9}, gen).t());                 // transposed
+  out.push_back(at::randn({10, 8}, gen).slice(1, 0, 8, 2));  // strided columns
   for (auto& p : out) p.requires_grad_(true);
   return out;
 }
@@ -44,7 +44,8 @@ std::vector<at::Tensor> clones(const std::vector<at::Tensor>& params) {
   return out;
 }
 
-void set_same_gradients(std::vector<at::Tensor>& a, std::vector<at::Tensor>& b, at::Generator& gen) {
+void set_same_gradients(std::vector<at::Tensor>& a, std::vector<at::Tensor>& b,
+                        at::Generator& gen) {
   for (size_t i = 0; i < a.size(); ++i) {
     const auto g = at::randn(a[i].sizes(), gen);
     a[i].mutable_grad() = g.clone();
@@ -65,8 +66,8 @@ TEST(AdamW, EqualsLibtorchAdamWOver200Steps) {
   auto ours = assorted_parameters(gen);
   auto theirs = clones(ours);
   AdamW opt(ours, AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
-  torch::optim::AdamW ref(theirs,
-                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  torch::optim::AdamW ref(
+      theirs, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
   for (int step = 0; step < 200; ++step) {
     set_same_gradients(ours, theirs, gen);
     opt.step();
@@ -109,8 +110,7 @@ struct ReferenceAdam {
     v = b2 * v + (1 - b2) * g * g;
     const double bc1 = 1 - std::pow(b1, t);
     const double bc2 = 1 - std::pow(b2, t);
-    const auto m_hat =
-        nesterov ? b1 * m / (1 - std::pow(b1, t + 1)) + (1 - b1) * g / bc1 : m / bc1;
+    const auto m_hat = nesterov ? b1 * m / (1 - std::pow(b1, t + 1)) + (1 - b1) * g / bc1 : m / bc1;
     auto r = m_hat / (at::sqrt(v / bc2) + eps);
     if (!lamb) {
       w = w - lr * r;
@@ -218,16 +218,15 @@ TEST(AdamW, Bf16StateHoldsTheSpecRoundingOfTheFp32Moments) {
   // From zero state the fp32 moments are (1−β1)·g and (1−β2)·g²; tensor B is index 1, count 0.
   const uint32_t salt = sr::tensor_salt(sr::step_seed(0), 1);
   const auto m = gB.reshape({-1}) * 0.1f;
-  const auto& state = static_cast<const AdamParamState&>(
-      *opt.state().at(compat::param_state_key(B)));
+  const auto& state =
+      static_cast<const AdamParamState&>(*opt.state().at(compat::param_state_key(B)));
   ASSERT_EQ(state.exp_avg().scalar_type(), at::kBFloat16);
   for (int64_t i = 0; i < 150; ++i) {
     // Independent of the kernel's arithmetic order: 0·β + x·(1−β) = x·(1−β) exactly.
     EXPECT_EQ(bits_at(state.exp_avg(), i), sr::round_bits(m[i].item<float>(), salt, i)) << i;
     const float vi = static_cast<float>(1 - 0.99) * gB.reshape({-1})[i].item<float>() *
                      gB.reshape({-1})[i].item<float>();
-    EXPECT_EQ(bits_at(state.exp_avg_sq(), i),
-              sr::round_bits(vi, sr::second_moment_salt(salt), i))
+    EXPECT_EQ(bits_at(state.exp_avg_sq(), i), sr::round_bits(vi, sr::second_moment_salt(salt), i))
         << i;
   }
 }
@@ -284,11 +283,18 @@ TEST(AdamW, SameBitsWithOneAndTwoThreads) {
 
 TEST(AdamFamily, RejectsBadOptionsNamingThem) {
   auto W = at::ones({2}).requires_grad_(true);
-  expect_error<Error>([&] { AdamW({W}, AdamWOptions(-1e-3)); }, {"AdamW: lr must be >= 0", "-0.001"});
-  expect_error<Error>([&] { AdamW({W}, AdamWOptions().betas({1.0, 0.9})); },
-                      {"betas[0] must be in [0, 1)", "got 1"});
-  expect_error<Error>([&] { Adam({W}, AdamOptions().betas({0.9, -0.1})); },
-                      {"Adam: betas[1] must be in [0, 1)"});
+  expect_error<Error>([&] { AdamW({W}, AdamWOptions(-1e-3)); },
+                      {"AdamW: lr must be >= 0", "-0.001"});
+  expect_error<Error>(
+      [&] {
+        AdamW({W}, AdamWOptions().betas({1.0, 0.9}));
+      },
+      {"betas[0] must be in [0, 1)", "got 1"});
+  expect_error<Error>(
+      [&] {
+        Adam({W}, AdamOptions().betas({0.9, -0.1}));
+      },
+      {"Adam: betas[1] must be in [0, 1)"});
   expect_error<Error>([&] { AdamW({W}, AdamWOptions().eps(0)); }, {"eps must be > 0"});
   expect_error<Error>([&] { Adam({W}, AdamOptions().weight_decay(-1)); },
                       {"weight_decay must be >= 0"});
@@ -296,8 +302,8 @@ TEST(AdamFamily, RejectsBadOptionsNamingThem) {
                       {"state_dtype Half", "Float", "BFloat16"});
   expect_error<Error>([&] { Lamb({W}, LambOptions().state_dtype(at::kBFloat16)); },
                       {"Lamb: state_dtype BFloat16", "Adam, AdamW and Muon"});
-  expect_error<Error>(
-      [&] { AdamW({at::ones({2}, at::kComplexFloat).requires_grad_(true)}); }, {"complex"});
+  expect_error<Error>([&] { AdamW({at::ones({2}, at::kComplexFloat).requires_grad_(true)}); },
+                      {"complex"});
 }
 
 TEST(AdamFamily, BadGradientChangesNothing) {
@@ -308,8 +314,8 @@ TEST(AdamFamily, BadGradientChangesNothing) {
   AdamW opt({A, B});
   A.mutable_grad() = at::ones({3, 3});
   B.mutable_grad() = at::eye(3).to_sparse();
-  expect_error<Error>([&] { opt.step(); }, {"AdamW does not support sparse gradients",
-                                            "parameter 1 of param group 0"});
+  expect_error<Error>([&] { opt.step(); },
+                      {"AdamW does not support sparse gradients", "parameter 1 of param group 0"});
   EXPECT_TRUE(at::equal(A.detach(), A0));
   EXPECT_TRUE(opt.state().empty());
   // A changed hyperparameter is checked before the step too.

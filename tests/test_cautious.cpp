@@ -33,7 +33,7 @@ TEST(Cautious, RescaleUsesNumelOverKept) {
   torch::optim::SGD sgd({W}, torch::optim::SGDOptions(1.0).momentum(1.0));
   Cautious cautious(sgd, CautiousOptions{true});
   W.mutable_grad() = at::tensor({1.0f, 1.0f, 1.0f, 1.0f});
-  cautious.step();  // all agree: scale 1
+  cautious.step();                                           // all agree: scale 1
   W.mutable_grad() = at::tensor({-0.5f, 1.0f, 1.0f, 1.0f});  // buffer (0.5, 2, 2, 2)
   const auto before = W.detach().clone();
   cautious.step();

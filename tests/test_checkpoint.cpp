@@ -31,9 +31,9 @@ demo::GptConfig tiny(int64_t d_model = 16, int64_t layers = 1) {
 }
 
 OptimConfig config_with(const std::string& state_dtype) {
-  return OptimConfig::from_yaml("optimizer:\n  name: muon\n  normuon: true\n  state_dtype: " +
-                                state_dtype +
-                                "\n  schedule: {name: cosine, warmup_steps: 2}\n  grad_clip: 1.0\n");
+  return OptimConfig::from_yaml(
+      "optimizer:\n  name: muon\n  normuon: true\n  state_dtype: " + state_dtype +
+      "\n  schedule: {name: cosine, warmup_steps: 2}\n  grad_clip: 1.0\n");
 }
 
 // One training step on a batch that depends only on the step number.

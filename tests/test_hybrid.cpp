@@ -67,10 +67,11 @@ TEST(Hybrid, StepEqualsBothBranchesByHand) {
   }
   EXPECT_EQ(decayed.size(), 1u);      // wte
   EXPECT_EQ(not_decayed.size(), 3u);  // two block norms and the final norm
-  AdamW adamw({torch::optim::OptimizerParamGroup(decayed),
-               torch::optim::OptimizerParamGroup(
-                   not_decayed, std::make_unique<AdamWOptions>(AdamWOptions(0.01).weight_decay(0)))},
-              adamw_options);
+  AdamW adamw(
+      {torch::optim::OptimizerParamGroup(decayed),
+       torch::optim::OptimizerParamGroup(
+           not_decayed, std::make_unique<AdamWOptions>(AdamWOptions(0.01).weight_decay(0)))},
+      adamw_options);
   for (uint64_t step = 0; step < 3; ++step) {
     set_gradients(*ours, step);
     set_gradients(*theirs, step);
@@ -162,14 +163,16 @@ TEST(Hybrid, GroupErrors) {
     options.groups = std::move(groups);
     HybridOptimizer opt(routes, options);
   };
-  expect_error<Error>([&] { build({{"attention", {"*.attn.*"}}}); },
-                      {"parameter 'wte.weight' matches no parameter group", "attention",
-                       "patterns: [\"*\"]"});
+  expect_error<Error>(
+      [&] {
+        build({{"attention", {"*.attn.*"}}});
+      },
+      {"parameter 'wte.weight' matches no parameter group", "attention", "patterns: [\"*\"]"});
   expect_error<Error>([&] { build({{"a", {"*"}}, {"a", {"*"}}}); }, {"duplicate group name 'a'"});
   expect_error<Error>([&] { build({{"a", {}}}); }, {"param_groups[0] ('a')", "patterns is empty"});
   expect_error<Error>([&] { build({{"a", {"*"}, 0.0}}); }, {"lr_multiplier must be > 0", "got 0"});
   EXPECT_TRUE(pattern_matches("*", "blocks.0.attn.q_proj.weight"));  // * crosses dots
-  EXPECT_FALSE(pattern_matches("*.Weight", "a.weight"));            // case-sensitive
+  EXPECT_FALSE(pattern_matches("*.Weight", "a.weight"));             // case-sensitive
 }
 
 TEST(Hybrid, MupAndNanochatPresets) {

@@ -80,11 +80,16 @@ struct ReferenceMuon {
   }
   static at::Tensor reference_post_norm(const at::Tensor& U, PostNorm mode, double eps) {
     switch (mode) {
-      case PostNorm::none: return U;
-      case PostNorm::row: return unit_rows(U, eps);
-      case PostNorm::col: return unit_cols(U, eps);
-      case PostNorm::row_col: return unit_cols(unit_rows(U, eps), eps);
-      case PostNorm::col_row: return unit_rows(unit_cols(U, eps), eps);
+      case PostNorm::none:
+        return U;
+      case PostNorm::row:
+        return unit_rows(U, eps);
+      case PostNorm::col:
+        return unit_cols(U, eps);
+      case PostNorm::row_col:
+        return unit_cols(unit_rows(U, eps), eps);
+      case PostNorm::col_row:
+        return unit_rows(unit_cols(U, eps), eps);
       case PostNorm::frobenius:
         return U * std::sqrt(static_cast<double>(std::min(U.size(0), U.size(1)))) / U.norm();
     }
@@ -185,8 +190,8 @@ void expect_matches_reference(const MuonOptions& options, int64_t rows, int64_t 
 }
 
 TEST(Muon, MuonPlusModesMatchReference) {
-  for (auto mode : {PostNorm::row, PostNorm::col, PostNorm::row_col, PostNorm::col_row,
-                    PostNorm::frobenius}) {
+  for (auto mode :
+       {PostNorm::row, PostNorm::col, PostNorm::row_col, PostNorm::col_row, PostNorm::frobenius}) {
     for (auto shape : {std::pair<int64_t, int64_t>{24, 16}, {16, 40}}) {
       SCOPED_TRACE(to_string(mode) + " " + std::to_string(shape.first) + "x" +
                    std::to_string(shape.second));
@@ -246,14 +251,19 @@ TEST(Muon, CautiousWeightDecayMatchesReference) {
                            40);
   // By hand on a case where U·W < 0 for one entry: that entry is not decayed.
   auto W = at::tensor({1.0f, -1.0f}).view({1, 2}).requires_grad_(true);
-  Muon opt({W}, MuonOptions(0.1).momentum(0).nesterov(false).weight_decay(1.0)
-                    .cautious_weight_decay(true).ns_method(NsMethod::plain));
+  Muon opt({W}, MuonOptions(0.1)
+                    .momentum(0)
+                    .nesterov(false)
+                    .weight_decay(1.0)
+                    .cautious_weight_decay(true)
+                    .ns_method(NsMethod::plain));
   W.mutable_grad() = at::tensor({1.0f, 1.0f}).view({1, 2});  // U ∝ (1, 1)/√2·s
   opt.step();
   const auto u = orthogonalize(at::tensor({1.0f, 1.0f}).view({1, 2}),
-                               OrthogonalizeOptions().method(NsMethod::plain))[0][0].item<float>();
-  EXPECT_NEAR(W[0][0].item<float>(), 1.0f * 0.9f - 0.1f * u, 1e-6);   // U·W > 0: decayed
-  EXPECT_NEAR(W[0][1].item<float>(), -1.0f - 0.1f * u, 1e-6);         // U·W < 0: kept
+                               OrthogonalizeOptions().method(NsMethod::plain))[0][0]
+                     .item<float>();
+  EXPECT_NEAR(W[0][0].item<float>(), 1.0f * 0.9f - 0.1f * u, 1e-6);  // U·W > 0: decayed
+  EXPECT_NEAR(W[0][1].item<float>(), -1.0f - 0.1f * u, 1e-6);        // U·W < 0: kept
 }
 
 TEST(Muon, NanochatRecipeComposes) {

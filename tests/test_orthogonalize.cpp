@@ -55,31 +55,30 @@ TEST(Orthogonalize, SingularValuesInTableBandAndSingularVectorsMatch) {
   for (const auto& band : kBands) {
     for (const auto& shape : kShapes) {
       for (auto dtype : {at::kFloat, at::kDouble}) {
-       for (auto method : kMethods) {
-        SCOPED_TRACE(std::string(band.table) + " " + to_string(method) + " " +
-                     c10::toString(dtype) + " shape " + std::to_string(shape.dims.size()) +
-                     "-d " + std::to_string(shape.dims[shape.dims.size() - 2]) + "x" +
-                     std::to_string(shape.dims.back()));
-        const auto x = random_batch(shape, dtype, gen);
-        const auto out = orthogonalize(
-            x, OrthogonalizeOptions()
-                   .coefficients(CoefficientTable::by_name(band.table))
-                   .method(method));
-        ASSERT_EQ(out.sizes(), x.sizes());
-        ASSERT_EQ(out.scalar_type(), dtype);
+        for (auto method : kMethods) {
+          SCOPED_TRACE(std::string(band.table) + " " + to_string(method) + " " +
+                       c10::toString(dtype) + " shape " + std::to_string(shape.dims.size()) +
+                       "-d " + std::to_string(shape.dims[shape.dims.size() - 2]) + "x" +
+                       std::to_string(shape.dims.back()));
+          const auto x = random_batch(shape, dtype, gen);
+          const auto out = orthogonalize(x, OrthogonalizeOptions()
+                                                .coefficients(CoefficientTable::by_name(band.table))
+                                                .method(method));
+          ASSERT_EQ(out.sizes(), x.sizes());
+          ASSERT_EQ(out.scalar_type(), dtype);
 
-        const auto d = in_svd_basis(x, out);
-        const auto diag = d.diagonal(0, -2, -1);
-        EXPECT_GE(diag.min().item<double>(), band.low);
-        EXPECT_LE(diag.max().item<double>(), band.high);
-        const auto off = d - at::diag_embed(diag);
-        const double tolerance = dtype == at::kDouble ? 1e-9 : 1e-4;
-        EXPECT_LT(off.abs().max().item<double>(), tolerance);
-        // The measured singular values agree with the diagonal (nothing hides off it).
-        const auto sv = at::linalg_svdvals(out.to(at::kDouble));
-        EXPECT_GE(sv.min().item<double>(), band.low);
-        EXPECT_LE(sv.max().item<double>(), band.high);
-       }
+          const auto d = in_svd_basis(x, out);
+          const auto diag = d.diagonal(0, -2, -1);
+          EXPECT_GE(diag.min().item<double>(), band.low);
+          EXPECT_LE(diag.max().item<double>(), band.high);
+          const auto off = d - at::diag_embed(diag);
+          const double tolerance = dtype == at::kDouble ? 1e-9 : 1e-4;
+          EXPECT_LT(off.abs().max().item<double>(), tolerance);
+          // The measured singular values agree with the diagonal (nothing hides off it).
+          const auto sv = at::linalg_svdvals(out.to(at::kDouble));
+          EXPECT_GE(sv.min().item<double>(), band.low);
+          EXPECT_LE(sv.max().item<double>(), band.high);
+        }
       }
     }
   }
@@ -93,8 +92,8 @@ std::vector<at::Tensor> hard_inputs(int64_t rows, int64_t cols, at::ScalarType d
   const auto V = testing::orthonormal_columns(cols, k, gen);
   const auto s = at::pow(10.0, at::linspace(0, -4, k, at::kDouble));  // condition 1e4
   const auto ill = at::matmul(U * s, V.t());
-  const auto low_rank = at::matmul(at::randn({rows, 3}, gen, at::kDouble),
-                                   at::randn({3, cols}, gen, at::kDouble));
+  const auto low_rank =
+      at::matmul(at::randn({rows, 3}, gen, at::kDouble), at::randn({3, cols}, gen, at::kDouble));
   return {at::randn({rows, cols}, gen).to(dtype), ill.to(dtype), low_rank.to(dtype)};
 }
 
@@ -105,12 +104,13 @@ TEST(Orthogonalize, FastPathsAreAsAccurateAsThePlainIteration) {
   // entry of the reference. Gram iterations restart after 2 steps (the default): without a restart
   // the squared condition number of the Gram matrix costs float32 up to 2e-2 on these inputs.
   auto gen = seeded(12);
-  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {64, 64}, {48, 192}, {192, 48}, {100, 37}}) {
+  for (auto [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {48, 192}, {192, 48}, {100, 37}}) {
     for (const auto& x64 : hard_inputs(rows, cols, at::kDouble, gen)) {
       for (const char* table : {"quintic", "polar_express", "dion"}) {
         const auto options = OrthogonalizeOptions().coefficients(CoefficientTable::by_name(table));
-        const auto truth = orthogonalize(x64, OrthogonalizeOptions(options).method(NsMethod::plain));
+        const auto truth =
+            orthogonalize(x64, OrthogonalizeOptions(options).method(NsMethod::plain));
         const auto x32 = x64.to(at::kFloat);
         const double plain_error = testing::max_rel_diff(
             orthogonalize(x32, OrthogonalizeOptions(options).method(NsMethod::plain)), truth);
@@ -138,8 +138,8 @@ TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {
             NsMethod::plain);
   expect_error<Error>(
       [] {
-        orthogonalize(at::zeros({4, 4}), OrthogonalizeOptions().dtype(at::kBFloat16).method(
-                                             NsMethod::gram));
+        orthogonalize(at::zeros({4, 4}),
+                      OrthogonalizeOptions().dtype(at::kBFloat16).method(NsMethod::gram));
       },
       {"method 'gram' runs on CPU float32/float64", "BFloat16", "'automatic' or 'plain'"});
   OrthogonalizeWorkspace ws;

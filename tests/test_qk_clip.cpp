@@ -98,12 +98,18 @@ TEST(QkClip, ErrorsChangeNothing) {
   normed.qk_norm = true;
   const std::map<std::string, at::Tensor> stats = {{"attn", at::tensor({500.0f, 500.0f})},
                                                    {"normed", at::tensor({1.0f, 1.0f})}};
-  expect_error<Error>([&] { qk_clip({t, normed}, stats, 100.0); },
-                      {"layer 'normed' uses QK-norm", "without QK-clip"});
+  expect_error<Error>(
+      [&] {
+        qk_clip({t, normed}, stats, 100.0);
+      },
+      {"layer 'normed' uses QK-norm", "without QK-clip"});
   EXPECT_TRUE(at::equal(t.q_weight, at::ones({4, 3}, at::kDouble)));  // checked before scaling
   expect_error<Error>([&] { qk_clip({t}, stats, 0.0); }, {"tau must be > 0", "got 0"});
-  expect_error<Error>([&] { qk_clip({t}, {{"attn", at::tensor({1.0f, 2.0f, 3.0f})}}, 1.0); },
-                      {"layer 'attn' has 2 heads", "[3]"});
+  expect_error<Error>(
+      [&] {
+        qk_clip({t}, {{"attn", at::tensor({1.0f, 2.0f, 3.0f})}}, 1.0);
+      },
+      {"layer 'attn' has 2 heads", "[3]"});
 }
 
 demo::GptConfig tiny() {
@@ -140,13 +146,15 @@ TEST(QkClip, DemoGptReportsPerHeadMaxLogitsAndTheHybridClips) {
   }
   const auto targets = model->qk_clip_targets();
   ASSERT_EQ(targets.size(), 2u);
-  EXPECT_TRUE(targets[1].q_weight.is_same(model->blocks[1]->as<demo::BlockImpl>()->attn->q_proj->weight));
+  EXPECT_TRUE(
+      targets[1].q_weight.is_same(model->blocks[1]->as<demo::BlockImpl>()->attn->q_proj->weight));
 
   // No statistics → exactly the step without QK-clip.
   demo::Gpt a(tiny()), b(tiny());
   {
     at::NoGradGuard no_grad;
-    for (size_t i = 0; i < a->parameters().size(); ++i) b->parameters()[i].copy_(a->parameters()[i]);
+    for (size_t i = 0; i < a->parameters().size(); ++i)
+      b->parameters()[i].copy_(a->parameters()[i]);
   }
   HybridOptions with_clip;
   with_clip.qk_clip_tau = 1e-3;  // tiny: every head with statistics would be clipped

@@ -206,24 +206,29 @@ TEST(Routing, DeclaredAxesFollowDewsRules) {
          "declared axes (exp, embed, mlp): matrix (embed) x (mlp)");
   expect("moe.router", Role::adamw, {}, "declared axes (embed, exp): a router (last axis 'exp')");
   expect("tok", Role::adamw, {}, "declared axes (vocab, embed): selection axis 'vocab'");
-  expect("lm_head_like", Role::adamw, {},
-         "declared axes (embed, output): selection axis 'output'");
+  expect("lm_head_like", Role::adamw, {}, "declared axes (embed, output): selection axis 'output'");
   expect("norm_scale", Role::adamw, {}, "rank-1 tensor");
 
   RoutingRules undeclarable;
   undeclarable.declare_axes("w", {"heads", "embed", "head_dim"});
   testing::expect_error<Error>(
-      [&] { route(std::vector<NamedParameter>{{"w", t({4, 64, 16}), ""}}, undeclarable); },
+      [&] {
+        route(std::vector<NamedParameter>{{"w", t({4, 64, 16}), ""}}, undeclarable);
+      },
       {"parameter 'w'", "3 matrix sides (heads) (embed) (head_dim)", "exactly two"});
   RoutingRules late_expert;
   late_expert.declare_axes("w", {"embed", "exp", "mlp"});
   testing::expect_error<Error>(
-      [&] { route(std::vector<NamedParameter>{{"w", t({64, 8, 32}), ""}}, late_expert); },
+      [&] {
+        route(std::vector<NamedParameter>{{"w", t({64, 8, 32}), ""}}, late_expert);
+      },
       {"batch axis 'exp' after a matrix axis"});
   RoutingRules wrong_rank;
   wrong_rank.declare_axes("w", {"embed", "mlp"});
   testing::expect_error<Error>(
-      [&] { route(std::vector<NamedParameter>{{"w", t({4, 64, 16}), ""}}, wrong_rank); },
+      [&] {
+        route(std::vector<NamedParameter>{{"w", t({4, 64, 16}), ""}}, wrong_rank);
+      },
       {"parameter 'w' has shape [4, 64, 16] but 2 declared axes (embed, mlp)"});
 }
 

@@ -148,7 +148,8 @@ TEST(Schedule, InvalidRangesAreErrors) {
   auto linear = of(ScheduleKind::linear);
   linear.warmup_steps = 20;
   linear.decay_start = 10;
-  expect_error<Error>([&] { linear.check(100); }, {"decay_start (10) must be >= warmup_steps (20)"});
+  expect_error<Error>([&] { linear.check(100); },
+                      {"decay_start (10) must be >= warmup_steps (20)"});
   auto warmdown = of(ScheduleKind::warmdown);
   warmdown.warmdown_ratio = 1.5;
   expect_error<Error>([&] { warmdown.check(10); }, {"warmdown_ratio must be in [0, 1]", "1.5"});

@@ -50,8 +50,7 @@ TEST(StochasticRounding, SeedsFollowTheSpec) {
     const uint32_t step = spec_fmix32(static_cast<uint32_t>(count * 0x27D4EB2Fll));
     EXPECT_EQ(sr::step_seed(count), step);
     for (int64_t i : {0, 1, 5}) {
-      const uint32_t salt =
-          spec_fmix32(static_cast<uint32_t>(step + (2 * i + 1) * 0x165667B1ll));
+      const uint32_t salt = spec_fmix32(static_cast<uint32_t>(step + (2 * i + 1) * 0x165667B1ll));
       EXPECT_EQ(sr::tensor_salt(step, i), salt);
       EXPECT_EQ(sr::second_moment_salt(salt), spec_fmix32(salt + 0x9E3779B9u));
     }

@@ -77,7 +77,8 @@ TEST(Train, SameSeedSameRun) {
 TEST(Train, Bf16StateAdamWTrainsLikeFp32State) {
   // One run's loss moves by several percent with the seed (measured: 1.92–2.20 across seeds 1–3),
   // so compare the mean over four seeds, the same seeds for both state dtypes: within 2%.
-  auto config = fixture_config((std::filesystem::temp_directory_path() / "muon_test_bf16").string());
+  auto config =
+      fixture_config((std::filesystem::temp_directory_path() / "muon_test_bf16").string());
   config.optimizer = "adamw";
   config.steps = 200;
   config.log_every = config.eval_every = 200;

@@ -17,22 +17,26 @@ namespace muon {
 using Betas = std::tuple<double, double>;
 
 // Options shared by the Adam family's update (see fused_adam_step for the formulas).
-#define MUON_ADAM_FAMILY_OPTIONS(Options, default_weight_decay)                    \
-  Options(double lr = 1e-3) : lr_(lr) {} /* NOLINT: implicit, libtorch style */    \
-  TORCH_ARG(double, lr) = 1e-3;                                                    \
-  TORCH_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);                           \
-  TORCH_ARG(double, eps) = 1e-8;                                                   \
-  TORCH_ARG(double, weight_decay) = default_weight_decay;                          \
-  /* NAdam (optax): β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ) replaces m/(1−β1ᵗ) */       \
-  TORCH_ARG(bool, nesterov) = false;                                               \
-  /* at::kFloat (full precision; fp64 for fp64 parameters) or at::kBFloat16 */      \
-  TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;                             \
-  /* cautious optimizer: keep entries where (W_old − W_new)·g > 0, inside the pass */ \
-  TORCH_ARG(bool, cautious) = false;                                               \
-                                                                                   \
- public:                                                                           \
-  double get_lr() const override { return lr(); }                                  \
-  void set_lr(const double lr) override { this->lr(lr); }
+#define MUON_ADAM_FAMILY_OPTIONS(Options, default_weight_decay)                                     \
+  Options(double lr = 1e-3) : lr_(lr) {} /* NOLINT: implicit, libtorch style */                     \
+  TORCH_ARG(double, lr) = 1e-3;                                                                     \
+  TORCH_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);                                            \
+  TORCH_ARG(double, eps) = 1e-8;                                                                    \
+  TORCH_ARG(double, weight_decay) = default_weight_decay;                                           \
+  /* NAdam (optax): β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ) replaces m/(1−β1ᵗ) */ \
+  TORCH_ARG(bool, nesterov) = false;                                                                \
+  /* at::kFloat (full precision; fp64 for fp64 parameters) or at::kBFloat16 */                      \
+  TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;                                              \
+  /* cautious optimizer: keep entries where (W_old − W_new)·g > 0, inside the pass */            \
+  TORCH_ARG(bool, cautious) = false;                                                                \
+                                                                                                    \
+ public:                                                                                            \
+  double get_lr() const override {                                                                  \
+    return lr();                                                                                    \
+  }                                                                                                 \
+  void set_lr(const double lr) override {                                                           \
+    this->lr(lr);                                                                                   \
+  }
 
 // AdamW: W ← W·(1 − lr·weight_decay), then the Adam step. Default weight decay 1e-2 (torch's).
 struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOptions> {

@@ -21,9 +21,9 @@ struct AdamStepScalars {
   double decoupled_weight_decay = 0;  // AdamW: W ← W·(1 − lr·λ) before the step
   double l2_weight_decay = 0;         // Adam: g ← g + λ·W before the moments
   bool nesterov = false;              // NAdam as optax forms it
-  bool cautious = false;              // keep W_old where (W_old − W_new)·g ≤ 0 (cautious optimizer)
-  int64_t step = 1;                   // t, counting this update (1 on the first)
-  uint32_t seed_exp_avg = 0;          // stochastic-rounding seeds, used with bf16 state
+  bool cautious = false;      // keep W_old where (W_old − W_new)·g ≤ 0 (cautious optimizer)
+  int64_t step = 1;           // t, counting this update (1 on the first)
+  uint32_t seed_exp_avg = 0;  // stochastic-rounding seeds, used with bf16 state
   uint32_t seed_exp_avg_sq = 0;
 };
 

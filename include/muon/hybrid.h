@@ -28,10 +28,10 @@ enum class NonfinitePolicy {
 struct HybridOptions {
   MuonOptions muon;    // base settings of Muon-routed parameters; lr is the base rate
   AdamWOptions adamw;  // base settings of AdamW-routed parameters
-  std::vector<ParamGroupSpec> groups;  // empty: one catch-all group "default"
+  std::vector<ParamGroupSpec> groups;   // empty: one catch-all group "default"
   std::optional<double> max_grad_norm;  // clip the global gradient norm to this (> 0)
   NonfinitePolicy nonfinite = NonfinitePolicy::skip;
-  bool all_adamw = false;  // optimizer `adamw`: every trainable parameter in AdamW
+  bool all_adamw = false;             // optimizer `adamw`: every trainable parameter in AdamW
   std::optional<double> qk_clip_tau;  // MuonClip after each step (needs set_qk_clip_source)
   // Schedules, applied by step() before each update from its own step count (a skipped step does
   // not advance it). Each group's rate = its peak × the schedule's multiplier.
@@ -43,10 +43,10 @@ struct HybridOptions {
 
 // What the last step() did.
 struct StepStats {
-  double grad_norm = 0;      // √Σ‖g‖² over every gradient, before clipping
-  double clip_factor = 1;    // what gradients were multiplied by
-  bool skipped = false;      // a non-finite norm skipped this step
-  int64_t skipped_steps = 0; // over the optimizer's life
+  double grad_norm = 0;                // √Σ‖g‖² over every gradient, before clipping
+  double clip_factor = 1;              // what gradients were multiplied by
+  bool skipped = false;                // a non-finite norm skipped this step
+  int64_t skipped_steps = 0;           // over the optimizer's life
   std::vector<QkClipScaling> qk_clip;  // heads QK-clip shrank this step
 };
 

@@ -86,9 +86,9 @@ struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonPa
 
 // A parameter of rank ≥ 2 is a batch of matrices over its last two dims: an expert stack
 // (E, rows, cols) is orthogonalized expert by expert. set_matrix_view() reshapes a parameter into
-// another (batch..., rows, cols) view first, e.g. a conv kernel (out, in, kh, kw) → (out, in·kh·kw).
-// Matrices of one shape and settings are orthogonalized together in one batched call, in buffers
-// kept across steps.
+// another (batch..., rows, cols) view first, e.g. a conv kernel (out, in, kh, kw) → (out,
+// in·kh·kw). Matrices of one shape and settings are orthogonalized together in one batched call, in
+// buffers kept across steps.
 class Muon : public torch::optim::Optimizer {
  public:
   explicit Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups,

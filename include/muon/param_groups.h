@@ -15,9 +15,9 @@ namespace muon {
 
 struct ParamGroupSpec {
   std::string name;
-  std::vector<std::string> patterns;  // fnmatch; `*` crosses dots; case-sensitive
-  double lr_multiplier = 1.0;         // > 0; the group's rate = base rate × multiplier
-  std::optional<double> lr;           // an absolute rate instead (presets with fixed rates)
+  std::vector<std::string> patterns;   // fnmatch; `*` crosses dots; case-sensitive
+  double lr_multiplier = 1.0;          // > 0; the group's rate = base rate × multiplier
+  std::optional<double> lr;            // an absolute rate instead (presets with fixed rates)
   std::optional<double> weight_decay;  // unset: inherit (biases and norm weights then get 0)
   std::optional<Betas> betas;          // AdamW-routed members
   std::optional<double> eps;           // AdamW-routed members
@@ -52,7 +52,7 @@ struct NanochatSettings {
 };
 struct Preset {
   std::vector<ParamGroupSpec> groups;
-  MuonOptions muon;    // the algorithm settings the recipe pairs with its groups
+  MuonOptions muon;  // the algorithm settings the recipe pairs with its groups
   AdamWOptions adamw;
 };
 Preset nanochat_preset(const NanochatSettings& settings = {});

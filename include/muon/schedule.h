@@ -27,8 +27,8 @@ struct LrSchedule {
   int64_t warmup_steps = 0;
   std::optional<int64_t> decay_steps;  // cosine, linear: where the decay ends (unset: run length)
 
-  // cosine: linear init_value → 1 over the warmup, then end + (1 − end)·(½(1 + cos(π·t'/T)))^exponent
-  // with t' = min(step − warmup, T), T = decay_steps − warmup (> 0).
+  // cosine: linear init_value → 1 over the warmup, then end + (1 − end)·(½(1 +
+  // cos(π·t'/T)))^exponent with t' = min(step − warmup, T), T = decay_steps − warmup (> 0).
   double init_value = 0;
   double end_value = 0;  // cosine, linear and power's tail: the final multiplier
   double exponent = 1;
@@ -90,10 +90,10 @@ struct WeightDecaySchedule {
 
 // flaxchat/nanochat's scaling rules, B_ref = 2^19 tokens per step.
 struct ScalingRules {
-  double batch_tokens = 524288;    // B: tokens per optimizer step
-  int64_t d_model = 768;           // D_model for the AdamW-rate rule
-  double training_tokens = 0;      // D (for the weight-decay rule and auto batch size)
-  double reference_tokens = 0;     // D_ref
+  double batch_tokens = 524288;  // B: tokens per optimizer step
+  int64_t d_model = 768;         // D_model for the AdamW-rate rule
+  double training_tokens = 0;    // D (for the weight-decay rule and auto batch size)
+  double reference_tokens = 0;   // D_ref
   static constexpr double kReferenceBatch = 524288;  // 2^19
 
   double lr_multiplier() const;            // √(B / B_ref)

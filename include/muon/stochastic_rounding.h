@@ -34,7 +34,9 @@ constexpr uint32_t tensor_salt(uint32_t step, int64_t index) {
 }
 
 // Seed of the second moment of the tensor whose first moment uses `salt`.
-constexpr uint32_t second_moment_salt(uint32_t salt) { return fmix32(salt + 0x9E3779B9u); }
+constexpr uint32_t second_moment_salt(uint32_t salt) {
+  return fmix32(salt + 0x9E3779B9u);
+}
 
 // bf16 bits of x rounded up with probability equal to the discarded fraction: 16 hashed noise bits
 // are added below the kept mantissa and truncated. NaN stays a (quiet) NaN, ±Inf stays ±Inf.

@@ -46,8 +46,8 @@ HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
               check(std::isfinite(*options.qk_clip_tau) && *options.qk_clip_tau > 0,
                     "qk_clip: tau must be > 0, got ", *options.qk_clip_tau);
             }
-            const bool scheduled = options.schedule || options.momentum_schedule ||
-                                   options.weight_decay_schedule;
+            const bool scheduled =
+                options.schedule || options.momentum_schedule || options.weight_decay_schedule;
             check(!scheduled || options.total_steps > 0,
                   "schedules need total_steps > 0 (the run's length), got ", options.total_steps);
             if (options.schedule) options.schedule->check(options.total_steps);
@@ -163,12 +163,13 @@ void HybridOptimizer::apply_schedules() {
     if (!any) return;
   }
   const int64_t total = std::max<int64_t>(o.total_steps, 1);
-  const double wd = o.weight_decay_schedule ? o.weight_decay_schedule->multiplier(step_count_, total)
-                                            : 1.0;
+  const double wd =
+      o.weight_decay_schedule ? o.weight_decay_schedule->multiplier(step_count_, total) : 1.0;
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     const auto& base = base_[g];
     const auto& schedule = base.schedule ? base.schedule : o.schedule;
-    const double lr = base.lr * (schedule ? schedule->multiplier(step_count_, total, base.lr) : 1.0);
+    const double lr =
+        base.lr * (schedule ? schedule->multiplier(step_count_, total, base.lr) : 1.0);
     auto& options = param_groups_[g].options();
     options.set_lr(lr);
     if (auto* m = dynamic_cast<MuonOptions*>(&options)) {

@@ -65,8 +65,8 @@ std::vector<ParamGroupSpec> mup_groups(double width_multiplier) {
 Preset nanochat_preset(const NanochatSettings& s) {
   check(s.d_model > 0, "nanochat: d_model must be > 0, got ", s.d_model);
   const double d = std::pow(static_cast<double>(s.d_model) / 768.0, -0.5);
-  auto adamw_group = [](std::string name, std::vector<std::string> patterns, double lr,
-                        Betas betas, double wd) {
+  auto adamw_group = [](std::string name, std::vector<std::string> patterns, double lr, Betas betas,
+                        double wd) {
     ParamGroupSpec g{std::move(name), std::move(patterns)};
     g.lr = lr;
     g.betas = betas;

@@ -13,8 +13,8 @@ namespace {
 void check_target(const QkClipTarget& t, const at::Tensor& logits) {
   check(!t.qk_norm, "qk_clip: layer '", t.layer,
         "' uses QK-norm, which already bounds the logits; train it without QK-clip");
-  check(logits.dim() == 1 && logits.size(0) == t.n_heads, "qk_clip: layer '", t.layer,
-        "' has ", t.n_heads, " heads but its max-logit statistics have shape ", logits.sizes());
+  check(logits.dim() == 1 && logits.size(0) == t.n_heads, "qk_clip: layer '", t.layer, "' has ",
+        t.n_heads, " heads but its max-logit statistics have shape ", logits.sizes());
   if (t.kind == AttentionKind::grouped_query) {
     check(t.n_kv_heads > 0 && t.n_heads % t.n_kv_heads == 0 && t.head_dim > 0, "qk_clip: layer '",
           t.layer, "': n_heads (", t.n_heads, ") must be a multiple of n_kv_heads (", t.n_kv_heads,
@@ -45,8 +45,8 @@ void clip_grouped(const QkClipTarget& t, const std::vector<double>& gamma,
   const int64_t group = t.n_heads / t.n_kv_heads;
   const int64_t d = t.head_dim;
   for (int64_t kv = 0; kv < t.n_kv_heads; ++kv) {
-    const double eta = *std::min_element(gamma.begin() + kv * group,
-                                         gamma.begin() + (kv + 1) * group);
+    const double eta =
+        *std::min_element(gamma.begin() + kv * group, gamma.begin() + (kv + 1) * group);
     if (eta >= 1.0) continue;
     const double factor = std::sqrt(eta);
     for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {

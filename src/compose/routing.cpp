@@ -12,8 +12,8 @@
 #include <cctype>
 #include <map>
 #include <optional>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 #include <unordered_set>
 
 namespace muon {
@@ -53,7 +53,8 @@ HigherRankPolicy higher_rank_policy_from_string(const std::string& name) {
   for (auto p : {HigherRankPolicy::adamw, HigherRankPolicy::flatten, HigherRankPolicy::error}) {
     if (to_string(p) == name) return p;
   }
-  throw Error("unknown higher_rank policy '" + name + "'; valid policies are adamw, flatten, error");
+  throw Error("unknown higher_rank policy '" + name +
+              "'; valid policies are adamw, flatten, error");
 }
 
 void RoutingRules::tag_parameter(const at::Tensor& param, Role role) {
@@ -115,8 +116,12 @@ struct Decision {
   std::vector<int64_t> view;  // Muon's view when not the tensor's own shape
 };
 
-bool is_head_axis(const std::string& a) { return a == "heads" || a == "head_dim" || a == "kv"; }
-bool is_selection_axis(const std::string& a) { return a == "vocab" || a == "output"; }
+bool is_head_axis(const std::string& a) {
+  return a == "heads" || a == "head_dim" || a == "kv";
+}
+bool is_selection_axis(const std::string& a) {
+  return a == "vocab" || a == "output";
+}
 
 std::string join(const std::vector<std::string>& parts, const char* separator) {
   std::string out;
@@ -173,7 +178,8 @@ Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank)
   const auto& t = p.tensor;
   if (!t.is_floating_point()) {
     return {Role::adamw,
-            "dtype " + std::string(c10::toString(t.scalar_type())) + " is not floating-point", {}};
+            "dtype " + std::string(c10::toString(t.scalar_type())) + " is not floating-point",
+            {}};
   }
   if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor", {}};
   if (ends_with(p.name, "bias")) return {Role::adamw, "a bias", {}};
@@ -192,8 +198,8 @@ Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank)
     const auto rank = "rank-" + std::to_string(t.dim()) + " tensor";
     switch (higher_rank) {
       case HigherRankPolicy::adamw:
-        return {Role::adamw, rank + " without declared matrix axes (higher_rank policy 'adamw')",
-                {}};
+        return {
+            Role::adamw, rank + " without declared matrix axes (higher_rank policy 'adamw')", {}};
       case HigherRankPolicy::flatten: {
         const std::vector<int64_t> view{t.size(0), t.numel() / t.size(0)};
         std::ostringstream out;
@@ -265,7 +271,8 @@ std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters
     } else {
       d = decide_heuristic(p, rules.higher_rank);
     }
-    out.push_back({p.name, p.tensor, d.role, std::move(d.reason), p.module_type, std::move(d.view)});
+    out.push_back(
+        {p.name, p.tensor, d.role, std::move(d.reason), p.module_type, std::move(d.view)});
   }
   return out;
 }
@@ -296,8 +303,8 @@ std::string format_routing_report(const std::vector<RoutedParameter>& routes) {
   for (const auto& r : routes) {
     std::ostringstream shape;
     shape << r.tensor.sizes();
-    rows.push_back({r.name, shape.str(), c10::toString(r.tensor.scalar_type()), to_string(r.role),
-                    r.reason});
+    rows.push_back(
+        {r.name, shape.str(), c10::toString(r.tensor.scalar_type()), to_string(r.role), r.reason});
     auto& t = totals[to_string(r.role)];
     t.first += 1;
     t.second += r.tensor.numel();

@@ -28,9 +28,9 @@ std::string to_string(ScheduleKind kind) {
 }
 
 ScheduleKind schedule_kind_from_string(const std::string& name) {
-  for (auto k : {ScheduleKind::constant, ScheduleKind::cosine, ScheduleKind::power,
-                 ScheduleKind::linear, ScheduleKind::warmdown, ScheduleKind::one_cycle,
-                 ScheduleKind::exponential}) {
+  for (auto k :
+       {ScheduleKind::constant, ScheduleKind::cosine, ScheduleKind::power, ScheduleKind::linear,
+        ScheduleKind::warmdown, ScheduleKind::one_cycle, ScheduleKind::exponential}) {
     if (to_string(k) == name) return k;
   }
   throw Error("unknown schedule '" + name +
@@ -149,8 +149,8 @@ double LrSchedule::multiplier(int64_t step, int64_t total_steps, double peak) co
       const double final_low = low / final_div_factor;
       const double s = static_cast<double>(step);
       if (s < up) return 1.0 + (low - 1.0) * half_cosine(s / up);
-      return final_low + (1.0 - final_low) *
-                             half_cosine((s - up) / (static_cast<double>(total_steps) - up));
+      return final_low +
+             (1.0 - final_low) * half_cosine((s - up) / (static_cast<double>(total_steps) - up));
     }
     case ScheduleKind::exponential:
       if (step < warmup_steps) return ramp(step, warmup_steps);
@@ -199,8 +199,8 @@ double ScalingRules::weight_decay_multiplier() const {
 double ScalingRules::auto_batch_tokens(double training_tokens, double reference_tokens) {
   check(training_tokens > 0 && reference_tokens > 0,
         "scaling: automatic batch size needs training_tokens and reference_tokens > 0");
-  return std::exp2(std::round(
-      std::log2(kReferenceBatch * std::pow(training_tokens / reference_tokens, 0.383))));
+  return std::exp2(
+      std::round(std::log2(kReferenceBatch * std::pow(training_tokens / reference_tokens, 0.383))));
 }
 
 }  // namespace muon

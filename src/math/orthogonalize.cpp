@@ -175,8 +175,7 @@ NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options
   }
   check(eligible, "orthogonalize: method '", to_string(method), "' runs on CPU float32/float64 ",
         "with a CBLAS; got a ", dtype, " computation on ", x.device(),
-        (detail::have_cblas() ? "" : " in a build without CBLAS"),
-        " (use 'automatic' or 'plain')");
+        (detail::have_cblas() ? "" : " in a build without CBLAS"), " (use 'automatic' or 'plain')");
   return method;
 }
 

@@ -15,7 +15,8 @@ at::Tensor round_to_bf16(const at::Tensor& x, uint32_t seed) {
   const float* in = src.data_ptr<float>();
   auto* bits = reinterpret_cast<uint16_t*>(out.data_ptr());
   at::parallel_for(0, src.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) bits[i] = round_bits(in[i], seed, static_cast<uint64_t>(i));
+    for (int64_t i = begin; i < end; ++i)
+      bits[i] = round_bits(in[i], seed, static_cast<uint64_t>(i));
   });
   return out;
 }

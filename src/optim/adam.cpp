@@ -5,11 +5,11 @@
 #include <cmath>
 #include <string>
 
+#include "in_place.h"
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/stochastic_rounding.h"
-#include "in_place.h"
 
 namespace muon {
 namespace {
@@ -44,8 +44,14 @@ Hyper hyper_of(const Options& o) {
     nesterov = o.nesterov();
     cautious = o.cautious();
   }
-  return {o.lr(),           std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(),
-          o.weight_decay(), nesterov,               o.state_dtype(),        cautious};
+  return {o.lr(),
+          std::get<0>(o.betas()),
+          std::get<1>(o.betas()),
+          o.eps(),
+          o.weight_decay(),
+          nesterov,
+          o.state_dtype(),
+          cautious};
 }
 
 void check_hyper(const Hyper& h, Rule rule) {
@@ -96,9 +102,9 @@ AdamParamState& state_of(torch::optim::Optimizer& opt, const at::Tensor& p,
                          at::ScalarType state_dtype) {
   auto& slot = opt.state()[compat::param_state_key(p)];
   if (!slot) {
-    const auto dtype = state_dtype == at::kBFloat16 ? at::kBFloat16
+    const auto dtype = state_dtype == at::kBFloat16     ? at::kBFloat16
                        : p.scalar_type() == at::kDouble ? at::kDouble
-                                                         : at::kFloat;
+                                                        : at::kFloat;
     auto state = std::make_unique<AdamParamState>();
     state->exp_avg(at::zeros(p.sizes(), p.options().dtype(dtype)));  // contiguous, whatever p is
     state->exp_avg_sq(at::zeros(p.sizes(), p.options().dtype(dtype)));
@@ -108,8 +114,8 @@ AdamParamState& state_of(torch::optim::Optimizer& opt, const at::Tensor& p,
 }
 
 template <class Options>
-at::Tensor family_step(torch::optim::Optimizer& opt, const torch::optim::Optimizer::LossClosure& closure,
-                       Rule rule) {
+at::Tensor family_step(torch::optim::Optimizer& opt,
+                       const torch::optim::Optimizer::LossClosure& closure, Rule rule) {
   at::NoGradGuard no_grad;
   at::Tensor loss;
   if (closure != nullptr) {
@@ -169,7 +175,9 @@ AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions
 }
 AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions defaults)
     : AdamW(one_group(std::move(params)), std::move(defaults)) {}
-void AdamW::check_step() const { check_all<AdamWOptions>(*this, Rule::adamw); }
+void AdamW::check_step() const {
+  check_all<AdamWOptions>(*this, Rule::adamw);
+}
 at::Tensor AdamW::step(LossClosure closure) {
   return family_step<AdamWOptions>(*this, closure, Rule::adamw);
 }
@@ -180,7 +188,9 @@ Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> groups, AdamOptions de
 }
 Adam::Adam(std::vector<at::Tensor> params, AdamOptions defaults)
     : Adam(one_group(std::move(params)), std::move(defaults)) {}
-void Adam::check_step() const { check_all<AdamOptions>(*this, Rule::adam); }
+void Adam::check_step() const {
+  check_all<AdamOptions>(*this, Rule::adam);
+}
 at::Tensor Adam::step(LossClosure closure) {
   return family_step<AdamOptions>(*this, closure, Rule::adam);
 }
@@ -191,7 +201,9 @@ Lamb::Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, LambOptions de
 }
 Lamb::Lamb(std::vector<at::Tensor> params, LambOptions defaults)
     : Lamb(one_group(std::move(params)), std::move(defaults)) {}
-void Lamb::check_step() const { check_all<LambOptions>(*this, Rule::lamb); }
+void Lamb::check_step() const {
+  check_all<LambOptions>(*this, Rule::lamb);
+}
 at::Tensor Lamb::step(LossClosure closure) {
   return family_step<LambOptions>(*this, closure, Rule::lamb);
 }

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <sstream>
 
+#include "in_place.h"
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/stochastic_rounding.h"
-#include "in_place.h"
 
 namespace muon {
 
@@ -124,8 +124,8 @@ void momentum_direction(const at::Tensor& grad, at::Tensor& B, at::Tensor& direc
 // W ← W·(1 − lr·λ) − lr·factor·U (decay masked to U·W ≥ 0 when cautious), computed in U's dtype
 // and rounded once into W.
 // With `masked`, entries where (W_old − W_new)·g ≤ 0 keep W_old (cautious optimizer).
-void apply_update(at::Tensor& p, const at::Tensor& U, double lr, double factor,
-                  double weight_decay, bool cautious_decay, bool masked) {
+void apply_update(at::Tensor& p, const at::Tensor& U, double lr, double factor, double weight_decay,
+                  bool cautious_decay, bool masked) {
   const double decay = 1.0 - lr * weight_decay;
   if (p.device().is_cpu()) {
     const auto grad = masked ? p.grad().contiguous() : at::Tensor();
@@ -145,10 +145,11 @@ void apply_update(at::Tensor& p, const at::Tensor& U, double lr, double factor,
 // Matrices that can share one orthogonalize() call: same matrix shape, dtype, device and settings.
 std::string batch_key(const std::vector<int64_t>& view, const at::Tensor& p, const MuonOptions& o) {
   std::ostringstream key;
-  key << view[view.size() - 2] << 'x' << view.back() << '|' << compute_dtype(p) << '|'
-      << p.device() << '|' << o.ns_steps() << '|' << to_string(o.ns_method()) << '|'
-      << o.gram_restart() << '|' << (o.ns_dtype() ? c10::toString(*o.ns_dtype()) : "default");
-  for (const auto& row : o.coefficients().rows) key << '|' << row[0] << ',' << row[1] << ',' << row[2];
+  key << view[view.size() - 2] << 'x' << view.back() << '|' << compute_dtype(p) << '|' << p.device()
+      << '|' << o.ns_steps() << '|' << to_string(o.ns_method()) << '|' << o.gram_restart() << '|'
+      << (o.ns_dtype() ? c10::toString(*o.ns_dtype()) : "default");
+  for (const auto& row : o.coefficients().rows)
+    key << '|' << row[0] << ',' << row[1] << ',' << row[2];
   key << '|' << o.coefficients().safety << '|' << o.coefficients().eps;
   return key.str();
 }
@@ -182,8 +183,8 @@ Muon::Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups, MuonOpti
 }
 
 Muon::Muon(std::vector<at::Tensor> params, MuonOptions defaults)
-    : Muon(std::vector<torch::optim::OptimizerParamGroup>{
-               torch::optim::OptimizerParamGroup(std::move(params))},
+    : Muon(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(
+               std::move(params))},
            std::move(defaults)) {}
 
 void Muon::set_matrix_view(const at::Tensor& param, std::vector<int64_t> view) {
@@ -202,8 +203,7 @@ void Muon::set_matrix_view(const at::Tensor& param, std::vector<int64_t> view) {
   }
   check(numel == param.numel(), "Muon::set_matrix_view: view ", at::IntArrayRef(view), " holds ",
         numel, " elements, the parameter of shape ", param.sizes(), " ", param.numel());
-  check(state_.count(compat::param_state_key(param)) == 0 ||
-            matrix_view(param) == view,
+  check(state_.count(compat::param_state_key(param)) == 0 || matrix_view(param) == view,
         "Muon::set_matrix_view: the parameter already has state for view ",
         at::IntArrayRef(matrix_view(param)), "; set views before the first step");
   views_[param.unsafeGetTensorImpl()] = std::move(view);
@@ -222,11 +222,11 @@ void Muon::check_step() const {
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& p = params[i];
       if (!p.grad().defined()) continue;
-      check(!p.grad().is_sparse(), "Muon does not support sparse gradients (",
-            param_label(gi, i), ")");
+      check(!p.grad().is_sparse(), "Muon does not support sparse gradients (", param_label(gi, i),
+            ")");
       check_muon_param(p, param_label(gi, i));
-      check(p.grad().sizes() == p.sizes(), "Muon: ", param_label(gi, i), " has a gradient of shape ",
-            p.grad().sizes(), " for a parameter of shape ", p.sizes());
+      check(p.grad().sizes() == p.sizes(), "Muon: ", param_label(gi, i),
+            " has a gradient of shape ", p.grad().sizes(), " for a parameter of shape ", p.sizes());
       check(p.device().is_cpu() || o.state_dtype() == at::kFloat, "Muon: ", param_label(gi, i),
             " is on ", p.device(), "; bfloat16 momentum is implemented for CPU tensors only");
     }
@@ -244,9 +244,8 @@ MuonParamState& Muon::state_of(const at::Tensor& p, const MuonOptions& o) {
   auto& state = static_cast<MuonParamState&>(*slot);
   if (o.normuon() && !state.normuon_second_moment().defined()) {
     // NorMuon can be switched on between steps: its statistic starts at 0 then.
-    state.normuon_second_moment(
-        at::zeros(normuon_state_shape(matrix_view(p), o.normuon()->axis),
-                  p.options().dtype(compute_dtype(p))));
+    state.normuon_second_moment(at::zeros(normuon_state_shape(matrix_view(p), o.normuon()->axis),
+                                          p.options().dtype(compute_dtype(p))));
   }
   return state;
 }
@@ -263,8 +262,8 @@ void Muon::finish(Pending& item, const at::Tensor& U_view) {
   const auto rows = item.view[item.view.size() - 2];
   const auto cols = item.view.back();
   apply_update(item.param, U.reshape(item.param.sizes()), o.lr(),
-               shape_factor(o.adjust_lr(), rows, cols), o.weight_decay(),
-               o.cautious_weight_decay(), o.cautious());
+               shape_factor(o.adjust_lr(), rows, cols), o.weight_decay(), o.cautious_weight_decay(),
+               o.cautious());
   item.state->step(item.state->step() + 1);
 }
 

@@ -66,8 +66,8 @@ void write_atomically(const std::string& path, const std::vector<char>& bytes) {
   const bool synced = ::fsync(fd) == 0;
   ::close(fd);
   check(synced, "checkpoint: fsync of '", temporary, "' failed");
-  check(std::rename(temporary.c_str(), path.c_str()) == 0, "checkpoint: cannot rename '",
-        temporary, "' to '", path, "': ", std::strerror(errno));
+  check(std::rename(temporary.c_str(), path.c_str()) == 0, "checkpoint: cannot rename '", temporary,
+        "' to '", path, "': ", std::strerror(errno));
 }
 
 std::map<std::string, at::Tensor> model_tensors(const torch::nn::Module& model) {
@@ -197,8 +197,8 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
     const auto where = "state['" + name + "']";
     check(state.contains(name), "checkpoint '", path, "' has no state for parameter '", name,
           "'; it belongs to a different model");
-    const auto entry = c10::impl::toTypedDict<std::string, c10::IValue>(
-        state.at(name).toGenericDict());
+    const auto entry =
+        c10::impl::toTypedDict<std::string, c10::IValue>(state.at(name).toGenericDict());
     const auto role = role_from_string(field(entry, "role", where).toStringRef());
     check(role == optimizer.role_of(p), "checkpoint: ", where, " was optimized by ",
           to_string(role), ", this optimizer routes it to ", to_string(optimizer.role_of(p)));

@@ -22,7 +22,8 @@ void require(bool ok, const std::string& path, const std::string& rule, double v
 }
 
 template <class T>
-T one_of(const std::string& path, const std::string& value, const std::function<T(const std::string&)>& parse) {
+T one_of(const std::string& path, const std::string& value,
+         const std::function<T(const std::string&)>& parse) {
   try {
     return parse(value);
   } catch (const Error& e) {
@@ -126,7 +127,8 @@ ParamGroupSpec read_group(Section s) {
     require(*v >= 0, s.key_path("weight_decay"), ">= 0", *v);
     g.weight_decay = *v;
   }
-  if (const auto n = s.find("betas"); n && !n.IsNull()) g.betas = read_betas(n, s.key_path("betas"));
+  if (const auto n = s.find("betas"); n && !n.IsNull())
+    g.betas = read_betas(n, s.key_path("betas"));
   if (const auto v = s.number("eps")) {
     require(*v > 0, s.key_path("eps"), "> 0", *v);
     g.eps = *v;
@@ -177,8 +179,8 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   }
   if (const auto v = s.boolean("nesterov")) h.muon.nesterov(*v);
   if (const auto v = s.text("momentum_form")) {
-    check(*v == "ema" || *v == "sum", s.key_path("momentum_form"),
-          ": expected ema or sum, got '", *v, "'");
+    check(*v == "ema" || *v == "sum", s.key_path("momentum_form"), ": expected ema or sum, got '",
+          *v, "'");
     h.muon.momentum_form(*v == "ema" ? MomentumForm::ema : MomentumForm::sum);
   }
   if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
@@ -270,8 +272,8 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
     h.max_grad_norm = *v;
   }
   if (const auto v = s.text("nonfinite")) {
-    check(*v == "skip" || *v == "error", s.key_path("nonfinite"),
-          ": expected skip or error, got '", *v, "'");
+    check(*v == "skip" || *v == "error", s.key_path("nonfinite"), ": expected skip or error, got '",
+          *v, "'");
     h.nonfinite = *v == "skip" ? NonfinitePolicy::skip : NonfinitePolicy::error;
   }
   const auto qk = s.find("qk_clip");
@@ -321,8 +323,8 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
     check(groups.IsSequence(), s.key_path("param_groups"), ": expected a list, got ",
           kind_of(groups));
     for (size_t i = 0; i < groups.size(); ++i) {
-      h.groups.push_back(
-          read_group(Section(groups[i], s.key_path("param_groups") + "[" + std::to_string(i) + "]")));
+      h.groups.push_back(read_group(
+          Section(groups[i], s.key_path("param_groups") + "[" + std::to_string(i) + "]")));
     }
     try {
       check_groups(h.groups);
@@ -369,8 +371,8 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
     if (const auto v = r.strings("muon")) config.routing.muon_patterns = *v;
     if (const auto v = r.strings("adamw")) config.routing.adamw_patterns = *v;
     if (const auto v = r.text("higher_rank")) {
-      config.routing.higher_rank = one_of<HigherRankPolicy>(r.key_path("higher_rank"), *v,
-                                                            higher_rank_policy_from_string);
+      config.routing.higher_rank =
+          one_of<HigherRankPolicy>(r.key_path("higher_rank"), *v, higher_rank_policy_from_string);
     }
     r.finish();
   }
@@ -542,11 +544,11 @@ std::string OptimConfig::to_yaml() const {
   }
   if (h.momentum_schedule) {
     const auto& m = *h.momentum_schedule;
-    out << YAML::Key << "momentum_schedule" << YAML::Value << YAML::BeginMap << YAML::Key
-        << "start" << YAML::Value << m.start << YAML::Key << "target" << YAML::Value << m.target
-        << YAML::Key << "steps" << YAML::Value << m.steps << YAML::Key << "cool_down"
-        << YAML::Value << m.cool_down << YAML::Key << "warmdown_ratio" << YAML::Value
-        << m.warmdown_ratio << YAML::EndMap;
+    out << YAML::Key << "momentum_schedule" << YAML::Value << YAML::BeginMap << YAML::Key << "start"
+        << YAML::Value << m.start << YAML::Key << "target" << YAML::Value << m.target << YAML::Key
+        << "steps" << YAML::Value << m.steps << YAML::Key << "cool_down" << YAML::Value
+        << m.cool_down << YAML::Key << "warmdown_ratio" << YAML::Value << m.warmdown_ratio
+        << YAML::EndMap;
   }
   if (h.weight_decay_schedule) {
     out << YAML::Key << "weight_decay_schedule" << YAML::Value

@@ -119,10 +119,10 @@ class Section {
   // from other frameworks, else the nearest by edit distance.
   void finish() const {
     static const std::map<std::string, std::string> synonyms = {
-        {"learning_rate", "lr"},        {"epsilon", "eps"},
-        {"wd", "weight_decay"},         {"max_grad_norm", "grad_clip"},
+        {"learning_rate", "lr"},         {"epsilon", "eps"},
+        {"wd", "weight_decay"},          {"max_grad_norm", "grad_clip"},
         {"clip_grad_norm", "grad_clip"}, {"beta", "betas"},
-        {"groups", "param_groups"},     {"lr_scheduler", "schedule"}};
+        {"groups", "param_groups"},      {"lr_scheduler", "schedule"}};
     for (const auto& item : node_) {
       const auto key = item.first.as<std::string>();
       if (known_.count(key) != 0) continue;
@@ -173,6 +173,5 @@ class Section {
   std::string path_;
   std::set<std::string> known_;
 };
-
 
 }  // namespace muon::detail

@@ -38,7 +38,8 @@ double best_gemm_gflops(int64_t n) {
   auto c = at::empty({n, n});
   at::mm_out(c, a, b);
   double best = 0;
-  for (int rep = 0; rep < 5; ++rep) best = std::max(best, 2.0 * n * n * n / seconds([&] { at::mm_out(c, a, b); }));
+  for (int rep = 0; rep < 5; ++rep)
+    best = std::max(best, 2.0 * n * n * n / seconds([&] { at::mm_out(c, a, b); }));
   return best / 1e9;
 }
 
@@ -72,22 +73,27 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
   log << "\n## Orthogonalization (quintic, 5 steps, fp32): plain-algorithm FLOPs / time vs GEMM\n\n"
       << "| shape | method | ms | GFLOP/s | of GEMM rate | orth_err | vs plain |\n"
       << "|---|---|---|---|---|---|---|\n";
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1024, 1024}, {1024, 4096}, {4096, 1024},
-                                                           {768, 768},   {768, 3072}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1024, 1024}, {1024, 4096}, {4096, 1024}, {768, 768}, {768, 3072}};
   for (const auto& [rows, cols] : shapes) {
     const auto x = at::randn({rows, cols});
     const auto plain = orthogonalize(x, OrthogonalizeOptions().method(NsMethod::plain));
-    for (auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram, NsMethod::automatic}) {
+    for (auto method :
+         {NsMethod::plain, NsMethod::symmetric, NsMethod::gram, NsMethod::automatic}) {
       const auto options = OrthogonalizeOptions().method(method);
       OrthogonalizeWorkspace ws;
       at::Tensor out = orthogonalize(x, options, &ws);  // warm-up, sizes the workspace
       const double s = median_seconds(config.reps, [&] { out = orthogonalize(x, options, &ws); });
       const double gflops = plain_flops(rows, cols, 5) / s / 1e9;
       BenchReport::Orthogonalization row{
-          rows, cols, to_string(method) + (method == NsMethod::automatic
-                                               ? "→" + to_string(resolve_method(x, options))
-                                               : ""),
-          s * 1e3, gflops, gflops / report.gemm_gflops, orthogonality_error(out),
+          rows,
+          cols,
+          to_string(method) +
+              (method == NsMethod::automatic ? "→" + to_string(resolve_method(x, options)) : ""),
+          s * 1e3,
+          gflops,
+          gflops / report.gemm_gflops,
+          orthogonality_error(out),
           ((out - plain).abs().max() / plain.abs().max()).item<double>()};
       char line[256];
       std::snprintf(line, sizeof line, "| %lldx%lld | %s | %.1f | %.1f | %.2f | %.3f | %.1e |\n",
@@ -155,8 +161,8 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
   for (size_t i = 0; i < ours.size(); ++i) {
     const auto theirs_delta = theirs[i].detach() - before[i];
     const auto ours_delta = ours[i].detach() - before[i];
-    worst = std::max(worst, ((ours_delta - theirs_delta).abs().max() /
-                             theirs_delta.abs().max()).item<double>());
+    worst = std::max(
+        worst, ((ours_delta - theirs_delta).abs().max() / theirs_delta.abs().max()).item<double>());
   }
   report.muon_step.max_rel_diff = worst;
   report.muon_step.ours_ms =
@@ -313,8 +319,8 @@ std::string BenchReport::to_json() const {
   out << "\n  ],\n  \"muon_step\": {\"matrices\": " << muon_step.matrices
       << ", \"parameters\": " << muon_step.parameters << ", \"plain_ms\": " << muon_step.plain_ms
       << ", \"ours_ms\": " << muon_step.ours_ms << ", \"speedup\": " << muon_step.speedup
-      << ", \"max_rel_diff\": " << muon_step.max_rel_diff << "},\n  \"adamw_parameters\": "
-      << adamw_parameters << ",\n  \"adamw\": [";
+      << ", \"max_rel_diff\": " << muon_step.max_rel_diff
+      << "},\n  \"adamw_parameters\": " << adamw_parameters << ",\n  \"adamw\": [";
   for (size_t i = 0; i < adamw.size(); ++i) {
     const auto& r = adamw[i];
     out << (i ? "," : "") << "\n    {\"name\": \"" << r.name << "\", \"ms\": " << r.ms

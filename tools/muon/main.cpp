@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
 #include <fstream>
 
 #include "bench.h"
+#include "compare.h"
 #include "muon/error.h"
 #include "muon/routing.h"
 #include "train.h"
@@ -31,8 +34,8 @@ void print_schedule(const muon::OptimConfig& c, int64_t steps, int64_t every) {
   std::printf("%8s  %12s  %10s  %10s\n", "step", "lr_multiplier", "momentum", "wd_multiplier");
   for (int64_t t = 0; t < steps; t += every) {
     const double lr = h.schedule ? h.schedule->multiplier(t, steps, h.muon.lr()) : 1.0;
-    const double momentum = h.momentum_schedule ? h.momentum_schedule->value(t, steps)
-                                                : h.muon.momentum();
+    const double momentum =
+        h.momentum_schedule ? h.momentum_schedule->value(t, steps) : h.muon.momentum();
     const double wd = h.weight_decay_schedule ? h.weight_decay_schedule->multiplier(t, steps) : 1.0;
     std::printf("%8lld  %12.6f  %10.4f  %10.4f\n", static_cast<long long>(t), lr, momentum, wd);
   }
@@ -60,13 +63,15 @@ int main(int argc, char** argv) {
   train->add_option("--data", config.data, "\"kjv\" (Debian's bible-kjv) or a text file")
       ->capture_default_str();
   train->add_option("--batch-size", config.batch_size, "sequences per step")->capture_default_str();
-  train->add_option("--optimizer", config.optimizer,
-                    "muon: Muon for hidden matrices + AdamW for the rest; adamw: AdamW for all")
+  train
+      ->add_option("--optimizer", config.optimizer,
+                   "muon: Muon for hidden matrices + AdamW for the rest; adamw: AdamW for all")
       ->check(CLI::IsMember({"muon", "adamw"}))
       ->capture_default_str();
   std::string state_dtype = "float32";
-  train->add_option("--state-dtype", state_dtype,
-                    "optimizer state storage: float32, or bfloat16 (stochastic rounding)")
+  train
+      ->add_option("--state-dtype", state_dtype,
+                   "optimizer state storage: float32, or bfloat16 (stochastic rounding)")
       ->check(CLI::IsMember({"float32", "bfloat16"}))
       ->capture_default_str();
   train->add_option("--muon-lr", config.muon_lr, "peak learning rate of the Muon matrices")
@@ -81,16 +86,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string config_path;
   bool print_config = false;
-  train->add_option("--config", config_path,
-                    "YAML run config: optimizer (docs/config.md) and optional model, data and "
-                    "train sections; its optimizer replaces --optimizer, --state-dtype, "
-                    "--muon-lr and --adamw-lr, its sections override the other flags")
+  train
+      ->add_option("--config", config_path,
+                   "YAML run config: optimizer (docs/config.md) and optional model, data and "
+                   "train sections; its optimizer replaces --optimizer, --state-dtype, "
+                   "--muon-lr and --adamw-lr, its sections override the other flags")
       ->check(CLI::ExistingFile);
-  train->add_option("--resume", config.resume_dir,
-                    "continue from DIR/checkpoint.pt (weights, optimizer state, step)")
+  train
+      ->add_option("--resume", config.resume_dir,
+                   "continue from DIR/checkpoint.pt (weights, optimizer state, step)")
       ->check(CLI::ExistingDirectory);
-  train->add_option("--checkpoint-every", config.checkpoint_every,
-                    "also write checkpoint.pt every N steps (0: at the end only)")
+  train
+      ->add_option("--checkpoint-every", config.checkpoint_every,
+                   "also write checkpoint.pt every N steps (0: at the end only)")
       ->capture_default_str();
   train->add_flag("--print-config", print_config,
                   "print the resolved optimizer config (defaults filled) and exit");
@@ -108,12 +116,42 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   add_model_options(*route, route_model);
 
+  muon::demo::TrainConfig compare_config;
+  compare_config.out_dir = "runs/compare";
+  std::string compare_list = "adamw,muon";
+  std::optional<double> compare_target;
+  auto* compare = app.add_subcommand(
+      "compare",
+      "Train the same model, data and seed under several optimizer configs; print "
+      "validation loss at equal steps and steps to a target loss; write compare.csv "
+      "and compare.svg.");
+  compare
+      ->add_option("--optimizers", compare_list,
+                   "comma-separated names of examples/*.yaml (run from the repository root) "
+                   "or paths to YAML configs; the first is the baseline")
+      ->capture_default_str();
+  compare->add_option("--target", compare_target,
+                      "validation loss to count steps to (default: the baseline's final)");
+  compare->add_option("--steps", compare_config.steps, "optimizer updates")->capture_default_str();
+  compare->add_option("--seed", compare_config.seed, "seed")->capture_default_str();
+  compare->add_option("--out", compare_config.out_dir, "output directory")->capture_default_str();
+  compare->add_option("--data", compare_config.data, "\"kjv\" or a text file")
+      ->capture_default_str();
+  compare->add_option("--batch-size", compare_config.batch_size, "sequences per step")
+      ->capture_default_str();
+  compare->add_option("--eval-every", compare_config.eval_every, "steps between evaluations")
+      ->capture_default_str();
+  compare->add_option("--log-every", compare_config.log_every, "steps between progress lines")
+      ->capture_default_str();
+  add_model_options(*compare, compare_config.model);
+
   std::string schedule_config;
   int64_t schedule_steps = 1000;
   int64_t schedule_every = 0;
   auto* schedule = app.add_subcommand(
-      "schedule", "Print the learning-rate multiplier, Muon momentum and weight-decay multiplier a "
-                  "config's schedules give at each step.");
+      "schedule",
+      "Print the learning-rate multiplier, Muon momentum and weight-decay multiplier a "
+      "config's schedules give at each step.");
   schedule->add_option("--config", schedule_config, "YAML optimizer config")
       ->required()
       ->check(CLI::ExistingFile);
@@ -125,21 +163,24 @@ int main(int argc, char** argv) {
   std::string bench_json;
   std::vector<std::string> bench_only;
   auto* bench = app.add_subcommand(
-      "bench", "Measure orthogonalization against this machine's GEMM rate, a whole Muon step "
-               "against the same math in plain ATen, and AdamW against torch::optim::AdamW and "
-               "the memory bandwidth — all in one run.");
+      "bench",
+      "Measure orthogonalization against this machine's GEMM rate, a whole Muon step "
+      "against the same math in plain ATen, and AdamW against torch::optim::AdamW and "
+      "the memory bandwidth — all in one run.");
   bench->add_option("--only", bench_only, "sections to run: orthogonalize, muon, adamw")
       ->check(CLI::IsMember({"orthogonalize", "muon", "adamw"}));
   bench->add_option("--json", bench_json, "also write every figure to this JSON file");
   bench->add_option("--reps", bench_config.reps, "timed repetitions per figure (median)")
       ->capture_default_str();
-  bench->add_option("--muon-layers", bench_config.muon_layers,
-                    "layers of the GPT-shaped Muon step (7 matrices each)")
+  bench
+      ->add_option("--muon-layers", bench_config.muon_layers,
+                   "layers of the GPT-shaped Muon step (7 matrices each)")
       ->capture_default_str();
   bench->add_option("--muon-width", bench_config.muon_width, "width of those matrices")
       ->capture_default_str();
-  bench->add_option("--adamw-layers", bench_config.adamw_layers,
-                    "layers of the GPT-shaped AdamW parameter set")
+  bench
+      ->add_option("--adamw-layers", bench_config.adamw_layers,
+                   "layers of the GPT-shaped AdamW parameter set")
       ->capture_default_str();
   bench->add_option("--adamw-width", bench_config.adamw_width, "its width")->capture_default_str();
   bench->add_option("--threads", threads, "intra-op threads (0: LibTorch's default)")
@@ -154,15 +195,22 @@ int main(int argc, char** argv) {
         config = muon::demo::train_config_from_yaml_file(config_path, config);
       }
       if (print_config) {
-        std::cout << (config.optimizer_config ? *config.optimizer_config : muon::OptimConfig())
-                         .to_yaml();
+        std::cout
+            << (config.optimizer_config ? *config.optimizer_config : muon::OptimConfig()).to_yaml();
         return 0;
       }
       muon::demo::train(config, std::cout);
+    } else if (*compare) {
+      std::vector<muon::demo::CompareEntry> entries;
+      std::stringstream names(compare_list);
+      std::string name;
+      while (std::getline(names, name, ',')) entries.push_back(muon::demo::compare_entry(name));
+      muon::demo::compare(compare_config, entries, compare_target, std::cout);
     } else if (*schedule) {
       const auto c = muon::OptimConfig::from_yaml_file(schedule_config);
-      print_schedule(c, schedule_steps, schedule_every > 0 ? schedule_every
-                                                           : std::max<int64_t>(1, schedule_steps / 20));
+      print_schedule(
+          c, schedule_steps,
+          schedule_every > 0 ? schedule_every : std::max<int64_t>(1, schedule_steps / 20));
     } else if (*bench) {
       if (!bench_only.empty()) {
         auto wanted = [&](const char* s) {

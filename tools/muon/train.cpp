@@ -14,6 +14,7 @@
 #include "muon/error.h"
 #include "muon/hybrid.h"
 #include "muon/routing.h"
+#include "plot.h"
 
 namespace muon::demo {
 
@@ -37,6 +38,31 @@ void write_file(const std::filesystem::path& path, const std::string& content) {
   std::ofstream file(path);
   check(file.good(), "train: cannot write '", path.string(), "'");
   file << content;
+}
+
+std::string metrics_jsonl(const std::vector<MetricsRow>& rows) {
+  std::ostringstream out;
+  out.precision(8);
+  for (const auto& r : rows) {
+    out << "{\"step\": " << r.step << ", \"train_loss\": " << r.train_loss << ", \"val_loss\": ";
+    if (r.val_loss) {
+      out << *r.val_loss;
+    } else {
+      out << "null";
+    }
+    out << ", \"lr\": " << r.lr << ", \"tokens_per_s\": " << r.tokens_per_s
+        << ", \"elapsed_s\": " << r.elapsed_s << "}\n";
+  }
+  return out.str();
+}
+
+std::string loss_chart(const std::vector<MetricsRow>& rows) {
+  Series train{"train loss", {}}, val{"val loss", {}};
+  for (const auto& r : rows) {
+    train.points.emplace_back(static_cast<double>(r.step), r.train_loss);
+    if (r.val_loss) val.points.emplace_back(static_cast<double>(r.step), *r.val_loss);
+  }
+  return svg_line_chart({train, val}, "muon train", "step", "loss (nats/byte)");
 }
 
 std::string metrics_csv(const std::vector<MetricsRow>& rows) {
@@ -92,8 +118,8 @@ std::string TrainConfig::describe() const {
       << "data: " << data << "\nval_fraction: " << val_fraction << "\nsteps: " << steps
       << "\nbatch_size: " << batch_size << "\noptimizer: " << optimizer
       << "\nstate_dtype: " << state_dtype << "\nmuon_lr: " << muon_lr << "\nadamw_lr: " << adamw_lr
-      << "\nweight_decay: " << weight_decay
-      << "\nschedule: {name: " << to_string(schedule.kind) << ", warmup_steps: " << schedule.warmup_steps
+      << "\nweight_decay: " << weight_decay << "\nschedule: {name: " << to_string(schedule.kind)
+      << ", warmup_steps: " << schedule.warmup_steps
       << ", warmdown_ratio: " << schedule.warmdown_ratio
       << ", final_lr_frac: " << schedule.final_lr_frac << "}\nlog_every: " << log_every
       << "\neval_every: " << eval_every << "\neval_batches: " << eval_batches << "\nseed: " << seed
@@ -140,7 +166,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
                    ? build_optimizer(*config.optimizer_config, *model, config.steps)
                    : std::make_unique<HybridOptimizer>(route(*model), hybrid_options(config));
   auto& optimizer = *owned;
-  if (config.optimizer_config) write_file(out_dir / "config.yaml", config.optimizer_config->to_yaml());
+  if (config.optimizer_config)
+    write_file(out_dir / "config.yaml", config.optimizer_config->to_yaml());
   optimizer.set_qk_clip_source(model.get());  // used when the config sets qk_clip
   write_file(out_dir / "routing.txt", optimizer.report_text());
   int64_t first_step = 0;
@@ -172,8 +199,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   double eval_seconds = 0;  // excluded from throughput and the optimizer's share
   double window_loss = 0;
   auto window_start = Clock::now();
-  const int64_t last = config.stop_after > 0 ? std::min(config.stop_after, config.steps)
-                                             : config.steps;
+  const int64_t last =
+      config.stop_after > 0 ? std::min(config.stop_after, config.steps) : config.steps;
   for (int64_t step = first_step; step < last; ++step) {
     // Each step's batch depends on (seed, step) only, so a resumed run sees the same data.
     auto generator = at::detail::createCPUGenerator(batch_seed(config.seed, step));
@@ -222,20 +249,21 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   save_checkpoint(checkpoint_path, optimizer, model.get(), config.describe());
   const double total_seconds = seconds_since(start) - eval_seconds;
   result.final_val_loss = *result.rows.back().val_loss;
-  result.tokens_per_s =
-      tokens_per_step * static_cast<double>(last - first_step) / total_seconds;
+  result.tokens_per_s = tokens_per_step * static_cast<double>(last - first_step) / total_seconds;
   result.optimizer_share = optimizer_seconds / total_seconds;
   write_file(out_dir / "metrics.csv", metrics_csv(result.rows));
+  write_file(out_dir / "metrics.jsonl", metrics_jsonl(result.rows));
+  write_file(out_dir / "loss.svg", loss_chart(result.rows));
 
   auto sample_generator = at::detail::createCPUGenerator(config.seed);
-  result.sample =
-      generate(model, config.sample_prompt, config.sample_bytes, 0.8, sample_generator);
+  result.sample = generate(model, config.sample_prompt, config.sample_bytes, 0.8, sample_generator);
   log << "final val loss " << result.final_val_loss << " | "
       << static_cast<int64_t>(result.tokens_per_s) << " tok/s | optimizer "
       << static_cast<int>(100 * result.optimizer_share) << "% of step time\n--- sample ---\n"
       << result.sample << "\n--------------\n"
-      << "wrote " << (out_dir / "metrics.csv").string() << ", checkpoint.pt, routing.txt, "
-      << "config.txt" << (config.optimizer_config ? ", config.yaml" : "") << "\n";
+      << "wrote " << (out_dir / "metrics.csv").string() << ", metrics.jsonl, loss.svg, "
+      << "checkpoint.pt, routing.txt, config.txt"
+      << (config.optimizer_config ? ", config.yaml" : "") << "\n";
   return result;
 }
 

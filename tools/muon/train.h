@@ -23,10 +23,10 @@ struct TrainConfig {
   double val_fraction = 0.05;
   int64_t steps = 400;
   int64_t batch_size = 32;
-  std::string optimizer = "muon";         // "muon": Muon + AdamW routed; "adamw": AdamW for all
+  std::string optimizer = "muon";           // "muon": Muon + AdamW routed; "adamw": AdamW for all
   at::ScalarType state_dtype = at::kFloat;  // optimizer state: kFloat or kBFloat16
-  double muon_lr = 0.02;    // hidden matrices
-  double adamw_lr = 0.004;  // embedding and norm weights
+  double muon_lr = 0.02;                    // hidden matrices
+  double adamw_lr = 0.004;                  // embedding and norm weights
   double weight_decay = 0.0;
   LrSchedule schedule = default_schedule();  // warmdown: 20 warmup steps, last 40% down to 5%
   int64_t log_every = 20;

@@ -26,9 +26,15 @@ namespace {
 constexpr int64_t kGrain = 1 << 15;  // elements per task: large enough to amortize scheduling
 
 // ---- element conversions ----
-inline float widen(float x) { return x; }
-inline double widen(double x) { return x; }
-inline float widen(c10::Half x) { return static_cast<float>(x); }
+inline float widen(float x) {
+  return x;
+}
+inline double widen(double x) {
+  return x;
+}
+inline float widen(c10::Half x) {
+  return static_cast<float>(x);
+}
 inline float widen(c10::BFloat16 x) {
   const uint32_t bits = static_cast<uint32_t>(x.x) << 16;
   float f = 0;
@@ -36,7 +42,8 @@ inline float widen(c10::BFloat16 x) {
   return f;
 }
 
-// Round-to-nearest-even into bf16, NaN kept quiet (what c10::BFloat16 does, in a vectorizable form).
+// Round-to-nearest-even into bf16, NaN kept quiet (what c10::BFloat16 does, in a vectorizable
+// form).
 inline uint16_t bf16_nearest_bits(float f) {
   uint32_t bits = 0;
   std::memcpy(&bits, &f, sizeof bits);
@@ -45,13 +52,25 @@ inline uint16_t bf16_nearest_bits(float f) {
   return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
 }
 
-inline void store_param(float& dst, float v) { dst = v; }
-inline void store_param(double& dst, double v) { dst = v; }
-inline void store_param(c10::Half& dst, float v) { dst = c10::Half(v); }
-inline void store_param(c10::BFloat16& dst, float v) { dst.x = bf16_nearest_bits(v); }
+inline void store_param(float& dst, float v) {
+  dst = v;
+}
+inline void store_param(double& dst, double v) {
+  dst = v;
+}
+inline void store_param(c10::Half& dst, float v) {
+  dst = c10::Half(v);
+}
+inline void store_param(c10::BFloat16& dst, float v) {
+  dst.x = bf16_nearest_bits(v);
+}
 
-inline void store_state(float& dst, float v, uint32_t, uint32_t) { dst = v; }
-inline void store_state(double& dst, double v, uint32_t, uint32_t) { dst = v; }
+inline void store_state(float& dst, float v, uint32_t, uint32_t) {
+  dst = v;
+}
+inline void store_state(double& dst, double v, uint32_t, uint32_t) {
+  dst = v;
+}
 inline void store_state(c10::BFloat16& dst, float v, uint32_t seed, uint32_t index) {
   dst.x = sr::round_bits(v, seed, index);
 }
@@ -63,8 +82,8 @@ using compute_t = std::conditional_t<std::is_same_v<P, double>, double, float>;
 // ---- Adam family ----
 template <class C>
 struct AdamConstants {
-  C decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size,
-      coef_m, coef_g;
+  C decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size, coef_m,
+      coef_g;
   uint32_t seed_m, seed_v;
 };
 
@@ -74,8 +93,8 @@ struct AdamConstants {
 // W_old − W_new agrees in sign with the gradient, else keep W_old; the moments update either way.
 template <class P, class S, bool Nesterov, bool Masked>
 MUON_TARGET_CLONES void adam_range(const AdamConstants<compute_t<P>>& k, P* __restrict__ p,
-                                   const P* __restrict__ g, S* __restrict__ m,
-                                   S* __restrict__ v, int64_t begin, int64_t end) {
+                                   const P* __restrict__ g, S* __restrict__ m, S* __restrict__ v,
+                                   int64_t begin, int64_t end) {
   using C = compute_t<P>;
   const auto first = static_cast<uint32_t>(begin);
   const auto count = static_cast<uint32_t>(end - begin);
@@ -129,8 +148,8 @@ void check_same_layout(const at::Tensor& param, const at::Tensor& grad,
                        std::initializer_list<const at::Tensor*> state, const char* kernel) {
   check(param.is_contiguous() && grad.is_contiguous(), kernel,
         ": parameter and gradient must be contiguous");
-  check(grad.scalar_type() == param.scalar_type(), kernel, ": gradient dtype ",
-        grad.scalar_type(), " differs from the parameter's ", param.scalar_type());
+  check(grad.scalar_type() == param.scalar_type(), kernel, ": gradient dtype ", grad.scalar_type(),
+        " differs from the parameter's ", param.scalar_type());
   check(grad.numel() == param.numel(), kernel, ": gradient has ", grad.numel(),
         " elements, the parameter ", param.numel());
   const auto compute = param.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -238,8 +257,8 @@ MUON_TARGET_CLONES void momentum_range(const MomentumConstants<compute_t<P>>& k,
 // optimizer) keeps W_old wherever (W_old − W_new)·g ≤ 0.
 template <class P, bool CautiousDecay, bool Masked>
 MUON_TARGET_CLONES void apply_range(compute_t<P> decay, compute_t<P> scale, P* __restrict__ p,
-                                    const compute_t<P>* __restrict__ u,
-                                    const P* __restrict__ g, int64_t begin, int64_t end) {
+                                    const compute_t<P>* __restrict__ u, const P* __restrict__ g,
+                                    int64_t begin, int64_t end) {
   using C = compute_t<P>;
   for (int64_t i = begin; i < end; ++i) {
     const C w = widen(p[i]);

@@ -13,7 +13,9 @@ namespace muon::detail {
 
 #if MUON_HAVE_CBLAS
 
-bool have_cblas() { return true; }
+bool have_cblas() {
+  return true;
+}
 
 namespace {
 
@@ -44,8 +46,8 @@ struct Side {
 
 Side side_of(int64_t rows, int64_t cols) {
   // A row-major rows×cols block is, read column-major, its cols×rows transpose.
-  if (rows <= cols) return {CblasRowMajor, static_cast<int>(rows), static_cast<int>(cols),
-                            static_cast<int>(cols)};
+  if (rows <= cols)
+    return {CblasRowMajor, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(cols)};
   return {CblasColMajor, static_cast<int>(cols), static_cast<int>(rows), static_cast<int>(cols)};
 }
 
@@ -167,8 +169,8 @@ at::Tensor run_gram(const at::Tensor& X, const CoefficientTable& table, int64_t 
   auto squares = ws.get(3, {4, s.k, s.k}, X.options());  // A, Q, R, scratch
   for (int64_t i = 0; i < n; ++i) {
     gram_one(out[i].data_ptr<T>(), other.data_ptr<T>(), squares[0].data_ptr<T>(),
-             squares[1].data_ptr<T>(), squares[2].data_ptr<T>(), squares[3].data_ptr<T>(), s,
-             table, steps, restart);
+             squares[1].data_ptr<T>(), squares[2].data_ptr<T>(), squares[3].data_ptr<T>(), s, table,
+             steps, restart);
   }
   return out;
 }
@@ -189,7 +191,9 @@ at::Tensor gram_iterations(const at::Tensor& X, const CoefficientTable& table, i
 
 #else  // no CBLAS: orthogonalize() never selects these
 
-bool have_cblas() { return false; }
+bool have_cblas() {
+  return false;
+}
 
 at::Tensor symmetric_iterations(const at::Tensor&, const CoefficientTable&, int64_t,
                                 OrthogonalizeWorkspace&) {
