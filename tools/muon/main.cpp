@@ -1,6 +1,8 @@
 // The `muon` command line: train the demo GPT, show how a model is routed.
 #include <ATen/Parallel.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -199,6 +201,7 @@ int main(int argc, char** argv) {
             << (config.optimizer_config ? *config.optimizer_config : muon::OptimConfig()).to_yaml();
         return 0;
       }
+      config.progress_bar = isatty(STDOUT_FILENO) != 0;
       muon::demo::train(config, std::cout);
     } else if (*compare) {
       std::vector<muon::demo::CompareEntry> entries;

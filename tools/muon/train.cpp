@@ -87,6 +87,19 @@ void check_config(const TrainConfig& c) {
         "train: log_every, eval_every and eval_batches must be > 0");
 }
 
+// One terminal line redrawn in place: [#####.....] step | loss | elapsed / ETA.
+void draw_progress(std::ostream& log, int64_t done, int64_t last, double loss, double elapsed,
+                   int64_t first_step) {
+  constexpr int kWidth = 30;
+  const double fraction = static_cast<double>(done) / static_cast<double>(last);
+  const int filled = static_cast<int>(fraction * kWidth);
+  const double eta = elapsed / static_cast<double>(done - first_step) *
+                     static_cast<double>(last - done);
+  log << "\r\033[K[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
+      << done << '/' << last << " | loss " << loss << " | " << clock_text(elapsed) << " / ETA "
+      << clock_text(eta) << std::flush;
+}
+
 // splitmix64 (Steele, Lea, Flood 2014) of (seed, step): well-separated generator seeds for
 // neighbouring steps.
 uint64_t batch_seed(uint64_t seed, int64_t step) {
@@ -214,6 +227,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     window_loss += loss.item<double>();
 
     const int64_t done = step + 1;
+    if (config.progress_bar) draw_progress(log, done, last, loss.item<double>(), seconds_since(start),
+                                           first_step);
     const bool log_now = done % config.log_every == 0 || done == last;
     if (!log_now) continue;
     const int64_t window_steps = std::min((done - 1) % config.log_every + 1, done - first_step);
@@ -238,7 +253,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
         static_cast<long long>(done), static_cast<long long>(config.steps), row.train_loss,
         row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "   -  ", row.lr,
         row.tokens_per_s, clock_text(row.elapsed_s).c_str(), clock_text(eta).c_str());
-    log << line << std::endl;
+    log << (config.progress_bar ? "\r\033[K" : "") << line << std::endl;
     result.rows.push_back(row);
     window_loss = 0;
     window_start = Clock::now();

@@ -40,6 +40,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // also write out_dir/checkpoint.pt every N steps (0: end only)
   std::string resume_dir;        // continue from resume_dir/checkpoint.pt
   int64_t stop_after = 0;        // stop (with a checkpoint) after this many steps; 0: run all
+  bool progress_bar = false;     // redraw a progress line every step (set when on a terminal)
   int64_t sample_bytes = 240;
   std::string sample_prompt = "And God said";
 
