@@ -141,8 +141,8 @@ TEST(Train, EachSeedRecipeInExamplesTrains) {
     SCOPED_TRACE(recipe);
     auto config = fixture_config(
         (std::filesystem::temp_directory_path() / ("muon_test_" + std::string(recipe))).string());
-    config.steps = 150;
-    config.log_every = config.eval_every = 150;
+    config.steps = 200;
+    config.log_every = config.eval_every = 200;
     config.optimizer_config =
         OptimConfig::from_yaml_file(std::string(MUON_EXAMPLES_DIR "/") + recipe + ".yaml");
     std::ostringstream log;

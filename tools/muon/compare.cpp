@@ -51,12 +51,31 @@ CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& 
   std::ofstream(std::filesystem::path(base.out_dir) / "compare.svg") << svg_line_chart(
       curves, "validation loss, same model, data and seed", "step", "validation loss (nats/byte)");
 
+  // Validation loss at (up to) four equal steps, then the steps each run took to the target.
   const auto& first = result.runs.front();
+  std::vector<int64_t> evaluated;
+  for (const auto& row : first.second.rows) {
+    if (row.val_loss) evaluated.push_back(row.step);
+  }
+  std::vector<int64_t> shown;
+  for (size_t q = 1; q <= 4 && !evaluated.empty(); ++q) {
+    const auto step = evaluated[(q * evaluated.size() + 3) / 4 - 1];  // the ⌈q·n/4⌉-th
+    if (shown.empty() || shown.back() != step) shown.push_back(step);
+  }
+  auto loss_at = [](const TrainResult& run, int64_t step) -> std::string {
+    for (const auto& row : run.rows) {
+      if (row.step == step && row.val_loss) return std::to_string(*row.val_loss).substr(0, 6);
+    }
+    return "-";
+  };
   char line[256];
-  std::snprintf(line, sizeof line,
-                "\n| optimizer | final val loss | steps to %.4f | ratio to %s |\n", result.target,
+  log << "\n| optimizer |";
+  for (const auto step : shown) log << " val @" << step << " |";
+  std::snprintf(line, sizeof line, " steps to %.4f | ratio to %s |\n", result.target,
                 first.first.c_str());
-  log << line << "|---|---|---|---|\n";
+  log << line << "|---|";
+  for (size_t i = 0; i < shown.size(); ++i) log << "---|";
+  log << "---|---|\n";
   for (size_t i = 0; i < result.runs.size(); ++i) {
     const auto& reached = result.steps_to_target[i];
     const auto& base_reached = result.steps_to_target.front();
@@ -66,9 +85,9 @@ CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& 
             ? std::to_string(static_cast<double>(*reached) / static_cast<double>(*base_reached))
                   .substr(0, 4)
             : "-";
-    std::snprintf(line, sizeof line, "| %s | %.4f | %s | %s |\n", result.runs[i].first.c_str(),
-                  result.runs[i].second.final_val_loss, steps.c_str(), ratio.c_str());
-    log << line;
+    log << "| " << result.runs[i].first << " |";
+    for (const auto step : shown) log << ' ' << loss_at(result.runs[i].second, step) << " |";
+    log << ' ' << steps << " | " << ratio << " |\n";
   }
   log << "\nwrote " << (std::filesystem::path(base.out_dir) / "compare.csv").string()
       << ", compare.svg\n";

@@ -14,6 +14,7 @@
 
 #include "bench.h"
 #include "compare.h"
+#include "plot.h"
 #include "muon/error.h"
 #include "muon/routing.h"
 #include "train.h"
@@ -30,9 +31,23 @@ void add_model_options(CLI::App& cmd, muon::demo::GptConfig& model) {
 }
 
 // One row per `every` steps: the multipliers the hybrid optimizer would apply.
-void print_schedule(const muon::OptimConfig& c, int64_t steps, int64_t every) {
+void print_schedule(const muon::OptimConfig& c, int64_t steps, int64_t every,
+                    const std::string& svg_path) {
   const auto& h = c.hybrid;
   if (h.schedule) h.schedule->check(steps);
+  if (!svg_path.empty()) {
+    muon::demo::Series lr{"lr multiplier", {}}, momentum{"momentum", {}}, wd{"wd multiplier", {}};
+    for (int64_t t = 0; t < steps; ++t) {
+      const auto x = static_cast<double>(t);
+      lr.points.emplace_back(x, h.schedule ? h.schedule->multiplier(t, steps, h.muon.lr()) : 1.0);
+      momentum.points.emplace_back(
+          x, h.momentum_schedule ? h.momentum_schedule->value(t, steps) : h.muon.momentum());
+      wd.points.emplace_back(
+          x, h.weight_decay_schedule ? h.weight_decay_schedule->multiplier(t, steps) : 1.0);
+    }
+    std::ofstream(svg_path) << muon::demo::svg_line_chart({lr, momentum, wd}, "schedules", "step",
+                                                          "value");
+  }
   std::printf("%8s  %12s  %10s  %10s\n", "step", "lr_multiplier", "momentum", "wd_multiplier");
   for (int64_t t = 0; t < steps; t += every) {
     const double lr = h.schedule ? h.schedule->multiplier(t, steps, h.muon.lr()) : 1.0;
@@ -160,6 +175,8 @@ int main(int argc, char** argv) {
   schedule->add_option("--steps", schedule_steps, "the run's length")->capture_default_str();
   schedule->add_option("--every", schedule_every, "print every N steps (0: about 20 rows)")
       ->capture_default_str();
+  std::string schedule_svg;
+  schedule->add_option("--svg", schedule_svg, "also plot the curves into this SVG file");
 
   muon::demo::BenchConfig bench_config;
   std::string bench_json;
@@ -213,7 +230,8 @@ int main(int argc, char** argv) {
       const auto c = muon::OptimConfig::from_yaml_file(schedule_config);
       print_schedule(
           c, schedule_steps,
-          schedule_every > 0 ? schedule_every : std::max<int64_t>(1, schedule_steps / 20));
+          schedule_every > 0 ? schedule_every : std::max<int64_t>(1, schedule_steps / 20),
+          schedule_svg);
     } else if (*bench) {
       if (!bench_only.empty()) {
         auto wanted = [&](const char* s) {
