@@ -26,6 +26,7 @@ struct OptimConfig {
   RoutingRules routing;         // routing.muon / routing.adamw patterns, higher_rank policy
   bool cautious = false;        // the cautious mask, fused into both branches
   std::string preset = "none";  // none | mup | nanochat (already expanded into hybrid)
+  std::vector<std::string> notes;  // what rules changed (the scaling block), for the run's log
 
   // Parses and validates; every error (muon::Error) names the key path and what is valid.
   static OptimConfig from_yaml(const std::string& text);

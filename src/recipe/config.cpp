@@ -392,6 +392,12 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
     h.adamw.lr(h.adamw.lr() * rules.adamw_lr_multiplier());
     h.muon.weight_decay(h.muon.weight_decay() * rules.weight_decay_multiplier());
     h.adamw.weight_decay(h.adamw.weight_decay() * rules.weight_decay_multiplier());
+    std::ostringstream note;
+    note << "scaling: Muon lr x " << rules.lr_multiplier() << " (sqrt(B/2^19)), AdamW lr x "
+         << rules.adamw_lr_multiplier() << " (also (d_model/768)^-0.5), weight decay x "
+         << rules.weight_decay_multiplier() << " -> lr " << h.muon.lr() << ", adamw_lr "
+         << h.adamw.lr() << ", weight_decay " << h.muon.weight_decay();
+    config.notes.push_back(note.str());
   }
   s.finish();
   check_options(h.muon);

@@ -179,8 +179,10 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
                    ? build_optimizer(*config.optimizer_config, *model, config.steps)
                    : std::make_unique<HybridOptimizer>(route(*model), hybrid_options(config));
   auto& optimizer = *owned;
-  if (config.optimizer_config)
+  if (config.optimizer_config) {
     write_file(out_dir / "config.yaml", config.optimizer_config->to_yaml());
+    for (const auto& note : config.optimizer_config->notes) log << note << '\n';
+  }
   optimizer.set_qk_clip_source(model.get());  // used when the config sets qk_clip
   write_file(out_dir / "routing.txt", optimizer.report_text());
   int64_t first_step = 0;
