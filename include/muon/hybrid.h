@@ -101,6 +101,7 @@ class HybridOptimizer : public torch::optim::Optimizer {
 
  private:
   struct Plan;
+  static Plan make_plan(const std::vector<RoutedParameter>& routes, const HybridOptions& options);
   HybridOptimizer(Plan plan, const HybridOptions& options);
   void sync_branch_options();
   void apply_schedules();

@@ -31,95 +31,101 @@ std::vector<ParamGroupSpec> groups_or_default(const HybridOptions& options) {
   return {ParamGroupSpec{"default", {"*"}}};
 }
 
+// Every option that does not depend on the parameters.
+void check_hybrid_options(const HybridOptions& options) {
+  check_options(options.muon);
+  if (options.qk_clip_tau) {
+    check(std::isfinite(*options.qk_clip_tau) && *options.qk_clip_tau > 0,
+          "qk_clip: tau must be > 0, got ", *options.qk_clip_tau);
+  }
+  const bool scheduled =
+      options.schedule || options.momentum_schedule || options.weight_decay_schedule;
+  check(!scheduled || options.total_steps > 0,
+        "schedules need total_steps > 0 (the run's length), got ", options.total_steps);
+  if (options.schedule) options.schedule->check(options.total_steps);
+  if (options.momentum_schedule) options.momentum_schedule->check();
+  for (const auto& g : options.groups) {
+    if (g.schedule) g.schedule->check(std::max<int64_t>(options.total_steps, 1));
+  }
+  if (options.max_grad_norm) {
+    check(std::isfinite(*options.max_grad_norm) && *options.max_grad_norm > 0,
+          "max_grad_norm must be > 0, got ", *options.max_grad_norm);
+  }
+}
+
 }  // namespace
 
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
                                  MuonOptions muon_options, AdamWOptions adamw_options)
     : HybridOptimizer(routes, HybridOptions{std::move(muon_options), std::move(adamw_options)}) {}
 
+// Decides the libtorch param groups — one per (parameter group, role, decayed or not) — before
+// the base class exists, checking the options on the way.
+HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParameter>& routes,
+                                                 const HybridOptions& options) {
+  check_hybrid_options(options);
+  const auto specs = groups_or_default(options);
+  check_groups(specs);
+  // (group, role) → hybrid group index, in order of first appearance.
+  std::map<std::pair<size_t, Role>, size_t> index;
+  Plan plan;
+  for (const auto& r : routes) {
+    const Role role = (options.all_adamw && r.role == Role::muon) ? Role::adamw : r.role;
+    ParameterReport row{r.name,
+                        r.tensor.sizes().vec(),
+                        r.tensor.scalar_type(),
+                        role,
+                        role != r.role ? "optimizer adamw: every trainable parameter in "
+                                         "AdamW"
+                                       : r.reason,
+                        "",
+                        0,
+                        0};
+    if (role == Role::frozen) {
+      plan.report.push_back(row);
+      continue;
+    }
+    const size_t g = group_of(specs, r.name);
+    const auto& spec = specs[g];
+    const double base_lr = role == Role::muon ? options.muon.lr() : options.adamw.lr();
+    const double base_wd =
+        role == Role::muon ? options.muon.weight_decay() : options.adamw.weight_decay();
+    row.group = spec.name;
+    row.lr = spec.lr ? *spec.lr : base_lr * spec.lr_multiplier;
+    row.weight_decay = spec.weight_decay ? *spec.weight_decay : is_no_decay(r) ? 0.0 : base_wd;
+    // Parameters whose settings differ (no-decay defaults) get their own libtorch group.
+    const auto key = std::make_pair(g * 2 + (row.weight_decay != base_wd), role);
+    auto [it, fresh] = index.emplace(key, plan.groups.size());
+    if (fresh) {
+      std::unique_ptr<torch::optim::OptimizerOptions> group_options;
+      if (role == Role::muon) {
+        auto o = options.muon;
+        o.lr(row.lr).weight_decay(row.weight_decay);
+        if (spec.momentum) o.momentum(*spec.momentum);
+        group_options = std::make_unique<MuonOptions>(o);
+      } else {
+        auto o = options.adamw;
+        o.lr(row.lr).weight_decay(row.weight_decay);
+        if (spec.betas) o.betas(*spec.betas);
+        if (spec.eps) o.eps(*spec.eps);
+        group_options = std::make_unique<AdamWOptions>(o);
+      }
+      plan.groups.emplace_back(std::vector<at::Tensor>{}, std::move(group_options));
+      plan.group_roles.push_back(role);
+      plan.group_schedules.push_back(spec.schedule);
+    }
+    plan.groups[it->second].params().push_back(r.tensor);
+    plan.names[r.tensor.unsafeGetTensorImpl()] = r.name;
+    plan.roles[r.tensor.unsafeGetTensorImpl()] = role;
+    if (role == Role::muon && !r.view.empty()) plan.views.emplace_back(r.tensor, r.view);
+    plan.report.push_back(row);
+  }
+  return plan;
+}
+
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
                                  const HybridOptions& options)
-    : HybridOptimizer(
-          [&] {
-            check_options(options.muon);
-            if (options.qk_clip_tau) {
-              check(std::isfinite(*options.qk_clip_tau) && *options.qk_clip_tau > 0,
-                    "qk_clip: tau must be > 0, got ", *options.qk_clip_tau);
-            }
-            const bool scheduled =
-                options.schedule || options.momentum_schedule || options.weight_decay_schedule;
-            check(!scheduled || options.total_steps > 0,
-                  "schedules need total_steps > 0 (the run's length), got ", options.total_steps);
-            if (options.schedule) options.schedule->check(options.total_steps);
-            if (options.momentum_schedule) options.momentum_schedule->check();
-            for (const auto& g : options.groups) {
-              if (g.schedule) g.schedule->check(std::max<int64_t>(options.total_steps, 1));
-            }
-            if (options.max_grad_norm) {
-              check(std::isfinite(*options.max_grad_norm) && *options.max_grad_norm > 0,
-                    "max_grad_norm must be > 0, got ", *options.max_grad_norm);
-            }
-            const auto specs = groups_or_default(options);
-            check_groups(specs);
-            // (group, role) → hybrid group index, in order of first appearance.
-            std::map<std::pair<size_t, Role>, size_t> index;
-            Plan plan;
-            for (const auto& r : routes) {
-              const Role role = (options.all_adamw && r.role == Role::muon) ? Role::adamw : r.role;
-              ParameterReport row{r.name,
-                                  r.tensor.sizes().vec(),
-                                  r.tensor.scalar_type(),
-                                  role,
-                                  role != r.role ? "optimizer adamw: every trainable parameter in "
-                                                   "AdamW"
-                                                 : r.reason,
-                                  "",
-                                  0,
-                                  0};
-              if (role == Role::frozen) {
-                plan.report.push_back(row);
-                continue;
-              }
-              const size_t g = group_of(specs, r.name);
-              const auto& spec = specs[g];
-              const double base_lr = role == Role::muon ? options.muon.lr() : options.adamw.lr();
-              const double base_wd =
-                  role == Role::muon ? options.muon.weight_decay() : options.adamw.weight_decay();
-              row.group = spec.name;
-              row.lr = spec.lr ? *spec.lr : base_lr * spec.lr_multiplier;
-              row.weight_decay = spec.weight_decay ? *spec.weight_decay
-                                 : is_no_decay(r)  ? 0.0
-                                                   : base_wd;
-              // Parameters whose settings differ (no-decay defaults) get their own libtorch group.
-              const auto key = std::make_pair(g * 2 + (row.weight_decay != base_wd), role);
-              auto [it, fresh] = index.emplace(key, plan.groups.size());
-              if (fresh) {
-                std::unique_ptr<torch::optim::OptimizerOptions> group_options;
-                if (role == Role::muon) {
-                  auto o = options.muon;
-                  o.lr(row.lr).weight_decay(row.weight_decay);
-                  if (spec.momentum) o.momentum(*spec.momentum);
-                  group_options = std::make_unique<MuonOptions>(o);
-                } else {
-                  auto o = options.adamw;
-                  o.lr(row.lr).weight_decay(row.weight_decay);
-                  if (spec.betas) o.betas(*spec.betas);
-                  if (spec.eps) o.eps(*spec.eps);
-                  group_options = std::make_unique<AdamWOptions>(o);
-                }
-                plan.groups.emplace_back(std::vector<at::Tensor>{}, std::move(group_options));
-                plan.group_roles.push_back(role);
-                plan.group_schedules.push_back(spec.schedule);
-              }
-              plan.groups[it->second].params().push_back(r.tensor);
-              plan.names[r.tensor.unsafeGetTensorImpl()] = r.name;
-              plan.roles[r.tensor.unsafeGetTensorImpl()] = role;
-              if (role == Role::muon && !r.view.empty()) plan.views.emplace_back(r.tensor, r.view);
-              plan.report.push_back(row);
-            }
-            return plan;
-          }(),
-          options) {}
+    : HybridOptimizer(make_plan(routes, options), options) {}
 
 HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
     : Optimizer(std::move(plan.groups), std::make_unique<AdamWOptions>(options.adamw)),
