@@ -92,6 +92,13 @@ class Section {
     check(std::floor(v) == v, key_path(key), ": expected a whole number, got ", n.Scalar());
     return static_cast<int64_t>(v);
   }
+  // Sets `field` from the whole number > 0 at `key`, when present.
+  void read_positive(const std::string& key, int64_t& field) {
+    if (const auto v = integer(key)) {
+      check(*v > 0, key_path(key), " must be > 0, got ", *v);
+      field = *v;
+    }
+  }
   std::optional<bool> boolean(const std::string& key) {
     const auto n = find(key);
     if (!n || n.IsNull()) return std::nullopt;

@@ -10,18 +10,12 @@ namespace muon::demo {
 namespace {
 
 void read_model(detail::Section s, GptConfig& m) {
-  auto positive = [&](const char* key, int64_t& field) {
-    if (const auto v = s.integer(key)) {
-      check(*v > 0, s.key_path(key), " must be > 0, got ", *v);
-      field = *v;
-    }
-  };
-  positive("vocab_size", m.vocab_size);
-  positive("seq_len", m.seq_len);
-  positive("d_model", m.d_model);
-  positive("n_layers", m.n_layers);
-  positive("n_heads", m.n_heads);
-  positive("n_kv_heads", m.n_kv_heads);
+  s.read_positive("vocab_size", m.vocab_size);
+  s.read_positive("seq_len", m.seq_len);
+  s.read_positive("d_model", m.d_model);
+  s.read_positive("n_layers", m.n_layers);
+  s.read_positive("n_heads", m.n_heads);
+  s.read_positive("n_kv_heads", m.n_kv_heads);
   if (const auto v = s.integer("ffn_hidden")) m.ffn_hidden = *v;
   if (const auto v = s.boolean("tie_embeddings")) m.tie_embeddings = *v;
   s.finish();
@@ -33,17 +27,11 @@ void read_model(detail::Section s, GptConfig& m) {
 }
 
 void read_train(detail::Section s, TrainConfig& c) {
-  auto positive = [&](const char* key, int64_t& field) {
-    if (const auto v = s.integer(key)) {
-      check(*v > 0, s.key_path(key), " must be > 0, got ", *v);
-      field = *v;
-    }
-  };
-  positive("steps", c.steps);
-  positive("batch_size", c.batch_size);
-  positive("log_every", c.log_every);
-  positive("eval_every", c.eval_every);
-  positive("eval_batches", c.eval_batches);
+  s.read_positive("steps", c.steps);
+  s.read_positive("batch_size", c.batch_size);
+  s.read_positive("log_every", c.log_every);
+  s.read_positive("eval_every", c.eval_every);
+  s.read_positive("eval_batches", c.eval_batches);
   if (const auto v = s.integer("checkpoint_every")) {
     check(*v >= 0, s.key_path("checkpoint_every"), " must be >= 0, got ", *v);
     c.checkpoint_every = *v;
