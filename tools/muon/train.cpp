@@ -231,7 +231,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     const int64_t done = step + 1;
     if (config.progress_bar) draw_progress(log, done, last, loss.item<double>(), seconds_since(start),
                                            first_step);
-    const bool log_now = done % config.log_every == 0 || done == last;
+    const bool evaluate_now = done % config.eval_every == 0 || done == last;
+    const bool log_now = done % config.log_every == 0 || evaluate_now;
     if (!log_now) continue;
     const int64_t window_steps = std::min((done - 1) % config.log_every + 1, done - first_step);
     MetricsRow row{
@@ -241,7 +242,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
         leading_rate(optimizer),
         tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
         seconds_since(start)};
-    if (done % config.eval_every == 0 || done == last) {
+    if (evaluate_now) {
       const auto eval_start = Clock::now();
       row.val_loss = evaluate(model, data, config);
       eval_seconds += seconds_since(eval_start);
