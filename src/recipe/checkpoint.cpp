@@ -16,6 +16,7 @@
 
 #include "muon/compat.h"
 #include "muon/error.h"
+#include "muon/param_state.h"
 
 namespace muon {
 namespace {
@@ -29,23 +30,10 @@ c10::impl::GenericDict new_dict() {
   return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
 }
 
-// The options of the hybrid group holding each parameter.
-std::map<const void*, const torch::optim::OptimizerOptions*> options_by_param(
-    const HybridOptimizer& opt) {
-  std::map<const void*, const torch::optim::OptimizerOptions*> out;
-  for (const auto& group : opt.param_groups()) {
-    for (const auto& p : group.params()) out[p.unsafeGetTensorImpl()] = &group.options();
-  }
-  return out;
-}
-
-torch::optim::OptimizerParamState* state_slot(HybridOptimizer& opt, const at::Tensor& p) {
-  torch::optim::Optimizer* branch = opt.role_of(p) == Role::muon
-                                        ? static_cast<torch::optim::Optimizer*>(opt.muon())
-                                        : static_cast<torch::optim::Optimizer*>(opt.adamw());
-  if (branch == nullptr) return nullptr;
-  const auto it = branch->state().find(compat::param_state_key(p));
-  return it == branch->state().end() ? nullptr : it->second.get();
+// The branch optimizer (Muon or AdamW) that holds `p`'s state.
+torch::optim::Optimizer& branch_of(HybridOptimizer& opt, const at::Tensor& p) {
+  if (opt.role_of(p) == Role::muon) return *opt.muon();
+  return *opt.adamw();
 }
 
 void write_atomically(const std::string& path, const std::vector<char>& bytes) {
@@ -105,11 +93,6 @@ at::Tensor tensor_field(const Dict& d, const std::string& key, const std::string
   return t;
 }
 
-at::ScalarType state_dtype_for(const at::Tensor& p, at::ScalarType configured) {
-  if (configured == at::kBFloat16) return at::kBFloat16;
-  return p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
 }  // namespace
 
 void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
@@ -129,18 +112,11 @@ void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
     auto entry = new_dict();
     const auto role = optimizer.role_of(p);
     entry.insert("role", to_string(role));
-    auto* slot = state_slot(optimizer, p);
-    entry.insert("has_state", slot != nullptr);
-    if (const auto* m = dynamic_cast<const MuonParamState*>(slot)) {
-      entry.insert("step", m->step());
-      entry.insert("momentum_buffer", m->momentum_buffer());
-      if (m->normuon_second_moment().defined()) {
-        entry.insert("normuon_second_moment", m->normuon_second_moment());
-      }
-    } else if (const auto* a = dynamic_cast<const AdamParamState*>(slot)) {
-      entry.insert("step", a->step());
-      entry.insert("exp_avg", a->exp_avg());
-      entry.insert("exp_avg_sq", a->exp_avg_sq());
+    const auto saved = read_param_state(branch_of(optimizer, p), p);
+    entry.insert("has_state", saved.has_value());
+    if (saved) {
+      entry.insert("step", saved->step);
+      for (const auto& [key, t] : saved->tensors) entry.insert(key, t);
     }
     state.insert(name, entry);
   }
@@ -179,48 +155,36 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
   // Validate the optimizer state against this optimizer's parameters.
   const auto state = dict_field(root, "state", path);
   const auto named = optimizer.named_trainable();
-  const auto options = options_by_param(optimizer);
   std::set<std::string> ours;
   for (const auto& [name, p] : named) ours.insert(name);
   for (const auto& item : state) {
     check(ours.count(item.key()) != 0, "checkpoint '", path, "' has state for '", item.key(),
           "', which this model does not train; it belongs to a different model");
   }
-  struct Restore {
-    at::Tensor param;
-    Role role;
-    int64_t step;
-    at::Tensor a, b, c;  // momentum, normuon | exp_avg, exp_avg_sq
-  };
-  std::vector<Restore> restores;
+  std::vector<std::pair<at::Tensor, ParamStateEntry>> restores;
   for (const auto& [name, p] : named) {
-    const auto where = "state['" + name + "']";
+    const auto where = "checkpoint: state['" + name + "']";
     check(state.contains(name), "checkpoint '", path, "' has no state for parameter '", name,
           "'; it belongs to a different model");
-    const auto entry =
-        c10::impl::toTypedDict<std::string, c10::IValue>(state.at(name).toGenericDict());
+    const auto entry = dict_field(state, name, "checkpoint: state");
     const auto role = role_from_string(field(entry, "role", where).toStringRef());
-    check(role == optimizer.role_of(p), "checkpoint: ", where, " was optimized by ",
-          to_string(role), ", this optimizer routes it to ", to_string(optimizer.role_of(p)));
+    check(role == optimizer.role_of(p), where, " was optimized by ", to_string(role),
+          ", this optimizer routes it to ", to_string(optimizer.role_of(p)));
     if (!field(entry, "has_state", where).toBool()) continue;
-    Restore r{p, role, field(entry, "step", where).toInt(), {}, {}, {}};
-    const auto* group = options.at(p.unsafeGetTensorImpl());
-    if (role == Role::muon) {
-      const auto& o = static_cast<const MuonOptions&>(*group);
-      r.a = tensor_field(entry, "momentum_buffer", where, p.sizes(),
-                         state_dtype_for(p, o.state_dtype()));
-      if (o.normuon()) {
-        const auto shape = normuon_state_shape(optimizer.muon()->matrix_view(p), o.normuon()->axis);
-        r.b = tensor_field(entry, "normuon_second_moment", where, shape,
-                           state_dtype_for(p, at::kFloat));
+    ParamStateEntry saved;
+    for (const auto& item : entry) {
+      const auto& key = item.key();
+      if (key == "role" || key == "has_state") continue;
+      if (key == "step") {
+        check(item.value().isInt(), where, ".step is not an integer");
+        saved.step = item.value().toInt();
+      } else {
+        check(item.value().isTensor(), where, ".", key, " is not a tensor");
+        saved.tensors[key] = item.value().toTensor();
       }
-    } else {
-      const auto& o = static_cast<const AdamWOptions&>(*group);
-      const auto dtype = state_dtype_for(p, o.state_dtype());
-      r.a = tensor_field(entry, "exp_avg", where, p.sizes(), dtype);
-      r.b = tensor_field(entry, "exp_avg_sq", where, p.sizes(), dtype);
     }
-    restores.push_back(std::move(r));
+    check_param_state(branch_of(optimizer, p), p, saved, where);
+    restores.emplace_back(p, std::move(saved));
   }
   const auto lrs = field(root, "group_lrs", path).toDoubleList();
   check(lrs.size() == optimizer.param_groups().size(), "checkpoint '", path, "' has ", lrs.size(),
@@ -243,24 +207,7 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
 
   // Everything checked: apply.
   at::NoGradGuard no_grad;
-  for (auto& r : restores) {
-    torch::optim::Optimizer& branch =
-        r.role == Role::muon ? static_cast<torch::optim::Optimizer&>(*optimizer.muon())
-                             : static_cast<torch::optim::Optimizer&>(*optimizer.adamw());
-    if (r.role == Role::muon) {
-      auto s = std::make_unique<MuonParamState>();
-      s->step(r.step);
-      s->momentum_buffer(r.a.clone().to(r.param.device()));
-      if (r.b.defined()) s->normuon_second_moment(r.b.clone().to(r.param.device()));
-      branch.state()[compat::param_state_key(r.param)] = std::move(s);
-    } else {
-      auto s = std::make_unique<AdamParamState>();
-      s->step(r.step);
-      s->exp_avg(r.a.clone().to(r.param.device()));
-      s->exp_avg_sq(r.b.clone().to(r.param.device()));
-      branch.state()[compat::param_state_key(r.param)] = std::move(s);
-    }
-  }
+  for (const auto& [p, saved] : restores) write_param_state(branch_of(optimizer, p), p, saved);
   for (size_t g = 0; g < lrs.size(); ++g) optimizer.param_groups()[g].options().set_lr(lrs[g]);
   for (auto& [target, source] : copies) target.copy_(source);
   const auto step_count = field(root, "step_count", path).toInt();

@@ -1,0 +1,36 @@
+// A parameter's optimizer state as named tensors plus a step count — the one form in which
+// checkpoints and the Python module's state_dict() read and write the state of Muon, AdamW, Adam
+// and Lamb, with one set of checks.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace muon {
+
+struct ParamStateEntry {
+  int64_t step = 0;
+  // Muon: momentum_buffer (+ normuon_second_moment with NorMuon); Adam family: exp_avg, exp_avg_sq.
+  std::map<std::string, at::Tensor> tensors;
+};
+
+// The state `optimizer` (Muon, AdamW, Adam or Lamb) keeps for `param` — its own tensors, not
+// copies — or nullopt before the parameter's first update.
+std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& optimizer,
+                                                const at::Tensor& param);
+
+// Throws muon::Error, naming `where` (e.g. "state['blocks.0.attn.wq']"), unless `entry` is state
+// `optimizer` could hold for `param` under its group's current options: exactly the expected
+// tensor names, each with the expected shape and dtype, finite, and a step count ≥ 0.
+void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                       const ParamStateEntry& entry, const std::string& where);
+
+// Installs copies of `entry`'s tensors (on the parameter's device) as `param`'s state. Call
+// check_param_state first: this only writes.
+void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                       const ParamStateEntry& entry);
+
+}  // namespace muon
