@@ -16,3 +16,20 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/consumer -B ${work}/build -G Ninj
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${work}/build)
 run(${work}/build/consumer)
+
+# The installed Python package imports and steps (when the build made one).
+if(PYTHON)
+  file(GLOB_RECURSE core ${prefix}/*/_core*.so)
+  list(LENGTH core found)
+  if(NOT found EQUAL 1)
+    message(FATAL_ERROR "expected one installed muon_cpp/_core module under ${prefix}, found: ${core}")
+  endif()
+  get_filename_component(package_dir ${core} DIRECTORY)
+  get_filename_component(site_dir ${package_dir} DIRECTORY)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${site_dir} ${PYTHON} -c
+    "import torch, muon_cpp; w = torch.nn.Parameter(torch.ones(3, 2)); o = muon_cpp.Muon([w]); w.grad = torch.ones(3, 2); o.step(); assert muon_cpp.__file__.startswith('${site_dir}'); print('installed muon_cpp works:', muon_cpp.__file__)"
+    RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the installed muon_cpp package does not import and step (${rc})")
+  endif()
+endif()

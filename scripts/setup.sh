@@ -11,7 +11,8 @@ packages=(
   libyaml-cpp-dev                           # YAML configuration
   libgtest-dev libbenchmark-dev             # tests and benchmarks
   bible-kjv                                 # the training text of `muon train`
-  python3-torch                             # checks that PyTorch reads our checkpoints
+  python3-torch python3-dev pybind11-dev    # the Python module muon_cpp (for /usr/bin/python3)
+  python3-pytest                            # its tests
 )
 
 missing=()

@@ -96,6 +96,10 @@ class HybridOptimizer : public torch::optim::Optimizer {
   const std::vector<ParameterReport>& report() const { return report_; }
   std::string report_text() const;  // an aligned table of report()
 
+  // Copies this optimizer's group options into the branches; step() does it first, call it
+  // after changing param_groups() options when reading the branches' options before a step.
+  void sync_branch_options();
+
   Muon* muon() { return muon_.get(); }     // null without Muon parameters
   AdamW* adamw() { return adamw_.get(); }  // null without AdamW parameters
 
@@ -103,7 +107,6 @@ class HybridOptimizer : public torch::optim::Optimizer {
   struct Plan;
   static Plan make_plan(const std::vector<RoutedParameter>& routes, const HybridOptions& options);
   HybridOptimizer(Plan plan, const HybridOptions& options);
-  void sync_branch_options();
   void apply_schedules();
   bool clip_gradients();  // false: skip this step
   std::string first_nonfinite_gradient() const;

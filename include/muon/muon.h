@@ -35,6 +35,8 @@ double shape_factor(AdjustLr mode, int64_t rows, int64_t cols);
 
 std::string to_string(MomentumForm form);
 std::string to_string(AdjustLr mode);
+MomentumForm momentum_form_from_string(const std::string& name);  // errors list the valid names
+AdjustLr adjust_lr_from_string(const std::string& name);
 
 // NorMuon's settings (nanochat and flaxchat use beta2 0.9).
 struct NorMuonOptions {

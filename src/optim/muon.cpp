@@ -48,6 +48,21 @@ std::string to_string(AdjustLr mode) {
   return "?";
 }
 
+MomentumForm momentum_form_from_string(const std::string& name) {
+  if (name == "ema") return MomentumForm::ema;
+  check(name == "sum", "expected ema or sum, got '", name, "'");
+  return MomentumForm::sum;
+}
+
+AdjustLr adjust_lr_from_string(const std::string& name) {
+  for (auto m : {AdjustLr::original, AdjustLr::match_rms_adamw, AdjustLr::spectral,
+                 AdjustLr::none}) {
+    if (to_string(m) == name) return m;
+  }
+  throw Error("unknown mode '" + name +
+              "'; valid modes are original, match_rms_adamw, spectral, none");
+}
+
 namespace {
 
 OrthogonalizeOptions orthogonalize_options(const MuonOptions& o) {

@@ -179,9 +179,8 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   }
   if (const auto v = s.boolean("nesterov")) h.muon.nesterov(*v);
   if (const auto v = s.text("momentum_form")) {
-    check(*v == "ema" || *v == "sum", s.key_path("momentum_form"), ": expected ema or sum, got '",
-          *v, "'");
-    h.muon.momentum_form(*v == "ema" ? MomentumForm::ema : MomentumForm::sum);
+    h.muon.momentum_form(
+        one_of<MomentumForm>(s.key_path("momentum_form"), *v, momentum_form_from_string));
   }
   if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
     require(*v >= 1 && std::floor(*v) == *v, s.key_path("ns_steps"), "a whole number >= 1", *v);
@@ -194,13 +193,7 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
     h.muon.ns_method(one_of<NsMethod>(s.key_path("ns_method"), *v, ns_method_from_string));
   }
   if (const auto v = s.text("adjust_lr")) {
-    const std::map<std::string, AdjustLr> modes = {{"original", AdjustLr::original},
-                                                   {"match_rms_adamw", AdjustLr::match_rms_adamw},
-                                                   {"spectral", AdjustLr::spectral},
-                                                   {"none", AdjustLr::none}};
-    check(modes.count(*v) != 0, s.key_path("adjust_lr"), ": unknown mode '", *v,
-          "'; valid modes are original, match_rms_adamw, spectral, none");
-    h.muon.adjust_lr(modes.at(*v));
+    h.muon.adjust_lr(one_of<AdjustLr>(s.key_path("adjust_lr"), *v, adjust_lr_from_string));
   }
   // muon_plus: true/false or {mode, eps}; the root-level scalar form must agree.
   const auto plus = s.find("muon_plus");

@@ -1,0 +1,388 @@
+"""muon-cpp's optimizers for PyTorch.
+
+Every class here is a ``torch.optim.Optimizer`` whose update runs in muon-cpp's C++ library:
+``param_groups`` are ordinary dicts (learning-rate schedulers write ``lr`` into them and the next
+``step()`` uses it), ``state_dict()`` / ``load_state_dict()`` use PyTorch's layout, and
+``zero_grad()`` is PyTorch's own.
+
+    model = MyModel()
+    optimizer = muon_cpp.build_optimizer(model, "optimizer: muon\\nlr: 0.02\\n", total_steps=1000)
+    for batch in data:
+        loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+Errors: bad arguments and configurations raise ValueError (wrong types: TypeError) with the C++
+message; problems found by ``step()`` (a sparse gradient, say) raise RuntimeError, as torch.optim does.
+"""
+
+import json
+import os
+
+import torch
+from torch.optim import Optimizer
+
+from . import _core
+
+__all__ = [
+    "Muon",
+    "AdamW",
+    "Adam",
+    "Lamb",
+    "HybridOptimizer",
+    "build_optimizer",
+    "orthogonalize",
+    "orthogonality_error",
+]
+
+
+class _EngineOptimizer(Optimizer):
+    """A torch.optim.Optimizer whose parameters, settings and state live in a C++ engine.
+
+    The Python param_groups are the source of truth for settings: step() pushes them into the
+    engine first. The engine is the source of truth for state; ``state`` is a view of it.
+    """
+
+    _make_engine = None  # _core.Engine.<algorithm>, set by each subclass
+
+    def __init__(self, params, defaults, engine=None):
+        self._engine = None
+        super().__init__(params, defaults)
+        self._engine = engine if engine is not None else self._make_engine(
+            [(group["params"], _settings(group)) for group in self.param_groups])
+
+    @property
+    def state(self):
+        """Per-parameter state, keyed by parameter as in torch.optim: the engine's live tensors
+        (momentum, moments) and the step count as a float tensor (a copy)."""
+        engine = self.__dict__.get("_engine")
+        out = {}
+        if engine is None:
+            return out
+        for group in self.param_groups:
+            for p in group["params"]:
+                entry = engine.state(p)
+                if entry is not None:
+                    entry["step"] = torch.tensor(float(entry["step"]))
+                    out[p] = entry
+        return out
+
+    @state.setter
+    def state(self, value):
+        # torch.optim.Optimizer.__init__ assigns an empty dict; the state itself lives in C++.
+        if value:
+            raise TypeError(f"{type(self).__name__} keeps its state in C++; "
+                            "use load_state_dict() to replace it")
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)  # PyTorch's checks and defaults
+        if self._engine is None:
+            return
+        # A new engine over all groups (which validates the new ones), keeping the state so far.
+        try:
+            engine = self._make_engine(
+                [(group["params"], _settings(group)) for group in self.param_groups])
+            kept = [(i, p, self._engine.state(p)) for i, p in enumerate(self._params())]
+            engine.load([_settings(g) for g in self.param_groups],
+                        [entry for entry in kept if entry[2] is not None])
+        except Exception:
+            self.param_groups.pop()
+            raise
+        self._engine = engine
+
+    def step(self, closure=None):
+        """Calls ``closure`` (if any) with gradients enabled, then updates every parameter that
+        has a gradient. Returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._engine.set_options([_settings(group) for group in self.param_groups])
+        self._engine.step()
+        return loss
+
+    def state_dict(self):
+        """PyTorch's layout: {'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]},
+        parameters numbered in param_groups order. State tensors are the live buffers."""
+        index = {id(p): i for i, p in enumerate(self._params())}
+        groups = []
+        for group in self.param_groups:
+            packed = {key: value for key, value in group.items() if key != "params"}
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {index[id(p)]: entry for p, entry in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Replaces settings and state with ``state_dict``'s (from this class's state_dict()).
+        Everything is checked first; on any error nothing changes."""
+        saved_groups, saved_state = _split_state_dict(state_dict)
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"loaded state dict has {len(saved_groups)} parameter groups, "
+                             f"this optimizer has {len(self.param_groups)}")
+        by_index = {}
+        for number, (ours, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if len(ours["params"]) != len(saved["params"]):
+                raise ValueError(f"loaded state dict's parameter group {number} has "
+                                 f"{len(saved['params'])} parameters, this optimizer's has "
+                                 f"{len(ours['params'])}")
+            by_index.update(zip(saved["params"], ours["params"]))
+        states = []
+        for key, entry in saved_state.items():
+            if key not in by_index:
+                raise ValueError(f"loaded state dict has state for parameter {key!r}, which no "
+                                 "parameter group lists")
+            if not isinstance(entry, dict):
+                raise TypeError(f"state_dict['state'][{key!r}] must be a dict, "
+                                f"got {type(entry).__name__}")
+            states.append((key, by_index[key], entry))
+        settings = [{key: value for key, value in saved.items() if key != "params"}
+                    for saved in saved_groups]
+        self._check_extra(state_dict)
+        self._engine.load(settings, states)
+        for group, saved in zip(self.param_groups, settings):
+            group.update(saved)
+        self._load_extra(state_dict)
+
+    def _params(self):
+        return [p for group in self.param_groups for p in group["params"]]
+
+    # Hooks for what a subclass saves beyond PyTorch's layout.
+    def _check_extra(self, state_dict):
+        pass
+
+    def _load_extra(self, state_dict):
+        pass
+
+
+def _settings(group):
+    """A param group's settings for the engine (it ignores keys it does not know)."""
+    return {key: value for key, value in group.items() if key != "params"}
+
+
+def _split_state_dict(state_dict):
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+    for key in ("state", "param_groups"):
+        if key not in state_dict:
+            raise ValueError(f"state_dict lacks '{key}'; expected the result of state_dict()")
+    groups, state = state_dict["param_groups"], state_dict["state"]
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and "params" in g
+                                               for g in groups):
+        raise TypeError("state_dict['param_groups'] must be a list of dicts with 'params'")
+    if not isinstance(state, dict):
+        raise TypeError(f"state_dict['state'] must be a dict, got {type(state).__name__}")
+    return groups, state
+
+
+class Muon(_EngineOptimizer):
+    """Muon (SPEC §2): momentum, then Newton–Schulz orthogonalization, for parameters of rank ≥ 2
+    (each matrix of a (batch..., rows, cols) tensor separately).
+
+    ``coefficients``: 'quintic', 'polar_express', 'dion' or rows [[a, b, c], ...];
+    ``post_norm``: Muon+ ('none', 'row', 'col', 'row_col', 'col_row', 'frobenius');
+    ``normuon``: None or dict(beta2=0.95, axis='auto'|'row'|'col');
+    ``state_dtype``: torch.float32 or torch.bfloat16 (stochastic rounding, CPU).
+    """
+
+    _make_engine = staticmethod(_core.Engine.muon)
+
+    def __init__(self, params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, *,
+                 ns_steps=5, coefficients="quintic", momentum_form="ema", adjust_lr="original",
+                 ns_method="automatic", ns_dtype=None, gram_restart=2, post_norm="none",
+                 post_norm_eps=1e-8, normuon=None, cautious_weight_decay=False, cautious=False,
+                 state_dtype=torch.float32):
+        defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                        ns_steps=ns_steps, coefficients=coefficients, momentum_form=momentum_form,
+                        adjust_lr=adjust_lr, ns_method=ns_method, ns_dtype=ns_dtype,
+                        gram_restart=gram_restart, post_norm=post_norm,
+                        post_norm_eps=post_norm_eps, normuon=normuon,
+                        cautious_weight_decay=cautious_weight_decay, cautious=cautious,
+                        state_dtype=state_dtype)
+        super().__init__(params, defaults)
+
+
+class AdamW(_EngineOptimizer):
+    """AdamW with decoupled weight decay, as torch.optim.AdamW; ``nesterov=True`` gives NAdam
+    (optax's form), ``state_dtype=torch.bfloat16`` stores both moments in bf16 with stochastic
+    rounding, ``cautious=True`` masks the update (arXiv 2411.16085)."""
+
+    _make_engine = staticmethod(_core.Engine.adamw)
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
+                 nesterov=False, state_dtype=torch.float32, cautious=False):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        nesterov=nesterov, state_dtype=state_dtype, cautious=cautious)
+        super().__init__(params, defaults)
+
+
+class Adam(_EngineOptimizer):
+    """Adam with coupled (L2) weight decay, as torch.optim.Adam; options as AdamW's."""
+
+    _make_engine = staticmethod(_core.Engine.adam)
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+                 nesterov=False, state_dtype=torch.float32, cautious=False):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        nesterov=nesterov, state_dtype=state_dtype, cautious=cautious)
+        super().__init__(params, defaults)
+
+
+class Lamb(_EngineOptimizer):
+    """LAMB: the Adam direction plus weight decay, scaled by the trust ratio ‖W‖/‖r‖."""
+
+    _make_engine = staticmethod(_core.Engine.lamb)
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        state_dtype=torch.float32)
+        super().__init__(params, defaults)
+
+
+class HybridOptimizer(_EngineOptimizer):
+    """Muon for the hidden matrices of a model, AdamW for everything else, routed automatically
+    (SPEC §4), with the parameter groups, clipping, schedules and QK-clip of a YAML configuration
+    (SPEC §11; docs/config.md).
+
+    ``model_or_named_parameters``: an nn.Module or (name, tensor) pairs. ``config``: YAML text, a
+    path to a .yaml/.yml file, a dict, or None for the defaults. ``total_steps``: the run's length,
+    needed by schedules.
+
+    param_groups: one per (configured group, algorithm, decayed or not), each with the keys
+    'algorithm' ('muon' or 'adamw') and 'group' (its configured name). A torch lr scheduler drives
+    them unless the configuration has its own schedule, which then sets 'lr' at every step.
+    """
+
+    def __init__(self, model_or_named_parameters, config, total_steps):
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int):
+            raise TypeError(f"total_steps must be an int, got {type(total_steps).__name__}")
+        engine = _core.Engine.hybrid(_named_parameters(model_or_named_parameters),
+                                     _config_text(config), total_steps)
+        super().__init__(engine.groups(), {}, engine=engine)
+
+    def add_param_group(self, param_group):
+        if self._engine is not None:
+            raise ValueError("HybridOptimizer's parameter groups come from its configuration "
+                             "(groups:); build a new optimizer to add parameters")
+        super().add_param_group(param_group)
+
+    def step(self, closure=None):
+        loss = super().step(closure)
+        # The configuration's schedules may have moved lr, momentum and weight decay.
+        for group, settings in zip(self.param_groups, self._engine.settings()):
+            for key in ("lr", "weight_decay", "momentum"):
+                if key in settings:
+                    group[key] = settings[key]
+        return loss
+
+    @property
+    def step_count(self):
+        """Updates applied so far (skipped steps excluded): the schedules' position."""
+        return self._engine.counters()[0]
+
+    @property
+    def last_step(self):
+        """What the last step() did: grad_norm, clip_factor, skipped, skipped_steps, qk_clip."""
+        return self._engine.last_step()
+
+    def report(self):
+        """The routing report: one dict per parameter (name, shape, dtype, role, reason, group,
+        lr, weight_decay); frozen parameters have role 'frozen' and group None."""
+        return self._engine.report()
+
+    def report_text(self):
+        """The routing report as an aligned text table."""
+        return self._engine.report_text()
+
+    def reset_state(self):
+        """Clears momentum and moments (e.g. after an outer synchronization, DiLoCo style)."""
+        self._engine.reset_state()
+
+    def set_qk_clip_source(self, source):
+        """Enables QK-clip (optimizer: muonclip) for a model: ``source`` has qk_clip_targets() ->
+        list of dicts (layer, q_weight, k_weight, n_heads, n_kv_heads, head_dim, and optionally
+        kind='latent', gated_query, qk_norm, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and
+        qk_max_logits() -> {layer: tensor of per-head max logits}. None detaches it."""
+        self._engine.set_qk_clip_source(source)
+
+    def state_dict(self):
+        out = super().state_dict()
+        step_count, skipped = self._engine.counters()
+        out["counters"] = {"step_count": step_count, "skipped_steps": skipped}
+        return out
+
+    def _check_extra(self, state_dict):
+        counters = state_dict.get("counters")
+        if not isinstance(counters, dict) or not all(
+                isinstance(counters.get(k), int) and counters[k] >= 0
+                for k in ("step_count", "skipped_steps")):
+            raise ValueError("state_dict['counters'] must be {'step_count': int >= 0, "
+                             "'skipped_steps': int >= 0} (HybridOptimizer.state_dict() writes it)")
+
+    def _load_extra(self, state_dict):
+        counters = state_dict["counters"]
+        self._engine.restore_counters(counters["step_count"], counters["skipped_steps"])
+
+
+def build_optimizer(model_or_named_parameters, config, total_steps):
+    """The HybridOptimizer a YAML configuration (text, path or dict) describes; see
+    HybridOptimizer."""
+    return HybridOptimizer(model_or_named_parameters, config, total_steps)
+
+
+def _named_parameters(source):
+    """[(name, tensor, owning module's type name)] in registration order, as routing reads them."""
+    if isinstance(source, torch.nn.Module):
+        out = []
+        for prefix, module in source.named_modules():
+            for name, p in module.named_parameters(recurse=False):
+                out.append((f"{prefix}.{name}" if prefix else name, p, type(module).__name__))
+        return out
+    if isinstance(source, torch.Tensor) or not hasattr(source, "__iter__"):
+        raise TypeError("expected an nn.Module or (name, tensor) pairs, got "
+                        f"{type(source).__name__}")
+    out = []
+    for item in source:
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], torch.Tensor)):
+            raise TypeError(f"named parameters must be (str, Tensor) pairs, got {item!r:.80}")
+        out.append((item[0], item[1], ""))
+    return out
+
+
+def _config_text(config):
+    """YAML text from text, a .yaml/.yml path, a dict (JSON is YAML) or None (the defaults)."""
+    if config is None:
+        return "{}"
+    if isinstance(config, dict):
+        return json.dumps(config)
+    if isinstance(config, os.PathLike) or (
+            isinstance(config, str) and "\n" not in config
+            and config.strip().endswith((".yaml", ".yml"))):
+        with open(config, encoding="utf-8") as f:
+            return f.read()
+    if isinstance(config, str):
+        return config
+    raise TypeError("config must be YAML text, a path, a dict or None, got "
+                    f"{type(config).__name__}")
+
+
+def orthogonalize(x, coefficients="quintic", steps=5, *, method="automatic", dtype=None,
+                  gram_restart=2):
+    """Newton–Schulz orthogonalization (SPEC §1) of each matrix in the last two dims of ``x``:
+    approximately U·Vᵀ of its SVD. ``x`` is not modified. ``coefficients``: 'quintic',
+    'polar_express', 'dion' or [[a, b, c], ...]; ``method``: 'automatic', 'plain', 'symmetric',
+    'gram'; ``dtype``: the working dtype (default float32 on CPU, float64 stays float64)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    for name, value in (("steps", steps), ("gram_restart", gram_restart)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return _core.orthogonalize(x, coefficients, steps, method, dtype, gram_restart)
+
+
+def orthogonality_error(x):
+    """max over the batch of ‖G − I‖_F / √k, G the k×k Gram matrix on the smaller side (0 for
+    an exactly orthogonal result)."""
+    return _core.orthogonality_error(x)

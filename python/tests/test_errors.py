@@ -1,0 +1,133 @@
+"""Bad inputs raise the Python exception a PyTorch user expects, with the C++ message."""
+import pytest
+import torch
+
+import muon_cpp
+from helpers import TinyGpt
+
+
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: muon_cpp.AdamW([p]),
+    lambda p: muon_cpp.Adam([p]),
+    lambda p: muon_cpp.Lamb([p]),
+    lambda p: muon_cpp.Muon([p]),
+])
+def test_sparse_gradient_is_a_runtime_error_and_changes_nothing(make):
+    p = torch.nn.Parameter(torch.zeros(4, 3))
+    optimizer = make(p)
+    p.grad = torch.zeros(4, 3).to_sparse()
+    with pytest.raises(RuntimeError, match="does not support sparse gradients"):
+        optimizer.step()
+    assert torch.equal(p.detach(), torch.zeros(4, 3))
+    assert optimizer.state == {}
+
+
+def test_sparse_gradient_in_hybrid():
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4, sparse=True), torch.nn.Linear(4, 4))
+    optimizer = muon_cpp.build_optimizer(model, None, 10)
+    model(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(RuntimeError, match="sparse"):
+        optimizer.step()
+
+
+def test_config_errors_are_value_errors():
+    model = TinyGpt()
+    with pytest.raises(ValueError, match="optimizer.lrr: unknown key; did you mean 'lr'"):
+        muon_cpp.build_optimizer(model, "optimizer: {name: muon, lrr: 0.1}", 10)
+    with pytest.raises(ValueError, match="optimizer.name"):
+        muon_cpp.build_optimizer(model, "optimizer: {name: sgd}", 10)
+    with pytest.raises(ValueError, match="total_steps must be > 0"):
+        muon_cpp.build_optimizer(model, None, 0)
+    with pytest.raises(ValueError, match="parameter 'blocks.0.norm.bias' of shape \\[12\\] .* "
+                       "overridden to muon \\(routing.muon pattern"):
+        muon_cpp.build_optimizer(model, "optimizer: {name: muon, routing: {muon: ['*.bias']}}", 10)
+    with pytest.raises(FileNotFoundError):
+        muon_cpp.build_optimizer(model, "no_such_config.yaml", 10)
+
+
+def test_wrong_types_are_type_errors():
+    model = TinyGpt()
+    with pytest.raises(TypeError, match="config must be YAML text, a path, a dict or None, got int"):
+        muon_cpp.build_optimizer(model, 42, 10)
+    with pytest.raises(TypeError, match="total_steps must be an int, got float"):
+        muon_cpp.build_optimizer(model, None, 10.0)
+    with pytest.raises(TypeError, match="expected an nn.Module or \\(name, tensor\\) pairs"):
+        muon_cpp.build_optimizer(torch.zeros(3), None, 10)
+    with pytest.raises(TypeError, match="named parameters must be \\(str, Tensor\\) pairs"):
+        muon_cpp.build_optimizer([("w", [1.0])], None, 10)
+    w = torch.nn.Parameter(torch.zeros(4, 4))
+    with pytest.raises(TypeError, match="lr must be a number, got str 'fast'"):
+        muon_cpp.AdamW([w], lr="fast")
+    with pytest.raises(TypeError, match="betas must be a pair"):
+        muon_cpp.AdamW([w], betas=0.9)
+    with pytest.raises(TypeError, match="nesterov must be True or False, got int"):
+        muon_cpp.Muon([w], nesterov=1)
+    with pytest.raises(TypeError, match="ns_steps must be an int, got float"):
+        muon_cpp.Muon([w], ns_steps=5.0)
+    with pytest.raises(TypeError, match="state_dtype must be a torch.dtype, got str"):
+        muon_cpp.Muon([w], state_dtype="bfloat16")
+    with pytest.raises(TypeError, match="params argument given to the optimizer should be"):
+        muon_cpp.AdamW(w)  # PyTorch's own check
+    optimizer = muon_cpp.AdamW([w])
+    optimizer.param_groups[0]["eps"] = None
+    w.grad = torch.ones(4, 4)
+    with pytest.raises(TypeError, match="eps must be a number, got NoneType"):
+        optimizer.step()
+    assert torch.equal(w.detach(), torch.zeros(4, 4))
+
+
+def test_invalid_values_are_value_errors_then_runtime_errors_in_step():
+    w = torch.nn.Parameter(torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="lr"):
+        muon_cpp.AdamW([w], lr=-1.0)
+    with pytest.raises(ValueError, match="momentum"):
+        muon_cpp.Muon([w], momentum=1.5)
+    with pytest.raises(ValueError, match="unknown mode 'sqrt'; valid modes are original"):
+        muon_cpp.Muon([w], adjust_lr="sqrt")
+    with pytest.raises(ValueError, match="beta2, axis"):
+        muon_cpp.Muon([w], normuon=dict(beta=0.9))
+    with pytest.raises(ValueError, match="Muon"):
+        muon_cpp.Muon([torch.nn.Parameter(torch.zeros(4))])  # a vector is not a matrix
+    with pytest.raises(ValueError, match="state_dtype"):
+        muon_cpp.Lamb([w], lr=0.1).add_param_group({"params": [torch.nn.Parameter(
+            torch.zeros(2))], "state_dtype": torch.bfloat16})
+    optimizer = muon_cpp.AdamW([w])
+    optimizer.param_groups[0]["lr"] = -0.5  # as a buggy scheduler might
+    w.grad = torch.ones(4, 4)
+    with pytest.raises(RuntimeError, match="lr"):
+        optimizer.step()
+    assert torch.equal(w.detach(), torch.zeros(4, 4))
+
+
+def test_closure_runs_once_with_grad_and_its_errors_propagate():
+    w = torch.nn.Parameter(torch.ones(3, 3))
+    optimizer = muon_cpp.Muon([w])
+    calls = []
+
+    def closure():
+        calls.append(torch.is_grad_enabled())
+        optimizer.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        return loss
+
+    with torch.no_grad():
+        loss = optimizer.step(closure)
+    assert calls == [True] and loss.item() == 9.0
+
+    def failing():
+        raise KeyError("from the closure")
+
+    with pytest.raises(KeyError, match="from the closure"):
+        optimizer.step(failing)
+
+
+def test_hybrid_groups_are_fixed():
+    model = TinyGpt()
+    optimizer = muon_cpp.build_optimizer(model, None, 10)
+    with pytest.raises(ValueError, match="come from its configuration"):
+        optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+    with pytest.raises(TypeError, match="keeps its state in C\\+\\+"):
+        optimizer.state = {model.wte.weight: {}}

@@ -1,0 +1,161 @@
+"""HybridOptimizer / build_optimizer on nn.Modules: routing (SPEC §4), configs, schedules, QK-clip."""
+import pathlib
+
+import pytest
+import torch
+
+import muon_cpp
+from helpers import TinyGpt, batches, train, weights
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_routing_of_a_gpt_with_tied_weights_and_a_frozen_table():
+    torch.manual_seed(0)
+    model = TinyGpt(layers=2)
+    optimizer = muon_cpp.build_optimizer(model, "optimizer: muon\n", total_steps=10)
+    rows = {row["name"]: row for row in optimizer.report()}
+    # The tied head appears once, under the embedding's name; frozen tensors are reported.
+    assert "lm_head.weight" not in rows
+    assert rows["wte.weight"]["role"] == "adamw"
+    assert "embedding" in rows["wte.weight"]["reason"]
+    assert rows["pos"]["role"] == "frozen" and rows["pos"]["group"] is None
+    for layer in range(2):
+        for matrix in ("q_proj", "k_proj", "up_proj", "down_proj"):
+            row = rows[f"blocks.{layer}.{matrix}.weight"]
+            assert row["role"] == "muon" and row["shape"] == tuple(
+                model.blocks[layer].get_submodule(matrix).weight.shape)
+            assert row["dtype"] == torch.float32 and row["lr"] == 0.02
+        assert rows[f"blocks.{layer}.norm.weight"]["role"] == "adamw"
+        assert rows[f"blocks.{layer}.up_proj.bias"]["role"] == "adamw"
+    muon_count = sum(row["role"] == "muon" for row in rows.values())
+    assert muon_count == 8
+    # param_groups hold every trainable tensor once, the frozen one nowhere.
+    listed = [p for g in optimizer.param_groups for p in g["params"]]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert len(listed) == len(trainable) == len({id(p) for p in listed})
+    assert all(any(p is q for q in listed) for p in trainable)
+    assert {g["algorithm"] for g in optimizer.param_groups} == {"muon", "adamw"}
+    for group in optimizer.param_groups:
+        if group["algorithm"] == "muon":
+            assert all(rows_for(rows, p, model)["role"] == "muon" for p in group["params"])
+    text = optimizer.report_text()
+    assert "blocks.1.down_proj.weight" in text and "hidden 2-D matrix" in text
+
+
+def rows_for(rows, tensor, model):
+    name = next(n for n, p in model.named_parameters() if p is tensor)
+    return rows[name]
+
+
+def test_named_parameters_and_config_forms_agree(tmp_path):
+    torch.manual_seed(1)
+    model = TinyGpt()
+    text = "optimizer:\n  name: muon\n  lr: 0.03\n  adamw_lr: 0.002\n"
+    path = tmp_path / "optim.yaml"
+    path.write_text(text)
+    from_text = muon_cpp.build_optimizer(model, text, 10)
+    from_path = muon_cpp.build_optimizer(model, str(path), 10)
+    from_pathlib = muon_cpp.build_optimizer(model, path, 10)
+    from_dict = muon_cpp.build_optimizer(
+        model, {"optimizer": {"name": "muon", "lr": 0.03, "adamw_lr": 0.002}}, 10)
+    lrs = [[g["lr"] for g in opt.param_groups]
+           for opt in (from_text, from_path, from_pathlib, from_dict)]
+    assert lrs[0] == lrs[1] == lrs[2] == lrs[3]
+    assert sorted(set(lrs[0])) == [0.002, 0.03]
+    # Bare (name, tensor) pairs have no module types: the embedding is found by its name part.
+    pairs = muon_cpp.build_optimizer(list(model.named_parameters()), text, 10)
+    assert {r["name"]: r["role"] for r in pairs.report()}["wte.weight"] == "adamw"
+
+
+def test_examples_build():
+    model = TinyGpt()
+    for name in ("muon.yaml", "speedtronic.yaml", "dew.yaml", "flaxchat.yaml", "adamw.yaml"):
+        optimizer = muon_cpp.build_optimizer(model, EXAMPLES / name, 1000)
+        train(model, optimizer, batches(2))
+        assert optimizer.step_count == 2
+
+
+def test_torch_scheduler_drives_every_group():
+    torch.manual_seed(2)
+    model = TinyGpt()
+    optimizer = muon_cpp.build_optimizer(model, "optimizer: {name: muon, weight_decay: 0.1}", 10)
+    peaks = [g["lr"] for g in optimizer.param_groups]
+    factor = {"value": 0.0}
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: factor["value"])
+    assert all(g["lr"] == 0.0 for g in optimizer.param_groups)
+    before = weights(model)
+    train(model, optimizer, batches(2))  # every rate 0: nothing moves, decay included
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
+    factor["value"] = 0.5
+    scheduler.step()
+    assert [g["lr"] for g in optimizer.param_groups] == [0.5 * p for p in peaks]
+    train(model, optimizer, batches(1))
+    trainable = [p.requires_grad for p in model.parameters()]
+    changed = [not torch.equal(a, b) for a, b in zip(before, weights(model))]
+    assert changed == trainable  # every trainable tensor moved, the frozen one did not
+
+
+def test_configured_schedule_sets_lr_each_step():
+    model = TinyGpt()
+    config = ("optimizer: {name: muon, lr: 0.02, adamw_lr: 0.004,\n"
+              "  schedule: {name: linear, warmup_steps: 4}}\n")
+    optimizer = muon_cpp.build_optimizer(model, config, total_steps=8)
+    muon_group = next(g for g in optimizer.param_groups if g["algorithm"] == "muon")
+    rates = []
+    for tokens in batches(4):
+        train(model, optimizer, [tokens])
+        rates.append(muon_group["lr"])  # the rate of the step just taken, written back
+    assert rates == sorted(rates) and len(set(rates)) == 4 and rates[-1] <= 0.02
+
+
+def test_qk_clip_from_a_python_source():
+    torch.manual_seed(3)
+    config = "optimizer: {name: muonclip, qk_clip: {tau: 10.0}}\n"
+    plain_model, clipped_model = TinyGpt(layers=1), TinyGpt(layers=1)
+    clipped_model.load_state_dict(plain_model.state_dict())
+    plain = muon_cpp.build_optimizer(plain_model, "optimizer: muon\n", 10)
+    clipped = muon_cpp.build_optimizer(clipped_model, config, 10)
+
+    class Source:
+        def qk_clip_targets(self):
+            block = clipped_model.blocks[0]
+            return [dict(layer="blocks.0", q_weight=block.q_proj.weight,
+                         k_weight=block.k_proj.weight, n_heads=2, n_kv_heads=2, head_dim=6)]
+
+        def qk_max_logits(self):
+            return {"blocks.0": torch.tensor([40.0, 5.0])}  # head 0 over tau
+
+    clipped.set_qk_clip_source(Source())
+    data = batches(1)
+    train(plain_model, plain, data)
+    train(clipped_model, clipped, data)
+    gamma = 10.0 / (40.0 + 1e-6)
+    for name in ("q_proj", "k_proj"):
+        ours = clipped_model.blocks[0].get_submodule(name).weight.detach()
+        unclipped = plain_model.blocks[0].get_submodule(name).weight.detach()
+        assert torch.allclose(ours[:6], unclipped[:6] * gamma ** 0.5, rtol=1e-6, atol=1e-7)
+        assert torch.equal(ours[6:], unclipped[6:])
+    assert clipped.last_step["qk_clip"] == [
+        {"layer": "blocks.0", "head": 0, "factor": pytest.approx(gamma ** 0.5)}]
+    with pytest.raises(TypeError, match="qk_clip_targets"):
+        clipped.set_qk_clip_source(object())
+
+
+def test_clipping_and_nonfinite_skip_reported():
+    model = TinyGpt()
+    optimizer = muon_cpp.build_optimizer(model, "optimizer: {name: muon, grad_clip: 0.01}", 10)
+    train(model, optimizer, batches(1))
+    stats = optimizer.last_step
+    assert stats["grad_norm"] > 0.01
+    assert stats["clip_factor"] == pytest.approx(0.01 / stats["grad_norm"], rel=1e-5)
+    before = weights(model)
+    state_before = {k: v.clone() for k, v in optimizer.state[model.wte.weight].items()}
+    optimizer.zero_grad()
+    model.loss(batches(1)[0]).backward()
+    model.wte.weight.grad[0, 0] = float("nan")
+    optimizer.step()
+    assert optimizer.last_step["skipped"] and optimizer.last_step["skipped_steps"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
+    for key, value in optimizer.state[model.wte.weight].items():
+        assert torch.equal(value, state_before[key])

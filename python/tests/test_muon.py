@@ -1,0 +1,125 @@
+"""muon_cpp.Muon and orthogonalize against SPEC §1–§2 written out in Python."""
+import pytest
+import torch
+
+import muon_cpp
+from helpers import ReferenceMuon, max_rel_diff, reference_newton_schulz
+
+
+def gradients(shape, steps, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator, dtype=torch.float64) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("shape", [(24, 10), (10, 24), (16, 16)])
+@pytest.mark.parametrize("settings", [
+    dict(),
+    dict(momentum=0.9, nesterov=False, weight_decay=0.1),
+    dict(momentum_form="sum", adjust_lr="match_rms_adamw", weight_decay=0.05),
+    dict(adjust_lr="spectral"),
+    dict(adjust_lr="none", nesterov=False, momentum_form="sum"),
+])
+def test_muon_equals_reference(shape, settings):
+    torch.manual_seed(1)
+    ours = torch.nn.Parameter(torch.randn(shape, dtype=torch.float64))
+    theirs = torch.nn.Parameter(ours.detach().clone())
+    optimizer = muon_cpp.Muon([ours], lr=0.03, **settings)
+    reference = ReferenceMuon(0.03, **settings)
+    for grad in gradients(shape, 6, seed=2):
+        before = theirs.detach().clone()
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step([theirs])
+        # float64 throughout: the two may differ only by summation order.
+        assert max_rel_diff(ours.detach() - before, theirs.detach() - before) < 1e-10
+
+
+def test_muon_state_and_groups_are_torch_shaped():
+    w = torch.nn.Parameter(torch.randn(8, 4))
+    optimizer = muon_cpp.Muon([w], lr=0.01, normuon=dict(beta2=0.9))
+    assert isinstance(optimizer, torch.optim.Optimizer)
+    assert optimizer.param_groups[0]["normuon"] == dict(beta2=0.9)
+    assert optimizer.state == {}
+    w.grad = torch.randn(8, 4)
+    optimizer.step()
+    state = optimizer.state[w]
+    assert set(state) == {"step", "momentum_buffer", "normuon_second_moment"}
+    assert state["step"].item() == 1.0
+    assert state["momentum_buffer"].shape == (8, 4)
+    assert state["normuon_second_moment"].shape == (8, 1)  # per row: rows ≥ cols
+    # The state tensors are the optimizer's own buffers.
+    assert torch.equal(state["momentum_buffer"], 0.05 * w.grad)
+
+
+def test_momentum_set_between_steps_is_used():
+    shape = (6, 9)
+    ours = torch.nn.Parameter(torch.randn(shape, dtype=torch.float64))
+    theirs = torch.nn.Parameter(ours.detach().clone())
+    optimizer = muon_cpp.Muon([ours], lr=0.02)
+    reference = ReferenceMuon(0.02)
+    for k, grad in enumerate(gradients(shape, 4, seed=5)):
+        optimizer.param_groups[0]["momentum"] = reference.beta = 0.8 + 0.05 * k
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step([theirs])
+    assert max_rel_diff(ours.detach(), theirs.detach()) < 1e-12
+
+
+def test_expert_stack_is_orthogonalized_matrix_by_matrix():
+    torch.manual_seed(3)
+    stack = torch.nn.Parameter(torch.randn(3, 6, 4, dtype=torch.float64))
+    singles = [torch.nn.Parameter(stack.detach()[e].clone()) for e in range(3)]
+    stacked_opt = muon_cpp.Muon([stack], lr=0.02)
+    single_opt = muon_cpp.Muon(singles, lr=0.02)
+    grad = torch.randn(3, 6, 4, dtype=torch.float64)
+    stack.grad = grad
+    for e, p in enumerate(singles):
+        p.grad = grad[e].clone()
+    stacked_opt.step()
+    single_opt.step()
+    for e, p in enumerate(singles):
+        assert max_rel_diff(stack.detach()[e], p.detach()) < 1e-12
+
+
+@pytest.mark.parametrize("method", ["plain", "symmetric", "gram", "automatic"])
+def test_orthogonalize_matches_reference_and_leaves_input(method):
+    torch.manual_seed(4)
+    x = torch.randn(20, 48, dtype=torch.float64)
+    copy = x.clone()
+    ours = muon_cpp.orthogonalize(x, "quintic", 5, method=method)
+    assert torch.equal(x, copy)
+    assert ours.dtype == torch.float64 and ours.shape == x.shape
+    assert max_rel_diff(ours, reference_newton_schulz(x)) < 1e-9
+    singular_values = torch.linalg.svdvals(ours)
+    assert singular_values.min() > 0.6 and singular_values.max() < 1.25
+    gram = ours @ ours.T  # 20 × 20: the smaller side
+    expected = (gram - torch.eye(20, dtype=gram.dtype)).norm().item() / 20 ** 0.5
+    assert muon_cpp.orthogonality_error(ours) == pytest.approx(expected, rel=1e-9)
+
+
+def test_orthogonalize_tables_and_batches():
+    torch.manual_seed(5)
+    x = torch.randn(2, 3, 16, 8)
+    for table in ["quintic", "polar_express", "dion", [[3.4445, -4.7750, 2.0315]]]:
+        out = muon_cpp.orthogonalize(x, table, 5)
+        assert out.shape == x.shape and torch.isfinite(out).all()
+    custom = muon_cpp.orthogonalize(x, [[3.4445, -4.7750, 2.0315]], 5)
+    assert torch.equal(custom, muon_cpp.orthogonalize(x, "quintic", 5))
+    # Each matrix of the batch alone gives the same result.
+    alone = muon_cpp.orthogonalize(x[1, 2], "quintic", 5)
+    assert torch.allclose(custom[1, 2], alone, atol=1e-6)
+
+
+def test_orthogonalize_errors():
+    with pytest.raises(ValueError, match="polar_express"):
+        muon_cpp.orthogonalize(torch.randn(4, 4), "nonsense", 5)
+    with pytest.raises(ValueError, match="at least 2 dims"):
+        muon_cpp.orthogonalize(torch.randn(4), "quintic", 5)
+    with pytest.raises(ValueError, match="steps"):
+        muon_cpp.orthogonalize(torch.randn(4, 4), "quintic", 0)
+    with pytest.raises(TypeError, match="steps must be an int"):
+        muon_cpp.orthogonalize(torch.randn(4, 4), "quintic", 2.5)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        muon_cpp.orthogonalize([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="valid methods are automatic, plain, symmetric, gram"):
+        muon_cpp.orthogonalize(torch.randn(4, 4), method="fast")
