@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,11 @@
 #include "muon/routing.h"
 
 namespace muon {
+
+class Communicator;
+namespace detail {
+class DataParallel;
+}
 
 enum class NonfinitePolicy {
   skip,   // leave parameters and state untouched, count the step, log a warning (default)
@@ -68,6 +74,19 @@ class HybridOptimizer : public torch::optim::Optimizer {
   // Muon and AdamW settings only: one group, no clipping.
   HybridOptimizer(const std::vector<RoutedParameter>& routes, MuonOptions muon_options,
                   AdamWOptions adamw_options);
+  ~HybridOptimizer() override;
+
+  // Data-parallel training (SPEC §13) over `communicator`'s ranks: step() averages gradients
+  // across ranks, each parameter is updated by one owner rank (which alone keeps its state), and
+  // the new values are shared. Call on every rank, with the same model and options, before the
+  // first step; rank 0's parameter values are copied to all. A one-process communicator changes
+  // nothing. After a distributed step, .grad holds this rank's own gradient again.
+  void set_communicator(std::shared_ptr<Communicator> communicator,
+                        int64_t bucket_numel = int64_t{1} << 23);
+  Communicator* communicator() const { return communicator_.get(); }  // null when not set
+  // The rank that keeps `param`'s state and computes its update (0 without ranks).
+  int owner_of(const at::Tensor& param) const;
+  bool owns(const at::Tensor& param) const;
 
   // Calls `closure` (if any) exactly once; checks both branches (and QK-clip's inputs); measures
   // the global gradient norm (skipping or failing on a non-finite one) and clips; steps Muon and
@@ -126,6 +145,8 @@ class HybridOptimizer : public torch::optim::Optimizer {
   std::map<const void*, Role> roles_;
   StepStats stats_;
   QkClipSource* qk_source_ = nullptr;
+  std::shared_ptr<Communicator> communicator_;
+  std::unique_ptr<detail::DataParallel> parallel_;  // with a communicator of > 1 rank
 };
 
 }  // namespace muon

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace muon {
 
@@ -16,6 +17,15 @@ struct ParamStateEntry {
   // Muon: momentum_buffer (+ normuon_second_moment with NorMuon); Adam family: exp_avg, exp_avg_sq.
   std::map<std::string, at::Tensor> tensors;
 };
+
+// One tensor of a parameter's state as `optimizer` keeps it under the group's current options.
+struct StateSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype;
+};
+std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optimizer,
+                                            const at::Tensor& param);
 
 // The state `optimizer` (Muon, AdamW, Adam or Lamb) keeps for `param` — its own tensors, not
 // copies — or nullopt before the parameter's first update.

@@ -8,6 +8,9 @@
 #include <map>
 #include <sstream>
 
+#include "data_parallel.h"
+#include "muon/compat.h"
+#include "muon/distributed.h"
 #include "muon/error.h"
 #include "table.h"
 
@@ -214,6 +217,11 @@ bool HybridOptimizer::clip_gradients() {
       sum += n * n;
     }
   }
+  if (parallel_ != nullptr) {  // each rank holds the gradients it owns
+    auto total = at::full({1}, sum, at::kDouble);
+    parallel_->communicator().all_reduce(total, ReduceOp::sum);
+    sum = total.item<double>();
+  }
   stats_.grad_norm = std::sqrt(sum);
   stats_.clip_factor = 1;
   stats_.skipped = false;
@@ -258,15 +266,75 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
   if (clipping_qk) {
     qk_targets = qk_source_->qk_clip_targets();
     qk_logits = qk_source_->qk_max_logits();
+    if (parallel_ != nullptr) {  // the largest logit seen by any rank
+      for (auto& [layer, logits] : qk_logits) {
+        auto reduced = logits.to(at::kFloat).contiguous().clone();
+        parallel_->communicator().all_reduce(reduced, ReduceOp::max);
+        logits = reduced;
+      }
+    }
     check_qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
   }
   stats_.qk_clip.clear();
-  if (!clip_gradients()) return loss;
-  if (muon_) muon_->step();
-  if (adamw_) adamw_->step();
+  const auto update = [this] {
+    if (muon_) muon_->step();
+    if (adamw_) adamw_->step();
+  };
+  if (parallel_ == nullptr) {
+    if (!clip_gradients()) return loss;
+    update();
+  } else {
+    parallel_->average_gradients();
+    try {
+      const bool proceed = clip_gradients();
+      if (proceed) parallel_->update_and_gather(update);
+      parallel_->restore_gradients();
+      if (!proceed) return loss;
+    } catch (...) {
+      parallel_->restore_gradients();
+      throw;
+    }
+  }
   if (clipping_qk) stats_.qk_clip = qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
   ++step_count_;
   return loss;
+}
+
+HybridOptimizer::~HybridOptimizer() = default;
+
+void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicator,
+                                       int64_t bucket_numel) {
+  check(communicator != nullptr, "set_communicator: the communicator is null");
+  std::vector<detail::DataParallel::Param> params;
+  for (const auto& [name, p] : named_trainable()) {
+    const auto role = role_of(p);
+    params.push_back({p, role, role == Role::muon ? muon_->matrix_view(p) : std::vector<int64_t>{}});
+  }
+  auto parallel = communicator->world_size() > 1
+                      ? std::make_unique<detail::DataParallel>(communicator, params, bucket_numel)
+                      : nullptr;
+  communicator_ = std::move(communicator);
+  parallel_ = std::move(parallel);
+  if (parallel_ == nullptr) return;
+  parallel_->broadcast_parameters();
+  // State of parameters another rank owns (e.g. loaded before) is not this rank's to keep.
+  for (auto* branch : {static_cast<torch::optim::Optimizer*>(muon_.get()),
+                       static_cast<torch::optim::Optimizer*>(adamw_.get())}) {
+    if (branch == nullptr) continue;
+    for (const auto& group : branch->param_groups()) {
+      for (const auto& p : group.params()) {
+        if (!owns(p)) branch->state().erase(compat::param_state_key(p));
+      }
+    }
+  }
+}
+
+int HybridOptimizer::owner_of(const at::Tensor& param) const {
+  return parallel_ == nullptr ? 0 : parallel_->owner(param);
+}
+
+bool HybridOptimizer::owns(const at::Tensor& param) const {
+  return parallel_ == nullptr || parallel_->owns(param);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> HybridOptimizer::named_trainable() const {

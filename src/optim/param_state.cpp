@@ -11,12 +11,6 @@
 namespace muon {
 namespace {
 
-struct Slot {
-  std::string name;
-  std::vector<int64_t> shape;
-  at::ScalarType dtype;
-};
-
 const torch::optim::OptimizerOptions& group_options(const torch::optim::Optimizer& optimizer,
                                                     const at::Tensor& param) {
   for (const auto& group : optimizer.param_groups()) {
@@ -38,13 +32,20 @@ const Options* options_as(const torch::optim::OptimizerOptions& o) {
   return dynamic_cast<const Options*>(&o);
 }
 
-// The tensors `optimizer` keeps for `param` under its group's current options.
-std::vector<Slot> expected_slots(const torch::optim::Optimizer& optimizer,
-                                 const at::Tensor& param) {
+const torch::optim::OptimizerParamState* find_state(const torch::optim::Optimizer& optimizer,
+                                                    const at::Tensor& param) {
+  const auto it = optimizer.state().find(compat::param_state_key(param));
+  return it == optimizer.state().end() ? nullptr : it->second.get();
+}
+
+}  // namespace
+
+std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optimizer,
+                                            const at::Tensor& param) {
   const auto& options = group_options(optimizer, param);
   const auto shape = param.sizes().vec();
   if (const auto* m = options_as<MuonOptions>(options)) {
-    std::vector<Slot> slots{{"momentum_buffer", shape, stored_dtype(param, m->state_dtype())}};
+    std::vector<StateSlot> slots{{"momentum_buffer", shape, stored_dtype(param, m->state_dtype())}};
     if (m->normuon()) {
       const auto view = static_cast<const Muon&>(optimizer).matrix_view(param);
       slots.push_back({"normuon_second_moment", normuon_state_shape(view, m->normuon()->axis),
@@ -64,14 +65,6 @@ std::vector<Slot> expected_slots(const torch::optim::Optimizer& optimizer,
   dtype = stored_dtype(param, dtype);
   return {{"exp_avg", shape, dtype}, {"exp_avg_sq", shape, dtype}};
 }
-
-const torch::optim::OptimizerParamState* find_state(const torch::optim::Optimizer& optimizer,
-                                                    const at::Tensor& param) {
-  const auto it = optimizer.state().find(compat::param_state_key(param));
-  return it == optimizer.state().end() ? nullptr : it->second.get();
-}
-
-}  // namespace
 
 std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& optimizer,
                                                 const at::Tensor& param) {
@@ -99,7 +92,7 @@ void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tenso
                        const ParamStateEntry& entry, const std::string& where) {
   check(entry.step >= 0, where, ".step is ", entry.step, "; a step count is ≥ 0");
   std::set<std::string> expected;
-  for (const auto& slot : expected_slots(optimizer, param)) {
+  for (const auto& slot : expected_state_slots(optimizer, param)) {
     expected.insert(slot.name);
     const auto it = entry.tensors.find(slot.name);
     check(it != entry.tensors.end(), where, " lacks '", slot.name, "'");
@@ -112,9 +105,9 @@ void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tenso
     check(t.layout() == at::kStrided, where, ".", slot.name, " is sparse; state is dense");
     check(at::isfinite(t).all().item<bool>(), where, ".", slot.name, " holds NaN or Inf");
   }
+  std::string valid;
+  for (const auto& e : expected) valid += (valid.empty() ? "" : ", ") + e;
   for (const auto& [name, t] : entry.tensors) {
-    std::string valid;
-    for (const auto& e : expected) valid += (valid.empty() ? "" : ", ") + e;
     check(expected.count(name) != 0, where, " has '", name,
           "', which this optimizer does not keep (it keeps ", valid, ")");
   }

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "muon/compat.h"
+#include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/param_state.h"
 
@@ -34,6 +35,32 @@ c10::impl::GenericDict new_dict() {
 torch::optim::Optimizer& branch_of(HybridOptimizer& opt, const at::Tensor& p) {
   if (opt.role_of(p) == Role::muon) return *opt.muon();
   return *opt.adamw();
+}
+
+// `p`'s state as its owner rank keeps it, on every rank (a collective: all ranks call it for the
+// same parameters in the same order).
+std::optional<ParamStateEntry> from_owner(Communicator& communicator, HybridOptimizer& opt,
+                                          const at::Tensor& p,
+                                          std::optional<ParamStateEntry> local) {
+  const int owner = opt.owner_of(p);
+  const bool mine = communicator.rank() == owner;
+  auto header = at::zeros({2}, at::kLong);  // has state, step
+  if (mine && local) {
+    header[0] = 1;
+    header[1] = local->step;
+  }
+  communicator.broadcast(header, owner);
+  if (header[0].item<int64_t>() == 0) return std::nullopt;
+  ParamStateEntry entry;
+  entry.step = header[1].item<int64_t>();
+  for (const auto& slot : expected_state_slots(branch_of(opt, p), p)) {
+    auto t = mine ? local->tensors.at(slot.name).contiguous()
+                  : at::empty(slot.shape, at::TensorOptions().dtype(slot.dtype));
+    auto bytes = t.reshape(-1).view(at::kByte);  // any dtype, bit for bit
+    communicator.broadcast(bytes, owner);
+    entry.tensors[slot.name] = t;
+  }
+  return entry;
 }
 
 void write_atomically(const std::string& path, const std::vector<char>& bytes) {
@@ -98,6 +125,9 @@ at::Tensor tensor_field(const Dict& d, const std::string& key, const std::string
 void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
                      const torch::nn::Module* model, const std::string& config_yaml) {
   at::NoGradGuard no_grad;
+  // With ranks, every owner's state is gathered to rank 0, which alone writes the file.
+  auto* communicator = optimizer.communicator();
+  const bool distributed = communicator != nullptr && communicator->world_size() > 1;
   auto root = new_dict();
   root.insert("format", std::string(kFormat));
   root.insert("version", kVersion);
@@ -112,7 +142,8 @@ void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
     auto entry = new_dict();
     const auto role = optimizer.role_of(p);
     entry.insert("role", to_string(role));
-    const auto saved = read_param_state(branch_of(optimizer, p), p);
+    auto saved = read_param_state(branch_of(optimizer, p), p);
+    if (distributed) saved = from_owner(*communicator, optimizer, p, std::move(saved));
     entry.insert("has_state", saved.has_value());
     if (saved) {
       entry.insert("step", saved->step);
@@ -126,7 +157,23 @@ void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
     for (const auto& [name, t] : model_tensors(*model)) weights.insert(name, t.detach());
     root.insert("model", weights);
   }
-  write_atomically(path, torch::jit::pickle_save(c10::IValue(root)));
+  if (!distributed) return write_atomically(path, torch::jit::pickle_save(c10::IValue(root)));
+  // Rank 0 tells the others whether the file was written, so that all fail or none does.
+  auto written = at::zeros({1}, at::kLong);
+  std::string failure;
+  if (communicator->rank() == 0) {
+    try {
+      write_atomically(path, torch::jit::pickle_save(c10::IValue(root)));
+      written[0] = 1;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  communicator->broadcast(written, 0);
+  if (!failure.empty()) throw Error(failure);
+  if (written[0].item<int64_t>() == 0) {
+    throw DistributedError("checkpoint: rank 0 could not write '" + path + "' (see its error)");
+  }
 }
 
 CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimizer,
@@ -207,7 +254,10 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
 
   // Everything checked: apply.
   at::NoGradGuard no_grad;
-  for (const auto& [p, saved] : restores) write_param_state(branch_of(optimizer, p), p, saved);
+  for (const auto& [p, saved] : restores) {
+    // With ranks, each keeps the state of the parameters it owns: N ranks' file resumes on M.
+    if (optimizer.owns(p)) write_param_state(branch_of(optimizer, p), p, saved);
+  }
   for (size_t g = 0; g < lrs.size(); ++g) optimizer.param_groups()[g].options().set_lr(lrs[g]);
   for (auto& [target, source] : copies) target.copy_(source);
   const auto step_count = field(root, "step_count", path).toInt();

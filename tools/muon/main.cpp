@@ -5,6 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -15,6 +18,8 @@
 #include "bench.h"
 #include "compare.h"
 #include "plot.h"
+#include "launch.h"
+#include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/routing.h"
 #include "train.h"
@@ -56,6 +61,28 @@ void print_schedule(const muon::OptimConfig& c, int64_t steps, int64_t every,
     const double wd = h.weight_decay_schedule ? h.weight_decay_schedule->multiplier(t, steps) : 1.0;
     std::printf("%8lld  %12.6f  %10.4f  %10.4f\n", static_cast<long long>(t), lr, momentum, wd);
   }
+}
+
+// This program's arguments without --nproc (the launched ranks must not launch again).
+std::vector<std::string> without_nproc(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--nproc") {
+      ++i;
+    } else if (a.rfind("--nproc=", 0) != 0) {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+// " (rank r of N)" under a data-parallel launch, else "".
+std::string rank_label() {
+  const char* rank = std::getenv("RANK");
+  const char* world = std::getenv("WORLD_SIZE");
+  if (rank == nullptr || world == nullptr) return "";
+  return std::string(" (rank ") + rank + " of " + world + ")";
 }
 
 }  // namespace
@@ -116,6 +143,17 @@ int main(int argc, char** argv) {
   train
       ->add_option("--checkpoint-every", config.checkpoint_every,
                    "also write checkpoint.pt every N steps (0: at the end only)")
+      ->capture_default_str();
+  int nproc = 1;
+  train->add_option("--nproc", nproc,
+                    "data-parallel ranks to launch on this machine (loopback, Gloo); under an "
+                    "external launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT instead")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  double dist_timeout = 120;
+  train->add_option("--dist-timeout", dist_timeout,
+                    "seconds a rank waits for the others before failing")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   train->add_flag("--print-config", print_config,
                   "print the resolved optimizer config (defaults filled) and exit");
@@ -219,7 +257,12 @@ int main(int argc, char** argv) {
         return 0;
       }
       config.progress_bar = isatty(STDOUT_FILENO) != 0;
-      muon::demo::train(config, std::cout);
+      const auto timeout =
+          std::chrono::milliseconds(static_cast<int64_t>(std::ceil(dist_timeout * 1000)));
+      if (nproc > 1 && std::getenv("WORLD_SIZE") == nullptr) {
+        return muon::demo::launch_local_ranks(nproc, without_nproc(argc, argv), timeout);
+      }
+      muon::demo::train(config, std::cout, muon::Communicator::from_environment(timeout));
     } else if (*compare) {
       std::vector<muon::demo::CompareEntry> entries;
       std::stringstream names(compare_list);
@@ -259,8 +302,11 @@ int main(int argc, char** argv) {
       std::cout << optimizer->report_text();
     }
   } catch (const muon::Error& e) {
-    std::cerr << "error: " << e.what() << '\n';
+    std::cerr << "error" << rank_label() << ": " << e.what() << '\n';
     return 2;
+  } catch (const muon::DistributedError& e) {
+    std::cerr << "error" << rank_label() << ": " << e.what() << '\n';
+    return 3;
   }
   return 0;
 }

@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "data.h"
 #include "muon/checkpoint.h"
+#include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
 #include "muon/routing.h"
@@ -165,26 +167,61 @@ double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config) 
   return total / static_cast<double>(config.eval_batches);
 }
 
-TrainResult train(const TrainConfig& config, std::ostream& log) {
+namespace {
+
+// Discards what it is given: the log of ranks other than 0.
+class NullStream : public std::ostream {
+ public:
+  NullStream() : std::ostream(nullptr) {}
+};
+
+// The model every rank starts from: seeded, built while no other thread (a rank of an in-process
+// test) draws from the global generator.
+Gpt seeded_model(const TrainConfig& config) {
+  static std::mutex global_generator;
+  std::lock_guard<std::mutex> lock(global_generator);
+  at::manual_seed(config.seed);
+  return Gpt(config.model);
+}
+
+// The mean over ranks of this rank's loss (the loss of the whole batch).
+double global_mean(const at::Tensor& loss, Communicator& communicator) {
+  auto value = loss.detach().to(at::kDouble).reshape({1}).clone();
+  communicator.all_reduce(value, ReduceOp::sum);
+  return value.item<double>() / communicator.world_size();
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
+                  std::shared_ptr<Communicator> communicator) {
   check_config(config);
+  if (communicator == nullptr) communicator = std::make_shared<Communicator>();
+  const int rank = communicator->rank();
+  const int64_t world = communicator->world_size();
+  const bool writer = rank == 0;  // rank 0 logs and writes the run's files
+  NullStream quiet;
+  std::ostream& log = writer ? rank0_log : quiet;
   const std::filesystem::path out_dir(config.out_dir);
-  std::filesystem::create_directories(out_dir);
-  write_file(out_dir / "config.txt", config.describe());
+  if (writer) {
+    std::filesystem::create_directories(out_dir);
+    write_file(out_dir / "config.txt", config.describe());
+  }
 
   const TextDataset data(load_text(config.data), config.val_fraction);
-  at::manual_seed(config.seed);
-  Gpt model(config.model);
+  Gpt model = seeded_model(config);
 
   auto owned = config.optimizer_config
                    ? build_optimizer(*config.optimizer_config, *model, config.steps)
                    : std::make_unique<HybridOptimizer>(route(*model), hybrid_options(config));
   auto& optimizer = *owned;
-  if (config.optimizer_config) {
+  optimizer.set_communicator(communicator);
+  if (config.optimizer_config && writer) {
     write_file(out_dir / "config.yaml", config.optimizer_config->to_yaml());
     for (const auto& note : config.optimizer_config->notes) log << note << '\n';
   }
   optimizer.set_qk_clip_source(model.get());  // used when the config sets qk_clip
-  write_file(out_dir / "routing.txt", optimizer.report_text());
+  if (writer) write_file(out_dir / "routing.txt", optimizer.report_text());
   int64_t first_step = 0;
   if (!config.resume_dir.empty()) {
     const auto path = (std::filesystem::path(config.resume_dir) / "checkpoint.pt").string();
@@ -201,14 +238,18 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   }
   log << "muon train: " << config.model.n_layers << " layers, d_model " << config.model.d_model
       << ", " << muon_tensors << " Muon matrices, " << adamw_tensors << " AdamW tensors; "
-      << data.train_bytes() << " training bytes, " << at::get_num_threads() << " threads\n";
+      << data.train_bytes() << " training bytes, " << at::get_num_threads() << " threads"
+      << (world > 1 ? ", " + std::to_string(world) + " ranks" : "") << "\n";
 
   TrainResult result;
-  result.initial_val_loss = evaluate(model, data, config);
-  log << "step 0 | val loss " << result.initial_val_loss << " (uniform: " << std::log(256.0)
-      << ")\n";
+  if (writer) {
+    result.initial_val_loss = evaluate(model, data, config);
+    log << "step 0 | val loss " << result.initial_val_loss << " (uniform: " << std::log(256.0)
+        << ")\n";
+  }
 
-  const auto tokens_per_step = static_cast<double>(config.batch_size * config.model.seq_len);
+  const auto tokens_per_step =
+      static_cast<double>(config.batch_size * world * config.model.seq_len);
   const auto start = Clock::now();
   double optimizer_seconds = 0;
   double eval_seconds = 0;  // excluded from throughput and the optimizer's share
@@ -217,58 +258,66 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   const int64_t last =
       config.stop_after > 0 ? std::min(config.stop_after, config.steps) : config.steps;
   for (int64_t step = first_step; step < last; ++step) {
-    // Each step's batch depends on (seed, step) only, so a resumed run sees the same data.
+    // Each step's batch depends on (seed, step) only, so a resumed run sees the same data. With
+    // ranks, the step draws world × batch_size windows and each rank takes its own rows: N ranks
+    // see exactly the batch one process with N × batch_size would.
     auto generator = at::detail::createCPUGenerator(batch_seed(config.seed, step));
-    const auto [x, y] = data.train_batch(config.batch_size, config.model.seq_len, generator);
+    auto [x, y] = data.train_batch(config.batch_size * world, config.model.seq_len, generator);
+    x = x.narrow(0, rank * config.batch_size, config.batch_size);
+    y = y.narrow(0, rank * config.batch_size, config.batch_size);
     const auto loss = model->loss(x, y);
     optimizer.zero_grad();
     loss.backward();
     const auto optimizer_start = Clock::now();
     optimizer.step();
     optimizer_seconds += seconds_since(optimizer_start);
-    window_loss += loss.item<double>();
+    const double step_loss = world > 1 ? global_mean(loss, *communicator) : loss.item<double>();
+    window_loss += step_loss;
 
     const int64_t done = step + 1;
-    if (config.progress_bar) draw_progress(log, done, last, loss.item<double>(), seconds_since(start),
-                                           first_step);
+    if (config.progress_bar && writer) {
+      draw_progress(log, done, last, step_loss, seconds_since(start), first_step);
+    }
     const bool evaluate_now = done % config.eval_every == 0 || done == last;
     const bool log_now = done % config.log_every == 0 || evaluate_now;
-    if (!log_now) continue;
-    const int64_t window_steps = std::min((done - 1) % config.log_every + 1, done - first_step);
-    MetricsRow row{
-        done,
-        window_loss / static_cast<double>(window_steps),
-        std::nullopt,
-        leading_rate(optimizer),
-        tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
-        seconds_since(start)};
-    if (evaluate_now) {
-      const auto eval_start = Clock::now();
-      row.val_loss = evaluate(model, data, config);
-      eval_seconds += seconds_since(eval_start);
+    if (log_now) {
+      const int64_t window_steps = std::min((done - 1) % config.log_every + 1, done - first_step);
+      MetricsRow row{
+          done,
+          window_loss / static_cast<double>(window_steps),
+          std::nullopt,
+          leading_rate(optimizer),
+          tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
+          seconds_since(start)};
+      if (evaluate_now && writer) {
+        const auto eval_start = Clock::now();
+        row.val_loss = evaluate(model, data, config);
+        eval_seconds += seconds_since(eval_start);
+      }
+      const double eta = row.elapsed_s / static_cast<double>(done - first_step) *
+                         static_cast<double>(last - done);
+      char line[256];
+      std::snprintf(
+          line, sizeof line,
+          "step %5lld/%lld | loss %.4f | val loss %s | lr %.2e | %7.0f tok/s | %s / ETA %s",
+          static_cast<long long>(done), static_cast<long long>(config.steps), row.train_loss,
+          row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "   -  ", row.lr,
+          row.tokens_per_s, clock_text(row.elapsed_s).c_str(), clock_text(eta).c_str());
+      log << (config.progress_bar ? "\r\033[K" : "") << line << std::endl;
+      result.rows.push_back(row);
+      window_loss = 0;
+      window_start = Clock::now();
     }
-    const double eta =
-        row.elapsed_s / static_cast<double>(done - first_step) * static_cast<double>(last - done);
-    char line[256];
-    std::snprintf(
-        line, sizeof line,
-        "step %5lld/%lld | loss %.4f | val loss %s | lr %.2e | %7.0f tok/s | %s / ETA %s",
-        static_cast<long long>(done), static_cast<long long>(config.steps), row.train_loss,
-        row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "   -  ", row.lr,
-        row.tokens_per_s, clock_text(row.elapsed_s).c_str(), clock_text(eta).c_str());
-    log << (config.progress_bar ? "\r\033[K" : "") << line << std::endl;
-    result.rows.push_back(row);
-    window_loss = 0;
-    window_start = Clock::now();
     if (config.checkpoint_every > 0 && done % config.checkpoint_every == 0 && done < last) {
       save_checkpoint(checkpoint_path, optimizer, model.get(), config.describe());
     }
   }
   save_checkpoint(checkpoint_path, optimizer, model.get(), config.describe());
   const double total_seconds = seconds_since(start) - eval_seconds;
-  result.final_val_loss = *result.rows.back().val_loss;
   result.tokens_per_s = tokens_per_step * static_cast<double>(last - first_step) / total_seconds;
   result.optimizer_share = optimizer_seconds / total_seconds;
+  if (!writer) return result;
+  result.final_val_loss = *result.rows.back().val_loss;
   write_file(out_dir / "metrics.csv", metrics_csv(result.rows));
   write_file(out_dir / "metrics.jsonl", metrics_jsonl(result.rows));
   write_file(out_dir / "loss.svg", loss_chart(result.rows));

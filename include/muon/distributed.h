@@ -1,0 +1,95 @@
+// Data-parallel communication (SPEC §13) on PyTorch's c10d: the collectives the hybrid optimizer
+// needs, over a c10d::ProcessGroup the caller made or one built from torchrun's variables (Gloo on
+// CPU). A one-process Communicator makes every collective the identity, so one code path serves 1..N
+// ranks. Every collective waits at most the timeout; a rank that exits or hangs becomes a
+// muon::DistributedError on the others, never a hang.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace muon {
+
+// A collective failed or timed out: another rank exited, hung or disagreed.
+class DistributedError : public std::runtime_error {
+ public:
+  explicit DistributedError(const std::string& message) : std::runtime_error(message) {}
+};
+
+enum class ReduceOp { sum, max };
+
+class Communicator {
+ public:
+  using Duration = std::chrono::milliseconds;
+
+  // One process: rank 0 of 1.
+  Communicator();
+  // Over `group` (any c10d backend, world size ≥ 1).
+  Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, Duration timeout);
+  ~Communicator();
+
+  // From torchrun's variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (LOCAL_RANK is read by
+  // whoever places tensors on devices): a TCPStore served by rank 0 and a Gloo group (the socket
+  // interface from GLOO_SOCKET_IFNAME, else loopback when MASTER_ADDR is local, else the host's
+  // default). WORLD_SIZE unset means one process. Invalid or missing variables are a muon::Error
+  // naming them.
+  static std::shared_ptr<Communicator> from_environment(Duration timeout);
+  // The same with the values given: rank `rank` of `world` meets the others at address:port.
+  static std::shared_ptr<Communicator> connect(int rank, int world, const std::string& address,
+                                               int port, Duration timeout);
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  Duration timeout() const { return timeout_; }
+
+  // Σ over ranks of chunk rank() of `flat` (flat.numel() divisible by world_size(); 1-D,
+  // contiguous). Gloo has no reduce-scatter: a ring of sends and receives, (N−1)/N of flat's bytes
+  // sent per rank, the minimum.
+  at::Tensor reduce_scatter(const at::Tensor& flat);
+
+  // Started all-gather of each rank's `shard` into `flat` (chunk r = rank r's shard); wait() it
+  // before reading flat.
+  class Pending {
+   public:
+    Pending() = default;
+    Pending(Communicator* owner, c10::intrusive_ptr<c10d::Work> work, std::string what);
+    Pending(Pending&&) noexcept;
+    Pending& operator=(Pending&&) noexcept;
+    ~Pending();
+    void wait();
+
+   private:
+    Communicator* owner_ = nullptr;
+    c10::intrusive_ptr<c10d::Work> work_;
+    std::string what_;
+  };
+  Pending all_gather(const at::Tensor& shard, at::Tensor& flat);
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op);  // in place
+  void broadcast(at::Tensor& tensor, int root);      // in place
+  void barrier();
+
+  // Payload bytes this rank has sent, counted as ring algorithms send them (reduce-scatter and
+  // all-gather (N−1)/N of the whole, all-reduce twice that, broadcast the tensor from its root).
+  int64_t bytes_sent() const { return bytes_sent_; }
+
+ private:
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
+  [[noreturn]] void fail(const std::string& what, const std::string& reason) const;
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  int rank_ = 0;
+  int world_ = 1;
+  Duration timeout_{0};
+  bool ring_reduce_scatter_ = false;  // the backend lacks reduce_scatter (Gloo)
+  int64_t bytes_sent_ = 0;
+  int64_t tag_ = 0;  // point-to-point message tags, advanced in step on every rank
+};
+
+}  // namespace muon

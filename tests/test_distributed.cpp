@@ -1,0 +1,341 @@
+// Data-parallel training (SPEC §13) on loopback Gloo, ranks as threads of this process: N ranks
+// equal one process with the whole batch, each Muon matrix is orthogonalized on exactly one rank,
+// checkpoints move between world sizes, and collectives fail cleanly.
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/embedding.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "helpers.h"
+#include "muon/checkpoint.h"
+#include "muon/distributed.h"
+#include "muon/error.h"
+#include "muon/hybrid.h"
+#include "muon/param_state.h"
+#include "train.h"
+
+namespace muon {
+namespace {
+
+using namespace std::chrono_literals;
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Runs `body(communicator)` on `world` ranks (threads) and rethrows the first failure.
+void run_ranks(int world, const std::function<void(std::shared_ptr<Communicator>)>& body,
+               std::chrono::milliseconds timeout = 60s) {
+  const int port = free_port();
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        body(Communicator::connect(rank, world, "127.0.0.1", port, timeout));
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+demo::TrainConfig tiny_run(const std::string& out, int64_t batch_size, const std::string& opt) {
+  demo::TrainConfig c;
+  c.data = MUON_TEST_DATA_DIR "/genesis.txt";
+  c.val_fraction = 0.1;
+  c.model.d_model = 32;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.seq_len = 32;
+  c.batch_size = batch_size;
+  c.optimizer = opt;
+  c.steps = 24;
+  c.log_every = 12;
+  c.eval_every = 12;
+  c.eval_batches = 1;
+  c.schedule.warmup_steps = 4;
+  c.sample_bytes = 8;
+  c.out_dir = out;
+  return c;
+}
+
+std::string temp_dir(const std::string& name) {
+  const auto path = std::filesystem::temp_directory_path() / ("muon_dist_" + name);
+  std::filesystem::remove_all(path);
+  return path.string();
+}
+
+// The model tensors a checkpoint holds.
+std::map<std::string, at::Tensor> checkpoint_model(const std::string& dir) {
+  std::ifstream file(dir + "/checkpoint.pt", std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
+                                std::istreambuf_iterator<char>());
+  const auto root = torch::jit::pickle_load(bytes).toGenericDict();
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : root.at("model").toGenericDict()) {
+    out[item.key().toStringRef()] = item.value().toTensor();
+  }
+  return out;
+}
+
+// max over tensors of max|a − b| / max|b|.
+double max_difference(const std::map<std::string, at::Tensor>& a,
+                      const std::map<std::string, at::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (const auto& [name, t] : b) worst = std::max(worst, testing::max_rel_diff(a.at(name), t));
+  return worst;
+}
+
+void train_on_ranks(int world, const demo::TrainConfig& config) {
+  run_ranks(world, [&](std::shared_ptr<Communicator> communicator) {
+    std::ostringstream log;
+    demo::train(config, log, communicator);
+  });
+}
+
+// Float32 tolerance after 24 steps: the ranks sum gradients in another order, and Newton–Schulz
+// amplifies such differences a little (AdamW does not).
+constexpr double kMuonTolerance = 2e-4;
+constexpr double kAdamwTolerance = 2e-5;
+
+TEST(Distributed, TwoRanksEqualOneRankWithTheWholeBatch) {
+  for (const std::string opt : {"muon", "adamw"}) {
+    const auto one = temp_dir("one_" + opt), two = temp_dir("two_" + opt);
+    std::ostringstream log;
+    demo::train(tiny_run(one, 8, opt), log);
+    train_on_ranks(2, tiny_run(two, 4, opt));
+    EXPECT_LT(max_difference(checkpoint_model(two), checkpoint_model(one)),
+              opt == "muon" ? kMuonTolerance : kAdamwTolerance)
+        << opt;
+  }
+}
+
+TEST(Distributed, CheckpointsMoveBetweenWorldSizes) {
+  // 2 ranks → 1 rank: stop at step 12 on two ranks, finish on one; compare with two ranks all the
+  // way. And 1 → 2 the other way round.
+  for (const auto& [first, second] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    const auto label = std::to_string(first) + "to" + std::to_string(second);
+    const auto whole = temp_dir("whole_" + label), split = temp_dir("split_" + label);
+    auto config = tiny_run(whole, 8 / first, "muon");
+    train_on_ranks(first, config);
+    config.out_dir = split;
+    config.stop_after = 12;
+    train_on_ranks(first, config);
+    auto rest = tiny_run(split, 8 / second, "muon");
+    rest.resume_dir = split;
+    train_on_ranks(second, rest);
+    EXPECT_LT(max_difference(checkpoint_model(split), checkpoint_model(whole)), kMuonTolerance)
+        << label;
+  }
+}
+
+// The hybrid optimizer over a small model with given per-rank gradients.
+struct Replica {
+  torch::nn::Sequential model;
+  std::unique_ptr<HybridOptimizer> optimizer;
+
+  explicit Replica(uint64_t seed) {
+    at::manual_seed(seed);
+    model = torch::nn::Sequential(torch::nn::Embedding(16, 24), torch::nn::Linear(24, 40),
+                                  torch::nn::Linear(40, 24), torch::nn::Linear(24, 24),
+                                  torch::nn::Linear(24, 40));
+    HybridOptions options;
+    options.muon = MuonOptions(0.02).weight_decay(0.1);
+    options.adamw = AdamWOptions(0.01);
+    options.max_grad_norm = 0.5;  // the norm is of the averaged gradients, reduced across ranks
+    optimizer = std::make_unique<HybridOptimizer>(route(*model), options);
+  }
+  std::vector<at::Tensor> params() const { return model->parameters(); }
+};
+
+std::vector<at::Tensor> gradients_for(const Replica& replica, int rank, int step) {
+  auto generator = testing::seeded(1000 * step + rank);
+  std::vector<at::Tensor> out;
+  for (const auto& p : replica.params()) out.push_back(at::normal(0, 1, p.sizes(), generator));
+  return out;
+}
+
+TEST(Distributed, EachParameterIsUpdatedByExactlyOneRank) {
+  constexpr int kWorld = 3, kSteps = 3;
+  // The reference: one process stepping on the mean of the ranks' gradients.
+  Replica reference(7);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<at::Tensor> mean;
+    for (int rank = 0; rank < kWorld; ++rank) {
+      const auto g = gradients_for(reference, rank, step);
+      if (mean.empty()) {
+        mean = g;
+      } else {
+        for (size_t i = 0; i < g.size(); ++i) mean[i] = mean[i] + g[i];
+      }
+    }
+    const auto params = reference.params();
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = mean[i] / kWorld;
+    reference.optimizer->step();
+  }
+
+  std::vector<std::map<std::string, int64_t>> steps_seen(kWorld);  // name → state step, per rank
+  std::vector<std::vector<at::Tensor>> finals(kWorld);
+  run_ranks(kWorld, [&](std::shared_ptr<Communicator> communicator) {
+    const int rank = communicator->rank();
+    Replica replica(rank == 0 ? 7 : 99);  // other ranks start elsewhere: rank 0's values win
+    replica.optimizer->set_communicator(communicator, /*bucket_numel=*/600);  // several buckets
+    for (int step = 0; step < kSteps; ++step) {
+      const auto g = gradients_for(replica, rank, step);
+      const auto params = replica.params();
+      for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i].clone();
+      replica.optimizer->step();
+      // The caller's own gradients are back afterwards.
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::equal(params[i].grad(), g[i]));
+    }
+    for (const auto& [name, p] : replica.optimizer->named_trainable()) {
+      auto& opt = *replica.optimizer;
+      torch::optim::Optimizer& branch = opt.role_of(p) == Role::muon
+                                            ? static_cast<torch::optim::Optimizer&>(*opt.muon())
+                                            : *opt.adamw();
+      const auto state = read_param_state(branch, p);
+      EXPECT_EQ(state.has_value(), opt.owns(p)) << name;
+      if (state) steps_seen[rank][name] = state->step;
+    }
+    for (const auto& p : replica.params()) finals[rank].push_back(p.detach().clone());
+  });
+
+  // Every parameter has state on exactly one rank, updated every step; work is spread.
+  Replica names(7);
+  for (const auto& [name, p] : names.optimizer->named_trainable()) {
+    int owners = 0;
+    for (int rank = 0; rank < kWorld; ++rank) {
+      if (steps_seen[rank].count(name) != 0) {
+        ++owners;
+        EXPECT_EQ(steps_seen[rank][name], kSteps) << name;
+      }
+    }
+    EXPECT_EQ(owners, 1) << name;
+  }
+  for (int rank = 0; rank < kWorld; ++rank) EXPECT_FALSE(steps_seen[rank].empty()) << rank;
+  // All ranks hold the same values, those of the one-process reference.
+  const auto expected = reference.params();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(at::equal(finals[rank][i], finals[0][i])) << rank << " " << i;
+      EXPECT_LT(testing::max_rel_diff(finals[rank][i], expected[i].detach()), 1e-5) << i;
+    }
+  }
+}
+
+TEST(Distributed, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
+  std::vector<std::vector<at::Tensor>> before(2), after(2);
+  std::vector<bool> skipped(2);
+  run_ranks(2, [&](std::shared_ptr<Communicator> communicator) {
+    const int rank = communicator->rank();
+    Replica replica(7);
+    replica.optimizer->set_communicator(communicator);
+    const auto params = replica.params();
+    for (const auto& p : params) before[rank].push_back(p.detach().clone());
+    const auto g = gradients_for(replica, rank, 0);
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i].clone();
+    if (rank == 1) params.back().mutable_grad()[0] = std::nan("");
+    replica.optimizer->step();
+    skipped[rank] = replica.optimizer->last_step().skipped;
+    for (const auto& p : params) after[rank].push_back(p.detach().clone());
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(skipped[rank]);
+    for (size_t i = 0; i < before[rank].size(); ++i) {
+      EXPECT_TRUE(at::equal(before[rank][i], after[rank][i]));
+    }
+  }
+}
+
+TEST(Distributed, AMissingRankIsAClearErrorWithinTheTimeout) {
+  // Rank 1 of 2 never comes: rank 0 cannot meet it.
+  const auto start = std::chrono::steady_clock::now();
+  testing::expect_error<DistributedError>(
+      [] { Communicator::connect(0, 2, "127.0.0.1", free_port(), 1500ms); },
+      {"distributed: rank 0 of 2 could not reach the other ranks through 127.0.0.1:",
+       "within 1.5 s", "are all 2 ranks running"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+
+  // Rank 1 leaves after one collective: rank 0's next collective fails, naming it.
+  run_ranks(2, [](std::shared_ptr<Communicator> communicator) {
+    auto t = at::ones({4});
+    communicator->all_reduce(t, ReduceOp::sum);
+    EXPECT_TRUE(at::equal(t, at::full({4}, 2.0f)));
+    if (communicator->rank() == 1) return;  // rank 1 stops taking part
+    testing::expect_error<DistributedError>(
+        [&] { communicator->all_reduce(t, ReduceOp::sum); },
+        {"distributed: all_reduce failed on rank 0 of 2", "another rank exited, hung"});
+  }, 2000ms);
+}
+
+TEST(Distributed, CollectivesComputeWhatTheySay) {
+  run_ranks(3, [](std::shared_ptr<Communicator> c) {
+    const int r = c->rank();
+    // flat = [r, r+1, ..., r+5]; chunk k of the sum over ranks = Σ_r (r + 2k, r + 2k + 1).
+    const auto flat = at::arange(6, at::kFloat) + r;
+    const auto mine = c->reduce_scatter(flat);
+    const auto expected = at::arange(2 * r, 2 * r + 2, at::kFloat) * 3 + 3;
+    EXPECT_TRUE(at::equal(mine, expected)) << mine;
+    auto gathered = at::empty({6}, at::kFloat);
+    auto pending = c->all_gather(at::full({2}, static_cast<float>(r)), gathered);
+    pending.wait();
+    EXPECT_TRUE(at::equal(gathered, at::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f})));
+    auto peak = at::full({1}, static_cast<float>(r));
+    c->all_reduce(peak, ReduceOp::max);
+    EXPECT_EQ(peak.item<float>(), 2.0f);
+    auto value = at::full({2}, static_cast<float>(r + 10));
+    c->broadcast(value, 2);
+    EXPECT_TRUE(at::equal(value, at::full({2}, 12.0f)));
+    // Bytes: reduce-scatter 2/3 of 24, all-gather 2 × 8, all-reduce 2·2/3 of 4 (integer), and 8
+    // from the broadcast's root.
+    EXPECT_EQ(c->bytes_sent(), 16 + 16 + 5 + (r == 2 ? 8 : 0));
+  });
+}
+
+TEST(Distributed, EnvironmentVariablesAreChecked) {
+  const auto with_env = [](std::map<std::string, std::string> vars,
+                           std::initializer_list<std::string> fragments) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(name);
+    for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+    testing::expect_error<Error>([] { Communicator::from_environment(1000ms); }, fragments);
+    for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(name);
+  };
+  with_env({{"WORLD_SIZE", "2"}}, {"RANK is not set"});
+  with_env({{"WORLD_SIZE", "2"}, {"RANK", "2"}}, {"RANK='2' is not a whole number in [0, 1]"});
+  with_env({{"WORLD_SIZE", "two"}}, {"WORLD_SIZE='two'"});
+  with_env({{"WORLD_SIZE", "2"}, {"RANK", "0"}}, {"MASTER_ADDR is not set"});
+  with_env({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}},
+           {"MASTER_PORT is not set"});
+  // No variables: one process.
+  EXPECT_EQ(Communicator::from_environment(1000ms)->world_size(), 1);
+}
+
+}  // namespace
+}  // namespace muon

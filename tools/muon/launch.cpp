@@ -1,0 +1,102 @@
+#include "launch.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "muon/error.h"
+
+namespace muon::demo {
+namespace {
+
+// A port no one listens on now (the kernel's choice for port 0).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  check(fd >= 0, "launch: cannot open a socket");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  ::close(fd);
+  check(ok, "launch: cannot find a free port on 127.0.0.1");
+  return ntohs(address.sin_port);
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+[[noreturn]] void exec_rank(int rank, int nproc, int port, const std::vector<std::string>& args) {
+  const auto set = [](const char* name, const std::string& value) {
+    ::setenv(name, value.c_str(), 1);
+  };
+  set("RANK", std::to_string(rank));
+  set("LOCAL_RANK", std::to_string(rank));
+  set("WORLD_SIZE", std::to_string(nproc));
+  set("LOCAL_WORLD_SIZE", std::to_string(nproc));
+  set("MASTER_ADDR", "127.0.0.1");
+  set("MASTER_PORT", std::to_string(port));
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  std::cerr << "launch: cannot run /proc/self/exe for rank " << rank << '\n';
+  ::_exit(127);
+}
+
+}  // namespace
+
+int launch_local_ranks(int nproc, const std::vector<std::string>& args,
+                       std::chrono::milliseconds grace) {
+  check(nproc >= 1, "--nproc must be >= 1, got ", nproc);
+  const int port = free_port();
+  std::map<pid_t, int> running;  // pid → rank
+  for (int rank = 0; rank < nproc; ++rank) {
+    const pid_t pid = ::fork();
+    check(pid >= 0, "launch: fork failed for rank ", rank);
+    if (pid == 0) exec_rank(rank, nproc, port, args);
+    running[pid] = rank;
+  }
+  using Clock = std::chrono::steady_clock;
+  int result = 0;
+  Clock::time_point deadline = Clock::time_point::max();
+  while (!running.empty()) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      const int rank = running.at(pid);
+      running.erase(pid);
+      const int code = exit_code(status);
+      if (code != 0 && result == 0) {
+        std::cerr << "muon train: rank " << rank << " of " << nproc << " failed (exit code " << code
+                  << "); waiting up to " << grace.count() / 1000.0 << " s for the others\n";
+        result = code;
+        deadline = Clock::now() + grace;
+      }
+      continue;
+    }
+    if (Clock::now() > deadline) {
+      for (const auto& [child, rank] : running) {
+        std::cerr << "muon train: killing rank " << rank << ", still running after the failure\n";
+        ::kill(child, SIGKILL);
+      }
+      deadline = Clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return result;
+}
+
+}  // namespace muon::demo

@@ -1,0 +1,18 @@
+// `muon train --nproc N`: N local ranks of this program on loopback, torchrun style.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace muon::demo {
+
+// Runs `args` (argv of this program, --nproc removed) as `nproc` child processes with RANK,
+// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set, and
+// waits for them. When one fails, the others get `grace` to fail on their own (their collectives
+// time out) before they are killed. Returns 0 when every rank succeeded, else the first failure's
+// exit code (128 + signal for a killed rank).
+int launch_local_ranks(int nproc, const std::vector<std::string>& args,
+                       std::chrono::milliseconds grace);
+
+}  // namespace muon::demo
