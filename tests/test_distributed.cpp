@@ -6,10 +6,6 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/embedding.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <exception>
 #include <filesystem>
@@ -24,6 +20,7 @@
 #include "muon/error.h"
 #include "muon/hybrid.h"
 #include "muon/param_state.h"
+#include "launch.h"
 #include "train.h"
 
 namespace muon {
@@ -31,22 +28,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 // Runs `body(communicator)` on `world` ranks (threads) and rethrows the first failure.
 void run_ranks(int world, const std::function<void(std::shared_ptr<Communicator>)>& body,
                std::chrono::milliseconds timeout = 60s) {
-  const int port = free_port();
+  const int port = demo::free_local_port();
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
@@ -278,7 +263,7 @@ TEST(Distributed, AMissingRankIsAClearErrorWithinTheTimeout) {
   // Rank 1 of 2 never comes: rank 0 cannot meet it.
   const auto start = std::chrono::steady_clock::now();
   testing::expect_error<DistributedError>(
-      [] { Communicator::connect(0, 2, "127.0.0.1", free_port(), 1500ms); },
+      [] { Communicator::connect(0, 2, "127.0.0.1", demo::free_local_port(), 1500ms); },
       {"distributed: rank 0 of 2 could not reach the other ranks through 127.0.0.1:",
        "within 1.5 s", "are all 2 ranks running"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);

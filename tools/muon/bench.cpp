@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,7 +14,14 @@
 #include <functional>
 #include <sstream>
 
+#include <thread>
+
+#include "gpt.h"
+#include "launch.h"
 #include "muon/adam.h"
+#include "muon/distributed.h"
+#include "muon/hybrid.h"
+#include "muon/routing.h"
 #include "muon/muon.h"
 #include "muon/orthogonalize.h"
 
@@ -279,6 +288,120 @@ void bench_adamw(const BenchConfig& config, BenchReport& report, std::ostream& l
   log << std::flush;
 }
 
+// OpenBLAS's own thread count (it ignores LibTorch's), when OpenBLAS is the BLAS; returns the old
+// count, 0 when it cannot be set. Concurrent ranks in one process must not share its threads.
+int set_blas_threads(int threads) {
+  using Getter = int (*)();
+  using Setter = void (*)(int);
+  const auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  const auto set = reinterpret_cast<Setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (get == nullptr || set == nullptr) return 0;
+  const int old = get();
+  set(threads);
+  return old;
+}
+
+// Sets every trainable parameter's gradient to fixed noise (the same on every rank) and times the
+// optimizer's step; returns (median ms, bytes sent per step).
+std::pair<double, double> time_hybrid_step(HybridOptimizer& opt, Communicator& communicator,
+                                           int reps) {
+  auto generator = at::detail::createCPUGenerator(7);
+  for (const auto& [name, p] : opt.named_trainable()) {
+    p.mutable_grad() = at::normal(0, 1e-3, p.sizes(), generator);
+  }
+  opt.step();  // warm-up: state and workspaces
+  const auto before = communicator.bytes_sent();
+  const double ms = 1e3 * median_seconds(reps, [&] { opt.step(); });
+  return {ms, static_cast<double>(communicator.bytes_sent() - before) / reps};
+}
+
+void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostream& log) {
+  constexpr int kRanks = 2;
+  GptConfig model_config;
+  model_config.n_layers = config.dist_layers;
+  model_config.d_model = config.dist_width;
+  const auto make = [&] {
+    at::manual_seed(1);
+    return Gpt(model_config);
+  };
+  const auto options = [] {
+    HybridOptions o;
+    o.muon = MuonOptions(0.02).weight_decay(0.01);
+    o.adamw = AdamWOptions(0.004).weight_decay(0.01);
+    o.max_grad_norm = 1.0;
+    return o;
+  }();
+  auto& r = report.distributed;
+  const int threads = at::get_num_threads();
+
+  // One rank with every thread.
+  Gpt single = make();
+  HybridOptimizer single_opt(route(*single), options);
+  Communicator alone;
+  r.one_rank_ms = time_hybrid_step(single_opt, alone, config.reps).first;
+
+  // Two ranks, each with half the threads (LibTorch's and OpenBLAS's), in this process.
+  const int blas_threads = set_blas_threads(1);
+  if (blas_threads > 0) set_blas_threads(std::max(1, blas_threads / kRanks));
+  const int port = free_local_port();
+  std::vector<std::thread> ranks;
+  std::vector<std::exception_ptr> errors(kRanks);
+  std::vector<Gpt> models;
+  for (int rank = 0; rank < kRanks; ++rank) models.push_back(make());
+  for (int rank = 0; rank < kRanks; ++rank) {
+    ranks.emplace_back([&, rank] {
+      try {
+        at::set_num_threads(std::max(1, threads / kRanks));
+        auto communicator =
+            Communicator::connect(rank, kRanks, "127.0.0.1", port, std::chrono::seconds(120));
+        HybridOptimizer opt(route(*models[rank]), options);
+        opt.set_communicator(communicator);
+        const auto [ms, bytes] = time_hybrid_step(opt, *communicator, config.reps);
+        if (rank == 0) {
+          r.per_rank_ms = ms;
+          r.bytes_per_step = bytes;
+        }
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  if (blas_threads > 0) set_blas_threads(blas_threads);
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  // The minimum a rank must send per step: (N−1)/N of the float32 gradients (reduce-scatter)
+  // and of the parameters (all-gather).
+  double gradient_bytes = 0, parameter_bytes = 0;
+  for (const auto& [name, p] : single_opt.named_trainable()) {
+    r.parameters += p.numel();
+    gradient_bytes += 4.0 * static_cast<double>(p.numel());
+    parameter_bytes += static_cast<double>(p.numel() * p.element_size());
+  }
+  r.minimum_bytes = (kRanks - 1.0) / kRanks * (gradient_bytes + parameter_bytes);
+  r.bytes_ratio = r.bytes_per_step / r.minimum_bytes;
+  r.speedup = r.one_rank_ms / r.per_rank_ms;
+  // Same result: the ranks' parameters equal one rank's (same gradients, warm-up + reps steps).
+  const auto ours = models[0]->parameters();
+  const auto reference = single->parameters();
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const auto diff = (ours[i] - reference[i]).abs().max() / reference[i].abs().max();
+    r.max_rel_diff = std::max(r.max_rel_diff, diff.item<double>());
+  }
+
+  char line[512];
+  log << "\n## Data parallel: the hybrid step of a " << config.dist_layers << "-layer, width "
+      << config.dist_width << " demo GPT (" << r.parameters << " parameters)\n\n";
+  std::snprintf(line, sizeof line,
+                "1 rank (%d intra-op / %d BLAS threads) %.1f ms | 2 ranks (Gloo loopback, half the "
+                "threads each) %.1f ms per rank | speedup %.2fx | sent %.2f MB/step per rank, "
+                "minimum %.2f MB (ratio %.3f) | max rel diff %.1e\n",
+                threads, blas_threads, r.one_rank_ms, r.per_rank_ms, r.speedup,
+                r.bytes_per_step / 1e6, r.minimum_bytes / 1e6, r.bytes_ratio, r.max_rel_diff);
+  log << line << std::flush;
+}
+
 }  // namespace
 
 BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
@@ -300,6 +423,7 @@ BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
   if (config.orthogonalize) bench_orthogonalize(config, report, log);
   if (config.muon_step) bench_muon_step(config, report, log);
   if (config.adamw) bench_adamw(config, report, log);
+  if (config.distributed) bench_distributed(config, report, log);
   return report;
 }
 
@@ -329,7 +453,12 @@ std::string BenchReport::to_json() const {
         << ", \"state_bytes_per_param\": " << r.state_bytes_per_param
         << ", \"peak_extra_mib\": " << r.peak_extra_mib << "}";
   }
-  out << "\n  ]\n}\n";
+  const auto& d = distributed;
+  out << "\n  ],\n  \"distributed\": {\"parameters\": " << d.parameters
+      << ", \"one_rank_ms\": " << d.one_rank_ms << ", \"per_rank_ms\": " << d.per_rank_ms
+      << ", \"speedup\": " << d.speedup << ", \"bytes_per_step\": " << d.bytes_per_step
+      << ", \"minimum_bytes\": " << d.minimum_bytes << ", \"bytes_ratio\": " << d.bytes_ratio
+      << ", \"max_rel_diff\": " << d.max_rel_diff << "}\n}\n";
   return out.str();
 }
 

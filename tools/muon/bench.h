@@ -12,11 +12,14 @@ struct BenchConfig {
   bool orthogonalize = true;
   bool muon_step = true;
   bool adamw = true;
+  bool distributed = true;
   int64_t muon_layers = 4;  // GPT-shaped Muon matrices: per layer 4 (w×w) and 3 (w×4w / 4w×w)
   int64_t muon_width = 768;
   int64_t adamw_layers = 6;  // GPT-shaped AdamW parameter set
   int64_t adamw_width = 512;
   int64_t vocab = 8192;
+  int64_t dist_layers = 8;  // the demo GPT whose hybrid step runs on 1 and on 2 ranks
+  int64_t dist_width = 256;
   int reps = 3;  // timed repetitions (median), after one warm-up
 };
 
@@ -43,6 +46,13 @@ struct BenchReport {
   };
   int64_t adamw_parameters = 0;
   std::vector<AdamW> adamw;
+
+  // The hybrid optimizer's step on 2 local ranks (threads, Gloo on loopback) vs 1 rank.
+  struct Distributed {
+    int64_t parameters = 0;
+    double one_rank_ms = 0, per_rank_ms = 0, speedup = 0;
+    double bytes_per_step = 0, minimum_bytes = 0, bytes_ratio = 0, max_rel_diff = 0;
+  } distributed;
 
   std::string to_json() const;
 };

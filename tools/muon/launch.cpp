@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -16,21 +17,6 @@
 
 namespace muon::demo {
 namespace {
-
-// A port no one listens on now (the kernel's choice for port 0).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  check(fd >= 0, "launch: cannot open a socket");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  ::close(fd);
-  check(ok, "launch: cannot find a free port on 127.0.0.1");
-  return ntohs(address.sin_port);
-}
 
 int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -48,6 +34,11 @@ int exit_code(int status) {
   set("LOCAL_WORLD_SIZE", std::to_string(nproc));
   set("MASTER_ADDR", "127.0.0.1");
   set("MASTER_PORT", std::to_string(port));
+  // The machine's cores shared among the ranks (torchrun sets OMP_NUM_THREADS likewise), unless
+  // the caller chose; OpenBLAS keeps its own pool.
+  const auto share = std::to_string(std::max(1u, std::thread::hardware_concurrency() / nproc));
+  ::setenv("OMP_NUM_THREADS", share.c_str(), 0);
+  ::setenv("OPENBLAS_NUM_THREADS", share.c_str(), 0);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -58,10 +49,24 @@ int exit_code(int status) {
 
 }  // namespace
 
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  check(fd >= 0, "launch: cannot open a socket");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  ::close(fd);
+  check(ok, "launch: cannot find a free port on 127.0.0.1");
+  return ntohs(address.sin_port);
+}
+
 int launch_local_ranks(int nproc, const std::vector<std::string>& args,
                        std::chrono::milliseconds grace) {
   check(nproc >= 1, "--nproc must be >= 1, got ", nproc);
-  const int port = free_port();
+  const int port = free_local_port();
   std::map<pid_t, int> running;  // pid → rank
   for (int rank = 0; rank < nproc; ++rank) {
     const pid_t pid = ::fork();

@@ -15,4 +15,7 @@ namespace muon::demo {
 int launch_local_ranks(int nproc, const std::vector<std::string>& args,
                        std::chrono::milliseconds grace);
 
+// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick for port 0).
+int free_local_port();
+
 }  // namespace muon::demo

@@ -224,8 +224,9 @@ int main(int argc, char** argv) {
       "Measure orthogonalization against this machine's GEMM rate, a whole Muon step "
       "against the same math in plain ATen, and AdamW against torch::optim::AdamW and "
       "the memory bandwidth — all in one run.");
-  bench->add_option("--only", bench_only, "sections to run: orthogonalize, muon, adamw")
-      ->check(CLI::IsMember({"orthogonalize", "muon", "adamw"}));
+  bench->add_option("--only", bench_only,
+                    "sections to run: orthogonalize, muon, adamw, distributed")
+      ->check(CLI::IsMember({"orthogonalize", "muon", "adamw", "distributed"}));
   bench->add_option("--json", bench_json, "also write every figure to this JSON file");
   bench->add_option("--reps", bench_config.reps, "timed repetitions per figure (median)")
       ->capture_default_str();
@@ -240,6 +241,10 @@ int main(int argc, char** argv) {
                    "layers of the GPT-shaped AdamW parameter set")
       ->capture_default_str();
   bench->add_option("--adamw-width", bench_config.adamw_width, "its width")->capture_default_str();
+  bench->add_option("--dist-layers", bench_config.dist_layers,
+                    "layers of the demo GPT stepped on 1 and 2 ranks")
+      ->capture_default_str();
+  bench->add_option("--dist-width", bench_config.dist_width, "its width")->capture_default_str();
   bench->add_option("--threads", threads, "intra-op threads (0: LibTorch's default)")
       ->capture_default_str();
 
@@ -283,6 +288,7 @@ int main(int argc, char** argv) {
         bench_config.orthogonalize = wanted("orthogonalize");
         bench_config.muon_step = wanted("muon");
         bench_config.adamw = wanted("adamw");
+        bench_config.distributed = wanted("distributed");
       }
       const auto report = muon::demo::run_bench(bench_config, std::cout);
       if (!bench_json.empty()) {
