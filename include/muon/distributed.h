@@ -34,11 +34,11 @@ class Communicator {
   Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, Duration timeout);
   ~Communicator();
 
-  // From torchrun's variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (LOCAL_RANK is read by
-  // whoever places tensors on devices): a TCPStore served by rank 0 and a Gloo group (the socket
-  // interface from GLOO_SOCKET_IFNAME, else loopback when MASTER_ADDR is local, else the host's
-  // default). WORLD_SIZE unset means one process. Invalid or missing variables are a muon::Error
-  // naming them.
+  // From torchrun's variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: a TCPStore served by
+  // rank 0 and a Gloo group (the socket interface from GLOO_SOCKET_IFNAME, else loopback when
+  // MASTER_ADDR is local, else the host's default) — or, in a CUDA build of LibTorch with a GPU,
+  // an NCCL group on device LOCAL_RANK (MUON_DIST_BACKEND=gloo keeps Gloo). WORLD_SIZE unset
+  // means one process. Invalid or missing variables are a muon::Error naming them.
   static std::shared_ptr<Communicator> from_environment(Duration timeout);
   // The same with the values given: rank `rank` of `world` meets the others at address:port.
   static std::shared_ptr<Communicator> connect(int rank, int world, const std::string& address,
@@ -81,12 +81,15 @@ class Communicator {
 
  private:
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
+  template <class Collective>
+  void on_device(at::Tensor& tensor, Collective&& collective);
   [[noreturn]] void fail(const std::string& what, const std::string& reason) const;
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   int rank_ = 0;
   int world_ = 1;
   Duration timeout_{0};
+  at::Device device_{at::kCPU};  // where the backend's tensors must live
   bool ring_reduce_scatter_ = false;  // the backend lacks reduce_scatter (Gloo)
   int64_t bytes_sent_ = 0;
   int64_t tag_ = 0;  // point-to-point message tags, advanced in step on every rank

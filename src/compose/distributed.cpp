@@ -2,6 +2,10 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL  // CUDA builds of LibTorch (not Debian's): untested here, no GPU
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <cstdlib>
 #include <optional>
@@ -49,6 +53,21 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, Duratio
   rank_ = group_->getRank();
   world_ = group_->getSize();
   ring_reduce_scatter_ = group_->getBackendName() == "gloo";
+#ifdef USE_C10D_NCCL
+  if (group_->getBackendName() == "nccl") {
+    device_ = at::Device(at::kCUDA, c10::cuda::current_device());
+  }
+#endif
+}
+
+// NCCL only reduces device tensors: small CPU tensors (norms, flags, checkpoint pieces) make a
+// round trip; a no-op for Gloo.
+template <class Collective>
+void Communicator::on_device(at::Tensor& tensor, Collective&& collective) {
+  if (tensor.device() == device_) return collective(tensor);
+  auto there = tensor.to(device_);
+  collective(there);
+  tensor.copy_(there);
 }
 
 Communicator::~Communicator() = default;
@@ -91,6 +110,24 @@ std::shared_ptr<Communicator> Communicator::connect(int rank, int world, const s
   } catch (const std::exception& e) {
     throw unreachable(e);
   }
+#ifdef USE_C10D_NCCL
+  // NCCL when this LibTorch has it and CUDA is there (MUON_DIST_BACKEND=gloo keeps Gloo): rank r
+  // uses CUDA device LOCAL_RANK (else r modulo the device count).
+  if (c10::cuda::device_count() > 0 && env("MUON_DIST_BACKEND").value_or("nccl") == "nccl") {
+    const int devices = static_cast<int>(c10::cuda::device_count());
+    const int local = env("LOCAL_RANK") ? static_cast<int>(env_integer("LOCAL_RANK", 0, 1 << 20))
+                                        : rank;
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(local % devices));
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = timeout;
+    try {
+      auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, options);
+      return std::make_shared<Communicator>(std::move(group), timeout);
+    } catch (const std::exception& e) {
+      throw unreachable(e);
+    }
+  }
+#endif
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   if (const auto interface = env("GLOO_SOCKET_IFNAME")) {
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*interface));
@@ -193,10 +230,12 @@ void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   if (world_ == 1) return;
   bytes_sent_ += 2 * (world_ - 1) * tensor.numel() * static_cast<int64_t>(tensor.element_size()) /
                  world_;
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::AllreduceOptions options;
-  options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
-  wait(group_->allreduce(tensors, options), "all_reduce");
+  on_device(tensor, [&](at::Tensor& t) {
+    std::vector<at::Tensor> tensors{t};
+    c10d::AllreduceOptions options;
+    options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
+    wait(group_->allreduce(tensors, options), "all_reduce");
+  });
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) {
@@ -204,10 +243,12 @@ void Communicator::broadcast(at::Tensor& tensor, int root) {
   if (rank_ == root) {
     bytes_sent_ += tensor.numel() * static_cast<int64_t>(tensor.element_size());
   }
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  wait(group_->broadcast(tensors, options), "broadcast");
+  on_device(tensor, [&](at::Tensor& t) {
+    std::vector<at::Tensor> tensors{t};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    wait(group_->broadcast(tensors, options), "broadcast");
+  });
 }
 
 void Communicator::barrier() {
