@@ -16,6 +16,14 @@ packages=(
   python3-pytest                            # its tests
 )
 
+# `setup.sh --packages-only PKG...`: install just those (when missing) and stop.
+packages_only=""
+if [ "${1:-}" = "--packages-only" ]; then
+  shift
+  packages=("$@")
+  packages_only=1
+fi
+
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
@@ -29,6 +37,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+[ -n "$packages_only" ] && exit 0
 build_dir="${MUON_BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build_dir" -j"$(nproc)"

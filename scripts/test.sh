@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, build, then every C++ test (GoogleTest, CLI checks and the
-# installed-package consumer example) through CTest.
+# The whole test suite: set up, build, then every test through CTest — GoogleTest, CLI checks,
+# distributed runs, the pytest files of the Python module and the installed-package consumer.
+# (scripts/sanitizers.sh runs the C++ tests again under ASan + UBSan.)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh

@@ -36,6 +36,26 @@ TrainConfig fixture_config(const std::string& out) {
   return c;
 }
 
+TEST(Train, LossMonitorReportsSpikesAndNonFiniteLosses) {
+  LossMonitor monitor(/*factor=*/2.0, /*warmup=*/5, /*beta=*/0.9);
+  EXPECT_FALSE(monitor.observe(1, 1.0));
+  EXPECT_FALSE(monitor.observe(2, 30.0));  // within the warmup: no average to trust yet
+  double mean = 0.9 * 1.0 + 0.1 * 30.0;
+  for (int64_t step = 3; step <= 20; ++step) {
+    EXPECT_FALSE(monitor.observe(step, 2.0)) << step;
+    mean = 0.9 * mean + 0.1 * 2.0;
+  }
+  char expected[160];
+  std::snprintf(expected, sizeof expected,
+                "warning: step 21: loss spike 9.0000, %.1fx its running mean (threshold 2.0x)",
+                9.0 / mean);
+  EXPECT_EQ(monitor.observe(21, 9.0).value_or(""), expected);
+  EXPECT_EQ(monitor.observe(22, std::nan("")).value_or(""), "warning: step 22: the loss is nan");
+  EXPECT_EQ(monitor.observe(23, INFINITY).value_or(""), "warning: step 23: the loss is inf");
+  EXPECT_FALSE(monitor.observe(24, 2.5));
+  EXPECT_EQ(monitor.alerts(), 3);
+}
+
 TEST(Train, ValidationLossFallsFarBelowUniformAndFilesAreWritten) {
   const auto out = std::filesystem::temp_directory_path() / "muon_test_train";
   std::filesystem::remove_all(out);
@@ -47,6 +67,7 @@ TEST(Train, ValidationLossFallsFarBelowUniformAndFilesAreWritten) {
   EXPECT_EQ(result.sample.rfind("And God said", 0), 0u);
   EXPECT_EQ(result.sample.size(), std::string("And God said").size() + 40);
   EXPECT_GT(result.optimizer_share, 0.0);
+  EXPECT_EQ(result.loss_alerts, 0) << log.str();
   EXPECT_LT(result.optimizer_share, 1.0);
 
   std::ifstream csv(out / "metrics.csv");

@@ -123,6 +123,27 @@ double leading_rate(const HybridOptimizer& optimizer) {
 
 }  // namespace
 
+std::optional<std::string> LossMonitor::observe(int64_t step, double loss) {
+  char line[160];
+  if (!std::isfinite(loss)) {
+    ++alerts_;
+    std::snprintf(line, sizeof line, "warning: step %lld: the loss is %g",
+                  static_cast<long long>(step), loss);
+    return std::string(line);
+  }
+  const double mean = mean_;
+  const bool spike = seen_ >= warmup_ && loss > factor_ * mean;
+  // The average follows the loss (spikes included: a lasting jump stops being one).
+  mean_ = seen_ == 0 ? loss : beta_ * mean_ + (1 - beta_) * loss;
+  ++seen_;
+  if (!spike) return std::nullopt;
+  ++alerts_;
+  std::snprintf(line, sizeof line,
+                "warning: step %lld: loss spike %.4f, %.1fx its running mean (threshold %.1fx)",
+                static_cast<long long>(step), loss, loss / mean, factor_);
+  return std::string(line);
+}
+
 std::string TrainConfig::describe() const {
   std::ostringstream out;
   out << "model: {vocab_size: " << model.vocab_size << ", seq_len: " << model.seq_len
@@ -257,6 +278,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   auto window_start = Clock::now();
   const int64_t last =
       config.stop_after > 0 ? std::min(config.stop_after, config.steps) : config.steps;
+  LossMonitor monitor;
   for (int64_t step = first_step; step < last; ++step) {
     // Each step's batch depends on (seed, step) only, so a resumed run sees the same data. With
     // ranks, the step draws world × batch_size windows and each rank takes its own rows: N ranks
@@ -273,6 +295,9 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
     optimizer_seconds += seconds_since(optimizer_start);
     const double step_loss = world > 1 ? global_mean(loss, *communicator) : loss.item<double>();
     window_loss += step_loss;
+    if (const auto alert = monitor.observe(step + 1, step_loss)) {
+      log << (config.progress_bar ? "\r\033[K" : "") << *alert << std::endl;
+    }
 
     const int64_t done = step + 1;
     if (config.progress_bar && writer) {
@@ -316,6 +341,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   const double total_seconds = seconds_since(start) - eval_seconds;
   result.tokens_per_s = tokens_per_step * static_cast<double>(last - first_step) / total_seconds;
   result.optimizer_share = optimizer_seconds / total_seconds;
+  result.loss_alerts = monitor.alerts();
   if (!writer) return result;
   result.final_val_loss = *result.rows.back().val_loss;
   write_file(out_dir / "metrics.csv", metrics_csv(result.rows));

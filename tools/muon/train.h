@@ -65,12 +65,29 @@ struct MetricsRow {
   double elapsed_s;
 };
 
+// Watches the training loss for trouble a long run must not hide: a non-finite loss, or a spike
+// above `factor` × the running mean (an exponential average, trusted after `warmup` steps).
+class LossMonitor {
+ public:
+  explicit LossMonitor(double factor = 2.0, int64_t warmup = 20, double beta = 0.95)
+      : factor_(factor), warmup_(warmup), beta_(beta) {}
+  // A warning line for step `step` (1-based), or nullopt when the loss looks normal.
+  std::optional<std::string> observe(int64_t step, double loss);
+  int64_t alerts() const { return alerts_; }
+
+ private:
+  double factor_, beta_;
+  int64_t warmup_, seen_ = 0, alerts_ = 0;
+  double mean_ = 0;
+};
+
 struct TrainResult {
   std::vector<MetricsRow> rows;
   double initial_val_loss = 0;
   double final_val_loss = 0;
   double tokens_per_s = 0;
   double optimizer_share = 0;  // fraction of step time spent in optimizer.step()
+  int64_t loss_alerts = 0;     // non-finite losses and spikes reported (LossMonitor)
   std::string sample;
 };
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer targets (fuzz/) for SECONDS each (default 600), one after another, on the
+# sanitizer build. Corpora grow in build-asan/fuzz/<target>/corpus (seeded from fuzz/corpus/);
+# a finding is written to build-asan/fuzz/<target>/ and the script fails — copy it into
+# tests/data/fuzz/<target>/, where tests/test_fuzz_regressions.cpp keeps checking it.
+#   scripts/fuzz.sh [SECONDS] [config|checkpoint ...]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+seconds="${1:-600}"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(config checkpoint)
+bash scripts/sanitizers.sh --build-only
+build_dir="${MUON_ASAN_DIR:-build-asan}"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+
+for target in "${targets[@]}"; do
+  work="$build_dir/fuzz/$target"
+  mkdir -p "$work/corpus"
+  cp -n fuzz/corpus/"$target"/* "$work/corpus/" 2>/dev/null || true
+  if [ "$target" = checkpoint ]; then  # a valid checkpoint of the fuzzer's own fixture
+    MUON_FUZZ_WRITE_SEED="$work/corpus/seed.pt" "$build_dir/fuzz/fuzz_checkpoint"
+  fi
+  echo "fuzz: $target for ${seconds}s"
+  "$build_dir/fuzz/fuzz_$target" "$work/corpus" -max_total_time="$seconds" -max_len=65536 \
+    -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$work/" 2>&1 |
+    tee "$work/log.txt" | grep -E "^#[0-9]+ +(INITED|DONE)|stat::|ERROR|finding|Test unit" || true
+  if ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* >/dev/null 2>&1; then
+    echo "fuzz: $target found inputs that fail: $(ls "$work"/crash-* "$work"/timeout-* "$work"/oom-* 2>/dev/null)"
+    exit 1
+  fi
+done
