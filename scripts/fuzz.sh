@@ -12,7 +12,7 @@ targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(config checkpoint)
 bash scripts/sanitizers.sh --build-only
 build_dir="${MUON_ASAN_DIR:-build-asan}"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 for target in "${targets[@]}"; do
@@ -24,7 +24,7 @@ for target in "${targets[@]}"; do
   fi
   echo "fuzz: $target for ${seconds}s"
   "$build_dir/fuzz/fuzz_$target" "$work/corpus" -max_total_time="$seconds" -max_len=65536 \
-    -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$work/" 2>&1 |
+    -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=1048576 -print_final_stats=1 -artifact_prefix="$work/" 2>&1 |
     tee "$work/log.txt" | grep -E "^#[0-9]+ +(INITED|DONE)|stat::|ERROR|finding|Test unit" || true
   if ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* >/dev/null 2>&1; then
     echo "fuzz: $target found inputs that fail: $(ls "$work"/crash-* "$work"/timeout-* "$work"/oom-* 2>/dev/null)"

@@ -1,6 +1,8 @@
 // Checkpoints: bit-exact resume, validation before any change, crash safety (SPEC §12).
 #include "muon/checkpoint.h"
 
+#include "archive_check.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -131,6 +133,45 @@ TEST(Checkpoint, TruncatedCorruptAndForeignFilesChangeNothing) {
   load_checkpoint(path, *opt, model.get());
   const auto restored = weights(model);
   for (size_t i = 0; i < restored.size(); ++i) EXPECT_TRUE(at::equal(restored[i], before[i])) << i;
+}
+
+TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {
+  using detail::check_pickle_structure;
+  using detail::check_zip_structure;
+  // PROTO 2, BININT1 5, BINPUT 0, BINGET 0, TUPLE2, STOP: fine.
+  check_pickle_structure(std::string("\x80\x02K\x05q\x00h\x00\x86.", 10));
+  // A memo index LibTorch's unpickler would allocate a 2^31-entry table for.
+  expect_error<Error>(
+      [] { check_pickle_structure(std::string("\x80\x02K\x05r\xff\xff\xff\x7f.", 10)); },
+      {"the pickle refers to memo entry 2147483647 with 0 memoized"});
+  expect_error<Error>([] { check_pickle_structure(std::string("X\xff\xff\xff\x0f", 5)); },
+                      {"the pickle's string runs past its end"});
+  expect_error<Error>([] { check_pickle_structure("K\x05"); }, {"without its STOP"});
+  expect_error<Error>([] { check_pickle_structure("\xff."); }, {"unknown opcode 0xff"});
+
+  // A real checkpoint passes; with an entry claiming 2 GB it fails, and load says so.
+  demo::Gpt model(tiny());
+  auto opt = build_optimizer(config_with("float32"), *model, 10);
+  train_step(model, *opt, 0);
+  const auto path = temp_path("muon_ckpt_sizes.pt");
+  save_checkpoint(path, *opt, model.get());
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check_zip_structure(bytes);
+  const std::string central("PK\x01\x02", 4);
+  const auto entry = std::search(bytes.begin(), bytes.end(), central.begin(), central.end());
+  ASSERT_NE(entry, bytes.end());
+  for (const int field : {20, 24}) {  // compressed and uncompressed size: 0x7fffffff
+    std::fill(entry + field, entry + field + 3, '\xff');
+    *(entry + field + 3) = '\x7f';
+  }
+  expect_error<Error>([&] { check_zip_structure(bytes); },
+                      {"zip entry 0 claims 2147483647 bytes beyond the end of its data"});
+  const auto broken = temp_path("muon_ckpt_sizes_broken.pt");
+  std::ofstream(broken, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  expect_error<Error>([&] { load_checkpoint(broken, *opt, model.get()); },
+                      {"is truncated or corrupt (zip entry 0 claims"});
 }
 
 TEST(Checkpoint, KillingTheWriterLeavesThePreviousCheckpointLoadable) {

@@ -2,6 +2,9 @@
 
 #include <ATen/core/Dict.h>
 #include <fcntl.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/module.h>
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <map>
 #include <set>
 
+#include "archive_check.h"
 #include "muon/compat.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
@@ -61,6 +65,40 @@ std::optional<ParamStateEntry> from_owner(Communicator& communicator, HybridOpti
     entry.tensors[slot.name] = t;
   }
   return entry;
+}
+
+// The file's bytes for LibTorch's zip reader, which asks for ranges the (possibly corrupt) central
+// directory names: a range past the end yields what exists, never memory beyond the buffer.
+// (LibTorch 1.13's own vector reader copies past the end of a truncated file — found by the
+// sanitizer build on our truncated-checkpoint test.)
+class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(std::vector<char> bytes) : bytes_(std::move(bytes)) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    const size_t available = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, available);
+    return available;
+  }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+// torch::jit::pickle_load over a BoundedReader, after checking that every size in the archive is
+// bounded by the file (archive_check.h).
+c10::IValue read_archive(std::vector<char> bytes) {
+  detail::check_zip_structure(bytes);
+  caffe2::serialize::PyTorchStreamReader reader(
+      std::make_shared<BoundedReader>(std::move(bytes)));
+  const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  detail::check_pickle_structure(
+      std::string(static_cast<const char*>(pickle.get()), pickle_size));
+  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                           /*type_resolver=*/c10::nullopt,
+                                           /*obj_loader=*/c10::nullopt, /*device=*/c10::nullopt,
+                                           reader);
 }
 
 void write_atomically(const std::string& path, const std::vector<char>& bytes) {
@@ -184,7 +222,7 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
                                 std::istreambuf_iterator<char>());
   c10::IValue loaded;
   try {
-    loaded = torch::jit::pickle_load(bytes);
+    loaded = read_archive(bytes);
   } catch (const std::exception& e) {
     std::string reason = e.what();
     reason = reason.substr(0, reason.find('\n'));

@@ -70,7 +70,7 @@ struct MetricsRow {
 class LossMonitor {
  public:
   explicit LossMonitor(double factor = 2.0, int64_t warmup = 20, double beta = 0.95)
-      : factor_(factor), warmup_(warmup), beta_(beta) {}
+      : factor_(factor), beta_(beta), warmup_(warmup) {}
   // A warning line for step `step` (1-based), or nullopt when the loss looks normal.
   std::optional<std::string> observe(int64_t step, double loss);
   int64_t alerts() const { return alerts_; }
