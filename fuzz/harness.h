@@ -17,6 +17,7 @@
 #include <fstream>
 #include <string>
 
+#include "archive_check.h"
 #include "muon/checkpoint.h"
 #include "muon/config.h"
 #include "muon/error.h"
@@ -109,9 +110,40 @@ inline void write_checkpoint_seed(const std::string& path) {
   save_checkpoint(path, *f.optimizer, f.model.get(), "optimizer: muon\n");
 }
 
-// Loads `bytes` as a checkpoint file into the fixture.
-inline void check_checkpoint_input(const std::string& bytes) {
+// Rewrites the CRC-32 of every (non-zip64) entry whose data lies inside `bytes`, so that mutations
+// reach the checks behind the CRC check as corruption with a matching CRC would.
+inline void forge_crcs(std::string& bytes) {
+  const auto le = [&](size_t at, int width) {
+    uint64_t v = 0;
+    for (int i = width - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(bytes[at + i]);
+    return v;
+  };
+  const auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  if (bytes.size() < 22) return;
+  size_t end = bytes.size() - 22;
+  while (end > 0 && le(end, 4) != 0x06054b50) --end;
+  if (le(end, 4) != 0x06054b50) return;
+  size_t at = le(end + 16, 4);
+  for (uint64_t e = le(end + 10, 2); e > 0 && at + 46 <= bytes.size(); --e) {
+    if (le(at, 4) != 0x02014b50) return;
+    const uint64_t size = le(at + 20, 4), local = le(at + 42, 4);
+    if (local + 30 > bytes.size()) return;
+    const uint64_t data = local + 30 + le(local + 26, 2) + le(local + 28, 2);
+    if (data <= bytes.size() && size <= bytes.size() - data) {
+      const auto crc = detail::crc32(bytes.data() + data, size);
+      put32(at + 16, crc);
+      put32(local + 14, crc);
+    }
+    at += 46 + le(at + 28, 2) + le(at + 30, 2) + le(at + 32, 2);
+  }
+}
+
+// Loads `bytes` as a checkpoint file into the fixture, half the time with its CRCs forged.
+inline void check_checkpoint_input(std::string bytes) {
   auto& f = checkpoint_fixture();
+  if (!bytes.empty() && (bytes.back() & 1) != 0) forge_crcs(bytes);
   {
     std::ofstream file(f.path, std::ios::binary | std::ios::trunc);
     file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

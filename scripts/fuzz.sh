@@ -26,8 +26,11 @@ for target in "${targets[@]}"; do
   "$build_dir/fuzz/fuzz_$target" "$work/corpus" -max_total_time="$seconds" -max_len=65536 \
     -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=1048576 -print_final_stats=1 -artifact_prefix="$work/" 2>&1 |
     tee "$work/log.txt" | grep -E "^#[0-9]+ +(INITED|DONE)|stat::|ERROR|finding|Test unit" || true
-  if ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* >/dev/null 2>&1; then
-    echo "fuzz: $target found inputs that fail: $(ls "$work"/crash-* "$work"/timeout-* "$work"/oom-* 2>/dev/null)"
+  findings=$(find "$work" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
+    -o -name 'oom-*' \) | sort)
+  if [ -n "$findings" ]; then
+    echo "fuzz: $target found inputs that fail:"
+    echo "$findings"
     exit 1
   fi
 done

@@ -147,9 +147,18 @@ TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {
   expect_error<Error>([] { check_pickle_structure(std::string("X\xff\xff\xff\x0f", 5)); },
                       {"the pickle's string runs past its end"});
   expect_error<Error>([] { check_pickle_structure("K\x05"); }, {"without its STOP"});
-  expect_error<Error>([] { check_pickle_structure("\xff."); }, {"unknown opcode 0xff"});
+  expect_error<Error>([] { check_pickle_structure("\xff."); },
+                      {"the pickle holds opcode 0xff, which a checkpoint never contains"});
+  // The simulated stack: a fill without its dict, two values left, a foreign global.
+  expect_error<Error>([] { check_pickle_structure("(K\x01K\x02u."); },
+                      {"the pickle's SETITEMS has no dict to fill"});
+  expect_error<Error>([] { check_pickle_structure("K\x01K\x02."); },
+                      {"the pickle ends with 2 items on its stack instead of one"});
+  expect_error<Error>([] { check_pickle_structure("cos\nsystem\n)R."); },
+                      {"the pickle names 'os.system', which a checkpoint never contains"});
 
-  // A real checkpoint passes; with an entry claiming 2 GB it fails, and load says so.
+  // A real checkpoint passes; a changed byte fails its entry's CRC-32; an entry claiming 2 GB
+  // fails, and load says so.
   demo::Gpt model(tiny());
   auto opt = build_optimizer(config_with("float32"), *model, 10);
   train_step(model, *opt, 0);
@@ -158,6 +167,9 @@ TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {
   std::ifstream in(path, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   check_zip_structure(bytes);
+  auto flipped = bytes;
+  flipped[flipped.size() / 3] ^= 0x01;
+  expect_error<Error>([&] { check_zip_structure(flipped); }, {"fails its CRC-32 check"});
   const std::string central("PK\x01\x02", 4);
   const auto entry = std::search(bytes.begin(), bytes.end(), central.begin(), central.end());
   ASSERT_NE(entry, bytes.end());

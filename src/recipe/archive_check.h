@@ -5,17 +5,25 @@
 // the file itself.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace muon::detail {
 
+// CRC-32 (IEEE 802.3, the zip format's) of `size` bytes.
+uint32_t crc32(const char* data, uint64_t size);
+
 // Throws muon::Error naming the first inconsistency: every zip entry stored uncompressed (as
-// torch writes them) and inside the file, the central directory inside the file.
+// torch writes them), inside the file and matching its CRC-32; the central directory inside the
+// file.
 void check_zip_structure(const std::vector<char>& bytes);
 
-// Throws muon::Error unless `pickle` is a sequence of known opcodes whose arguments lie inside it,
-// ending in STOP, with every memo index at most the number of values memoized before it.
+// Throws muon::Error unless `pickle` could have been written by LibTorch's pickler for a
+// checkpoint: only the opcodes and globals it uses, every argument inside the pickle, every memo
+// index at most the number memoized, and — simulating the unpickler's stack — every opcode finding
+// the items it takes (a dict to fill, a tensor's six arguments, one value left at STOP). LibTorch
+// 1.13's unpickler checks none of this and corrupts memory on such input (found by fuzzing).
 void check_pickle_structure(const std::string& pickle);
 
 }  // namespace muon::detail

@@ -144,11 +144,30 @@ Dict dict_field(const Dict& d, const std::string& key, const std::string& where)
   return c10::impl::toTypedDict<std::string, c10::IValue>(v.toGenericDict());
 }
 
+// A tensor read from the file, refused unless its storage holds every element its sizes and
+// strides reach (LibTorch 1.13 rebuilds tensors from a corrupt file without that check, with a
+// null or short storage — found by fuzzing).
+at::Tensor file_tensor(const c10::IValue& v, const std::string& where) {
+  check(v.isTensor(), "checkpoint: ", where, " is not a tensor");
+  const auto t = v.toTensor();
+  check(t.layout() == at::kStrided && t.device().is_cpu(), "checkpoint: ", where,
+        " is not a dense CPU tensor");
+  if (t.numel() == 0) return t;
+  int64_t last = t.storage_offset();
+  bool valid = t.has_storage() && t.storage().data() != nullptr && last >= 0;
+  for (int64_t d = 0; valid && d < t.dim(); ++d) {
+    valid = t.stride(d) >= 0;
+    last += (t.size(d) - 1) * t.stride(d);
+  }
+  valid = valid && static_cast<uint64_t>(last + 1) * t.element_size() <= t.storage().nbytes();
+  check(valid, "checkpoint: ", where, " has sizes ", t.sizes(),
+        " that its stored data does not cover; the file is corrupt");
+  return t;
+}
+
 at::Tensor tensor_field(const Dict& d, const std::string& key, const std::string& where,
                         at::IntArrayRef shape, at::ScalarType dtype) {
-  const auto& v = field(d, key, where);
-  check(v.isTensor(), "checkpoint: ", where, ".", key, " is not a tensor");
-  const auto t = v.toTensor();
+  const auto t = file_tensor(field(d, key, where), where + "." + key);
   check(t.sizes() == shape, "checkpoint: ", where, ".", key, " has shape ", t.sizes(),
         ", this optimizer needs ", shape);
   check(t.scalar_type() == dtype, "checkpoint: ", where, ".", key, " has dtype ", t.scalar_type(),
@@ -214,21 +233,20 @@ void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
   }
 }
 
-CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimizer,
-                               torch::nn::Module* model) {
-  std::ifstream file(path, std::ios::binary);
-  check(file.good(), "checkpoint: cannot read '", path, "'");
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
-                                std::istreambuf_iterator<char>());
-  c10::IValue loaded;
-  try {
-    loaded = read_archive(bytes);
-  } catch (const std::exception& e) {
-    std::string reason = e.what();
-    reason = reason.substr(0, reason.find('\n'));
-    throw Error("checkpoint '" + path + "' is truncated or corrupt (" + reason +
-                "); nothing was loaded");
-  }
+namespace {
+
+// Everything load_checkpoint() will change, decided (and checked) before the first change.
+struct LoadPlan {
+  std::vector<std::pair<at::Tensor, ParamStateEntry>> restores;
+  std::vector<double> lrs;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // model tensor ← file tensor
+  int64_t step_count = 0, skipped_steps = 0;
+  std::string config;
+};
+
+LoadPlan plan_load(const c10::IValue& loaded, const std::string& path,
+                   HybridOptimizer& optimizer, torch::nn::Module* model) {
+  LoadPlan plan;
   check(loaded.isGenericDict(), "checkpoint '", path, "' is not a muon-cpp checkpoint");
   const auto root = c10::impl::toTypedDict<std::string, c10::IValue>(loaded.toGenericDict());
   const auto format = field(root, "format", path);
@@ -246,9 +264,10 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
     check(ours.count(item.key()) != 0, "checkpoint '", path, "' has state for '", item.key(),
           "', which this model does not train; it belongs to a different model");
   }
-  std::vector<std::pair<at::Tensor, ParamStateEntry>> restores;
+  auto& restores = plan.restores;
   for (const auto& [name, p] : named) {
-    const auto where = "checkpoint: state['" + name + "']";
+    const auto entry_name = "state['" + name + "']";
+    const auto where = "checkpoint: " + entry_name;
     check(state.contains(name), "checkpoint '", path, "' has no state for parameter '", name,
           "'; it belongs to a different model");
     const auto entry = dict_field(state, name, "checkpoint: state");
@@ -264,8 +283,7 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
         check(item.value().isInt(), where, ".step is not an integer");
         saved.step = item.value().toInt();
       } else {
-        check(item.value().isTensor(), where, ".", key, " is not a tensor");
-        saved.tensors[key] = item.value().toTensor();
+        saved.tensors[key] = file_tensor(item.value(), entry_name + "." + key);
       }
     }
     check_param_state(branch_of(optimizer, p), p, saved, where);
@@ -274,9 +292,15 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
   const auto lrs = field(root, "group_lrs", path).toDoubleList();
   check(lrs.size() == optimizer.param_groups().size(), "checkpoint '", path, "' has ", lrs.size(),
         " parameter groups, this optimizer ", optimizer.param_groups().size());
+  plan.lrs.assign(lrs.begin(), lrs.end());
+  plan.step_count = field(root, "step_count", path).toInt();
+  plan.skipped_steps = field(root, "skipped_steps", path).toInt();
+  check(plan.step_count >= 0 && plan.skipped_steps >= 0, "checkpoint '", path,
+        "' has negative step counters");
+  plan.config = field(root, "config", path).toStringRef();
 
   // Validate the model's tensors.
-  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+  auto& copies = plan.copies;
   if (model != nullptr) {
     const auto weights = dict_field(root, "model", path);
     const auto tensors = model_tensors(*model);
@@ -290,17 +314,47 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
     }
   }
 
+  return plan;
+}
+
+}  // namespace
+
+CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimizer,
+                               torch::nn::Module* model) {
+  std::ifstream file(path, std::ios::binary);
+  check(file.good(), "checkpoint: cannot read '", path, "'");
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
+                                std::istreambuf_iterator<char>());
+  c10::IValue loaded;
+  try {
+    loaded = read_archive(bytes);
+  } catch (const std::exception& e) {
+    std::string reason = e.what();
+    reason = reason.substr(0, reason.find('\n'));
+    throw Error("checkpoint '" + path + "' is truncated or corrupt (" + reason +
+                "); nothing was loaded");
+  }
+  LoadPlan plan;
+  try {
+    plan = plan_load(loaded, path, optimizer, model);
+  } catch (const c10::Error& e) {  // a value of the wrong type where the format has another
+    std::string reason = e.what_without_backtrace();
+    reason = reason.substr(0, reason.find('\n'));
+    throw Error("checkpoint '" + path + "' is malformed (" + reason + "); nothing was loaded");
+  }
+
   // Everything checked: apply.
   at::NoGradGuard no_grad;
-  for (const auto& [p, saved] : restores) {
+  for (const auto& [p, saved] : plan.restores) {
     // With ranks, each keeps the state of the parameters it owns: N ranks' file resumes on M.
     if (optimizer.owns(p)) write_param_state(branch_of(optimizer, p), p, saved);
   }
-  for (size_t g = 0; g < lrs.size(); ++g) optimizer.param_groups()[g].options().set_lr(lrs[g]);
-  for (auto& [target, source] : copies) target.copy_(source);
-  const auto step_count = field(root, "step_count", path).toInt();
-  optimizer.restore_counters(step_count, field(root, "skipped_steps", path).toInt());
-  return {step_count, field(root, "config", path).toStringRef()};
+  for (size_t g = 0; g < plan.lrs.size(); ++g) {
+    optimizer.param_groups()[g].options().set_lr(plan.lrs[g]);
+  }
+  for (auto& [target, source] : plan.copies) target.copy_(source);
+  optimizer.restore_counters(plan.step_count, plan.skipped_steps);
+  return {plan.step_count, plan.config};
 }
 
 }  // namespace muon

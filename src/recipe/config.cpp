@@ -184,6 +184,8 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   }
   if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
     require(*v >= 1 && std::floor(*v) == *v, s.key_path("ns_steps"), "a whole number >= 1", *v);
+    // Newton–Schulz converges in about 5 iterations; thousands would only stall the run.
+    require(*v <= 1000, s.key_path("ns_steps"), "<= 1000", *v);
     h.muon.ns_steps(static_cast<int64_t>(*v));
   }
   if (const auto n = s.find("ns_coefficients"); n && !n.IsNull()) {
@@ -216,7 +218,7 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   if (root_muon_plus) {
     check(!plus_on || *plus_on == *root_muon_plus, "muon_plus: the root value ",
           *root_muon_plus ? "true" : "false", " conflicts with optimizer.muon_plus ",
-          *plus_on ? "true" : "false", "; set it in one place");
+          plus_on.value_or(false) ? "true" : "false", "; set it in one place");
     if (*root_muon_plus && !plus_on) h.muon.post_norm(PostNorm::row_col);
     plus_on = *root_muon_plus;
   }
@@ -246,7 +248,7 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   if (root_cautious) {
     check(!cautious || *cautious == *root_cautious, "cautious: the root value ",
           *root_cautious ? "true" : "false", " conflicts with optimizer.cautious ",
-          *cautious ? "true" : "false", "; set it in one place");
+          cautious.value_or(false) ? "true" : "false", "; set it in one place");
     cautious = root_cautious;
   }
   config.cautious = cautious.value_or(false);
@@ -335,11 +337,18 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
     } else if (config.preset == "nanochat") {
       NanochatSettings n;
       if (const auto v = p.integer("d_model")) n.d_model = *v;
-      if (const auto v = p.number("embedding_lr")) n.embedding_lr = *v;
-      if (const auto v = p.number("unembedding_lr")) n.unembedding_lr = *v;
-      if (const auto v = p.number("matrix_lr")) n.matrix_lr = *v;
-      if (const auto v = p.number("scalar_lr")) n.scalar_lr = *v;
-      if (const auto v = p.number("weight_decay")) n.weight_decay = *v;
+      for (auto [key, field] : {std::pair{"embedding_lr", &n.embedding_lr},
+                                {"unembedding_lr", &n.unembedding_lr},
+                                {"matrix_lr", &n.matrix_lr}, {"scalar_lr", &n.scalar_lr}}) {
+        if (const auto v = p.number(key)) {
+          require(*v > 0, p.key_path(key), "> 0", *v);
+          *field = *v;
+        }
+      }
+      if (const auto v = p.number("weight_decay")) {
+        require(*v >= 0, p.key_path("weight_decay"), ">= 0", *v);
+        n.weight_decay = *v;
+      }
       require(n.d_model > 0, p.key_path("d_model"), "> 0", static_cast<double>(n.d_model));
       const auto built = nanochat_preset(n);
       h.groups = built.groups;
@@ -442,6 +451,8 @@ void emit_schedule(YAML::Emitter& out, const LrSchedule& s) {
   out << YAML::EndMap;
 }
 
+OptimConfig read_config(const YAML::Node& root);
+
 }  // namespace
 
 OptimConfig OptimConfig::from_yaml(const std::string& text) {
@@ -453,6 +464,17 @@ OptimConfig OptimConfig::from_yaml(const std::string& text) {
                 std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  try {
+    return read_config(root);
+  } catch (const YAML::Exception& e) {  // a node of a shape no reader above expected
+    throw Error("config: unexpected YAML at line " + std::to_string(e.mark.line + 1) +
+                ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+}
+
+namespace {
+
+OptimConfig read_config(const YAML::Node& root) {
   Section top(root, "");
   OptimConfig config;
   const auto root_muon_plus = top.boolean("muon_plus");
@@ -471,6 +493,8 @@ OptimConfig OptimConfig::from_yaml(const std::string& text) {
   top.finish();
   return config;
 }
+
+}  // namespace
 
 OptimConfig OptimConfig::from_yaml_file(const std::string& path) {
   std::ifstream file(path);

@@ -85,11 +85,15 @@ class Section {
     if (!n || n.IsNull()) return std::nullopt;
     return as_number(n, key_path(key));
   }
+  static constexpr double kLargestWhole = 9007199254740992.0;  // 2^53: exact in a double
+
   std::optional<int64_t> integer(const std::string& key) {
     const auto n = find(key);
     if (!n || n.IsNull()) return std::nullopt;
     const double v = as_number(n, key_path(key));
     check(std::floor(v) == v, key_path(key), ": expected a whole number, got ", n.Scalar());
+    check(std::fabs(v) <= kLargestWhole, key_path(key), ": ", n.Scalar(),
+          " is too large (whole numbers up to 2^53 are valid)");
     return static_cast<int64_t>(v);
   }
   // Sets `field` from the whole number > 0 at `key`, when present.
@@ -131,6 +135,8 @@ class Section {
         {"clip_grad_norm", "grad_clip"}, {"beta", "betas"},
         {"groups", "param_groups"},      {"lr_scheduler", "schedule"}};
     for (const auto& item : node_) {
+      check(item.first.IsScalar(), path_.empty() ? "config" : path_,
+            ": a key must be a name, got ", kind_of(item.first));
       const auto key = item.first.as<std::string>();
       if (known_.count(key) != 0) continue;
       const auto synonym = synonyms.find(key);
