@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
   double dist_timeout = 120;
   train->add_option("--dist-timeout", dist_timeout,
                     "seconds a rank waits for the others before failing")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
   train->add_flag("--print-config", print_config,
                   "print the resolved optimizer config (defaults filled) and exit");
