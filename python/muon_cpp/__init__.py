@@ -17,6 +17,7 @@ Errors: bad arguments and configurations raise ValueError (wrong types: TypeErro
 message; problems found by ``step()`` (a sparse gradient, say) raise RuntimeError, as torch.optim does.
 """
 
+import collections.abc
 import json
 import os
 
@@ -56,17 +57,7 @@ class _EngineOptimizer(Optimizer):
     def state(self):
         """Per-parameter state, keyed by parameter as in torch.optim: the engine's live tensors
         (momentum, moments) and the step count as a float tensor (a copy)."""
-        engine = self.__dict__.get("_engine")
-        out = {}
-        if engine is None:
-            return out
-        for group in self.param_groups:
-            for p in group["params"]:
-                entry = engine.state(p)
-                if entry is not None:
-                    entry["step"] = torch.tensor(float(entry["step"]))
-                    out[p] = entry
-        return out
+        return _StateView(self)
 
     @state.setter
     def state(self, value):
@@ -154,6 +145,36 @@ class _EngineOptimizer(Optimizer):
 
     def _load_extra(self, state_dict):
         pass
+
+
+class _StateView(collections.abc.Mapping):
+    """optimizer.state: parameter → {'step': tensor, name: tensor}, read from the engine on each
+    lookup (parameters without state yet are absent)."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+
+    def _entry(self, p):
+        engine = self._optimizer.__dict__.get("_engine")
+        entry = engine.state(p) if engine is not None else None
+        if entry is not None:
+            entry["step"] = torch.tensor(float(entry["step"]))
+        return entry
+
+    def __getitem__(self, p):
+        entry = self._entry(p) if isinstance(p, torch.Tensor) else None
+        if entry is None:
+            raise KeyError(p)
+        return entry
+
+    def __iter__(self):
+        return (p for p in self._optimizer._params() if self._entry(p) is not None)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
 
 
 def _settings(group):

@@ -42,6 +42,8 @@ def test_muon_state_and_groups_are_torch_shaped():
     assert optimizer.state == {}
     w.grad = torch.randn(8, 4)
     optimizer.step()
+    assert w in optimizer.state and len(optimizer.state) == 1
+    assert torch.zeros(8, 4) not in optimizer.state  # another tensor has no state here
     state = optimizer.state[w]
     assert set(state) == {"step", "momentum_buffer", "normuon_second_moment"}
     assert state["step"].item() == 1.0
