@@ -48,7 +48,9 @@ void BM_Orthogonalize(benchmark::State& state) {
   const auto method = kMethods[state.range(2)];
   state.SetLabel(muon::to_string(method));
   const auto x = at::randn({rows, cols});
-  const auto options = muon::OrthogonalizeOptions().method(method).gram_restart(state.range(3));
+  const auto restart = state.range(3);
+  const auto options = muon::OrthogonalizeOptions().method(method).gram_restarts(
+      restart > 0 ? std::vector<int64_t>{restart} : std::vector<int64_t>{});
   muon::OrthogonalizeWorkspace workspace;
   at::Tensor out;
   const auto start = std::chrono::steady_clock::now();
@@ -64,9 +66,9 @@ void BM_Orthogonalize(benchmark::State& state) {
   state.counters["of_gemm"] = rate / g_gemm_flops_per_s;  // plain-algorithm FLOP rate / GEMM rate
   state.counters["orth_err"] = muon::orthogonality_error(out);
   // Largest elementwise distance from the plain iteration, relative to its largest entry.
-  const auto plain = muon::orthogonalize(x, muon::OrthogonalizeOptions().method(muon::NsMethod::plain));
-  state.counters["vs_plain"] =
-      ((out - plain).abs().max() / plain.abs().max()).item<double>();
+  const auto plain =
+      muon::orthogonalize(x, muon::OrthogonalizeOptions().method(muon::NsMethod::plain));
+  state.counters["vs_plain"] = ((out - plain).abs().max() / plain.abs().max()).item<double>();
 }
 
 void BM_Gemm(benchmark::State& state) {
@@ -80,7 +82,8 @@ void BM_Gemm(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Gemm)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
-// Args: rows, cols, method (0 plain, 1 symmetric, 2 gram, 3 automatic), gram restart interval.
+// Args: rows, cols, method (0 plain, 1 symmetric, 2 gram, 3 automatic), gram restart point (0:
+// none).
 BENCHMARK(BM_Orthogonalize)
     ->ArgsProduct({{512}, {512}, {0, 1}, {0}})
     ->ArgsProduct({{1024}, {1024}, {0, 1}, {0}})

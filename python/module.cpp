@@ -48,6 +48,18 @@ int64_t integer(const std::string& key, py::handle v) {
   return v.cast<int64_t>();
 }
 
+// A list or tuple of ints.
+std::vector<int64_t> integers(const std::string& key, py::handle v) {
+  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) {
+    type_error(key, "a list or tuple of ints", v);
+  }
+  std::vector<int64_t> values;
+  for (const auto& item : py::reinterpret_borrow<py::sequence>(v)) {
+    values.push_back(integer(key + " entry", item));
+  }
+  return values;
+}
+
 bool boolean(const std::string& key, py::handle v) {
   if (!py::isinstance<py::bool_>(v)) type_error(key, "True or False", v);
   return v.cast<bool>();
@@ -116,7 +128,8 @@ py::dict to_dict(const MuonOptions& o) {
   d["coefficients"] = coefficients_object(o.coefficients());
   d["ns_method"] = to_string(o.ns_method());
   d["ns_dtype"] = o.ns_dtype() ? dtype_object(*o.ns_dtype()) : py::none();
-  d["gram_restart"] = o.gram_restart();
+  d["gram_restarts"] = o.gram_restarts() ? py::object(py::tuple(py::cast(*o.gram_restarts())))
+                                         : py::object(py::none());
   d["adjust_lr"] = to_string(o.adjust_lr());
   d["post_norm"] = to_string(o.post_norm());
   d["post_norm_eps"] = o.post_norm_eps();
@@ -137,9 +150,8 @@ void update(MuonOptions& o, const py::dict& d) {
   read(d, "lr", [&](S k, py::handle v) { o.lr(number(k, v)); });
   read(d, "momentum", [&](S k, py::handle v) { o.momentum(number(k, v)); });
   read(d, "nesterov", [&](S k, py::handle v) { o.nesterov(boolean(k, v)); });
-  read(d, "momentum_form", [&](S k, py::handle v) {
-    o.momentum_form(momentum_form_from_string(text(k, v)));
-  });
+  read(d, "momentum_form",
+       [&](S k, py::handle v) { o.momentum_form(momentum_form_from_string(text(k, v))); });
   read(d, "weight_decay", [&](S k, py::handle v) { o.weight_decay(number(k, v)); });
   read(d, "ns_steps", [&](S k, py::handle v) { o.ns_steps(integer(k, v)); });
   read(d, "coefficients", [&](S k, py::handle v) { o.coefficients(coefficients(k, v)); });
@@ -147,7 +159,10 @@ void update(MuonOptions& o, const py::dict& d) {
   read(d, "ns_dtype", [&](S k, py::handle v) {
     o.ns_dtype(v.is_none() ? std::nullopt : std::optional<at::ScalarType>(dtype(k, v)));
   });
-  read(d, "gram_restart", [&](S k, py::handle v) { o.gram_restart(integer(k, v)); });
+  read(d, "gram_restarts", [&](S k, py::handle v) {
+    o.gram_restarts(v.is_none() ? std::nullopt
+                                : std::optional<std::vector<int64_t>>(integers(k, v)));
+  });
   read(d, "adjust_lr", [&](S k, py::handle v) { o.adjust_lr(adjust_lr_from_string(text(k, v))); });
   read(d, "post_norm", [&](S k, py::handle v) { o.post_norm(post_norm_from_string(text(k, v))); });
   read(d, "post_norm_eps", [&](S k, py::handle v) { o.post_norm_eps(number(k, v)); });
@@ -249,8 +264,10 @@ class PythonQkClipSource : public QkClipSource {
       QkClipTarget t;
       t.layer = text("layer", d["layer"]);
       const auto kind = d.contains("kind") ? text("kind", d["kind"]) : "grouped_query";
-      check(kind == "grouped_query" || kind == "latent", "qk_clip_targets: kind must be "
-            "grouped_query or latent, got '", kind, "'");
+      check(kind == "grouped_query" || kind == "latent",
+            "qk_clip_targets: kind must be "
+            "grouped_query or latent, got '",
+            kind, "'");
       t.kind = kind == "latent" ? AttentionKind::latent : AttentionKind::grouped_query;
       t.q_weight = d["q_weight"].cast<at::Tensor>();
       t.k_weight = d["k_weight"].cast<at::Tensor>();
@@ -307,8 +324,8 @@ class Engine {
     std::vector<NamedParameter> parameters;
     for (const auto& item : named) {
       const auto t = py::reinterpret_borrow<py::tuple>(item);
-      parameters.push_back({t[0].cast<std::string>(), t[1].cast<at::Tensor>(),
-                            t[2].cast<std::string>()});
+      parameters.push_back(
+          {t[0].cast<std::string>(), t[1].cast<at::Tensor>(), t[2].cast<std::string>()});
     }
     const auto config = OptimConfig::from_yaml(yaml);
     return Engine(build_optimizer(config, parameters, total_steps));
@@ -344,7 +361,8 @@ class Engine {
   // Every group's settings, without the parameters.
   py::list settings() const {
     py::list out;
-    for (const auto& group : optimizer_->param_groups()) out.append(options_to_dict(group.options()));
+    for (const auto& group : optimizer_->param_groups())
+      out.append(options_to_dict(group.options()));
     return out;
   }
 
@@ -404,7 +422,8 @@ class Engine {
                              ? static_cast<int64_t>(value.cast<at::Tensor>().item<double>())
                              : integer(where + "['step']", value);
           } else {
-            if (!THPVariable_Check(value.ptr())) type_error(where + "['" + key + "']", "a tensor", value);
+            if (!THPVariable_Check(value.ptr()))
+              type_error(where + "['" + key + "']", "a tensor", value);
             entry.tensors[key] = value.cast<at::Tensor>();
           }
         }
@@ -515,8 +534,7 @@ void bind_engine(py::module_& m) {
       .def("last_step", [](Engine& e) { return last_step(e.hybrid()); })
       .def("counters",
            [](Engine& e) {
-             return py::make_tuple(e.hybrid().step_count(),
-                                   e.hybrid().last_step().skipped_steps);
+             return py::make_tuple(e.hybrid().step_count(), e.hybrid().last_step().skipped_steps);
            })
       .def("restore_counters",
            [](Engine& e, int64_t steps, int64_t skipped) {
@@ -530,10 +548,11 @@ void bind_engine(py::module_& m) {
 
 at::Tensor orthogonalize_binding(const at::Tensor& x, py::object table, int64_t steps,
                                  const std::string& method, py::object dtype_or_none,
-                                 int64_t gram_restart) {
+                                 py::handle gram_restarts) {
   OrthogonalizeOptions o;
   o.steps(steps).coefficients(coefficients("coefficients", table));
-  o.method(ns_method_from_string(method)).gram_restart(gram_restart);
+  o.method(ns_method_from_string(method));
+  if (!gram_restarts.is_none()) o.gram_restarts(integers("gram_restarts", gram_restarts));
   if (!dtype_or_none.is_none()) o.dtype(dtype("dtype", dtype_or_none));
   py::gil_scoped_release release;
   return orthogonalize(x, o);
@@ -557,6 +576,6 @@ PYBIND11_MODULE(_core, m) {
   });
   bind_engine(m);
   m.def("orthogonalize", &orthogonalize_binding, py::arg("x"), py::arg("coefficients"),
-        py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restart"));
+        py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restarts"));
   m.def("orthogonality_error", &muon::orthogonality_error, py::arg("x"));
 }

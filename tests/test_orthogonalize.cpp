@@ -101,8 +101,9 @@ TEST(Orthogonalize, FastPathsAreAsAccurateAsThePlainIteration) {
   // Reference: the plain iteration in float64. In float64 every method must agree with it to
   // 1e-10; in float32 a fast path's error may be at most 3× the plain float32 chain's own error
   // (plus 2e-5 absolute slack for inputs where that is ~0). Errors are relative to the largest
-  // entry of the reference. Gram iterations restart after 2 steps (the default): without a restart
-  // the squared condition number of the Gram matrix costs float32 up to 2e-2 on these inputs.
+  // entry of the reference. Gram iterations restart where gram_restart_points() says (quintic
+  // after 3, Polar Express and Dion after 2 and 4): without restarts the squared condition number
+  // of the Gram matrix costs float32 up to 2e-2 on these inputs.
   auto gen = seeded(12);
   for (auto [rows, cols] :
        std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {48, 192}, {192, 48}, {100, 37}}) {
@@ -126,6 +127,46 @@ TEST(Orthogonalize, FastPathsAreAsAccurateAsThePlainIteration) {
       }
     }
   }
+}
+
+TEST(Orthogonalize, GramRestartPointsFollowTheTableAndAnyScheduleIsExactInFloat64) {
+  const auto points = [](const CoefficientTable& table, int64_t steps) {
+    return gram_restart_points(OrthogonalizeOptions().coefficients(table).steps(steps));
+  };
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(points(CoefficientTable::quintic(), 5), V({3}));
+  EXPECT_EQ(points(CoefficientTable::polar_express(), 5), V({2, 4}));
+  EXPECT_EQ(points(CoefficientTable::dion(), 5), V({2, 4}));
+  EXPECT_EQ(points(CoefficientTable::quintic(), 6), V({3, 4}));  // the last stretch stays at 2
+  EXPECT_EQ(points(CoefficientTable::quintic(), 3), V({1}));
+  EXPECT_EQ(points(CoefficientTable::quintic(), 2), V());
+  EXPECT_EQ(points(CoefficientTable::polar_express(), 3), V({2}));
+  EXPECT_EQ(gram_restart_points(OrthogonalizeOptions().gram_restarts(V{1, 7})), V({1, 7}));
+
+  // In float64 every schedule computes the same polynomial as the plain chain: this runs each
+  // branch (restart right away, every iteration, never, past the last step).
+  auto gen = seeded(14);
+  const auto x = testing::with_singular_values(24, 70, 0.01, at::kDouble, gen);
+  for (const auto& table : {CoefficientTable::quintic(), CoefficientTable::polar_express()}) {
+    const auto options = OrthogonalizeOptions().coefficients(table);
+    const auto truth = orthogonalize(x, OrthogonalizeOptions(options).method(NsMethod::plain));
+    for (const auto& restarts : {V{}, V{1}, V{1, 2, 3, 4}, V{2, 4}, V{3}, V{4, 9}}) {
+      SCOPED_TRACE(table.name + " restarts " + c10::str(at::IntArrayRef(restarts)));
+      const auto gram = orthogonalize(
+          x.t(), OrthogonalizeOptions(options).method(NsMethod::gram).gram_restarts(restarts));
+      EXPECT_LT(testing::max_rel_diff(gram.t(), truth), 1e-10);
+    }
+  }
+
+  for (const auto& bad : {V{2, 2}, V{0}, V{3, 1}}) {
+    expect_error<Error>([&] { orthogonalize(x, OrthogonalizeOptions().gram_restarts(bad)); },
+                        {"gram_restarts must be strictly increasing iteration counts >= 1",
+                         c10::str(at::IntArrayRef(bad))});
+  }
+  auto table = CoefficientTable::custom({{3.4445, -4.7750, 2.0315}});
+  table.gram_restart_interval = 0;
+  expect_error<Error>([&] { orthogonalize(x, OrthogonalizeOptions().coefficients(table)); },
+                      {"gram_restart_interval must be >= 1, got 0", "table 'custom'"});
 }
 
 TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {

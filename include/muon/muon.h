@@ -58,7 +58,8 @@ struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions>
   // Orthogonalization dtype; unset picks per device (see OrthogonalizeOptions::dtype).
   TORCH_ARG(std::optional<at::ScalarType>, ns_dtype) = std::nullopt;
   TORCH_ARG(NsMethod, ns_method) = NsMethod::automatic;
-  TORCH_ARG(int64_t, gram_restart) = 2;  // see OrthogonalizeOptions::gram_restart
+  // See OrthogonalizeOptions::gram_restarts.
+  TORCH_ARG(std::optional<std::vector<int64_t>>, gram_restarts) = std::nullopt;
   // Muon+: normalization after orthogonalization (stateless).
   TORCH_ARG(PostNorm, post_norm) = PostNorm::none;
   TORCH_ARG(double, post_norm_eps) = 1e-8;

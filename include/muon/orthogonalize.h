@@ -23,6 +23,11 @@ struct CoefficientTable {
   std::vector<Coefficients> rows;
   double safety = 1.0;
   double eps = 1e-7;
+  // Method `gram` in float32: how many iterations may follow one Gram matrix before it is formed
+  // afresh (see gram_restart_points()). The Gram matrix squares the condition number and every
+  // iteration on it amplifies its rounding; measured against the plain chain's own error, the
+  // quintic tolerates 3, Polar Express and Dion (larger leading coefficients) 2.
+  int64_t gram_restart_interval = 2;
 
   // Keller Jordan's quintic (3.4445, −4.7750, 2.0315), used by torch.optim.Muon and optax.
   static CoefficientTable quintic();
@@ -71,9 +76,10 @@ struct OrthogonalizeOptions {
   // Working dtype. Unset: float64 input stays float64, CPU computes in float32, CUDA in bfloat16.
   TORCH_ARG(std::optional<at::ScalarType>, dtype) = std::nullopt;
   TORCH_ARG(NsMethod, method) = NsMethod::automatic;
-  // gram only: rebuild from the matrix itself after every this many iterations (0: never). The
-  // Gram matrix squares the condition number; restarting keeps float32 as accurate as plain.
-  TORCH_ARG(int64_t, gram_restart) = 2;
+  // gram only: the iteration counts after which W and its Gram matrix are formed afresh from the
+  // matrix itself (strictly increasing, each ≥ 1; counts ≥ steps have no effect; empty: never).
+  // Unset: gram_restart_points() derives them from the table.
+  TORCH_ARG(std::optional<std::vector<int64_t>>, gram_restarts) = std::nullopt;
 };
 
 // Returns a tensor of x's shape and dtype whose last two dims hold, per matrix of the leading
@@ -81,6 +87,12 @@ struct OrthogonalizeOptions {
 // workspace the result is a new tensor; with one it may live in the workspace.
 at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options = {},
                          OrthogonalizeWorkspace* workspace = nullptr);
+
+// The restarts method `gram` makes: options.gram_restarts() if set; otherwise every
+// coefficients().gram_restart_interval iterations, plus one 2 iterations before the end if the last
+// stretch would be longer (the final iterations set the result's accuracy; earlier errors are
+// corrected by the iterations that follow). 5 steps: quintic {3}, Polar Express and Dion {2, 4}.
+std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options);
 
 // The method `automatic` resolves to for x (or the requested one, checked to be available).
 NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options);

@@ -202,6 +202,8 @@ class Muon(_EngineOptimizer):
     (each matrix of a (batch..., rows, cols) tensor separately).
 
     ``coefficients``: 'quintic', 'polar_express', 'dion' or rows [[a, b, c], ...];
+    ``ns_method``: 'automatic', 'plain', 'symmetric', 'gram'; ``gram_restarts``: None (the
+    table's default) or the iteration counts after which 'gram' restarts, e.g. (2, 4);
     ``post_norm``: Muon+ ('none', 'row', 'col', 'row_col', 'col_row', 'frobenius');
     ``normuon``: None or dict(beta2=0.95, axis='auto'|'row'|'col');
     ``state_dtype``: torch.float32 or torch.bfloat16 (stochastic rounding, CPU).
@@ -211,13 +213,13 @@ class Muon(_EngineOptimizer):
 
     def __init__(self, params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, *,
                  ns_steps=5, coefficients="quintic", momentum_form="ema", adjust_lr="original",
-                 ns_method="automatic", ns_dtype=None, gram_restart=2, post_norm="none",
+                 ns_method="automatic", ns_dtype=None, gram_restarts=None, post_norm="none",
                  post_norm_eps=1e-8, normuon=None, cautious_weight_decay=False, cautious=False,
                  state_dtype=torch.float32):
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                         ns_steps=ns_steps, coefficients=coefficients, momentum_form=momentum_form,
                         adjust_lr=adjust_lr, ns_method=ns_method, ns_dtype=ns_dtype,
-                        gram_restart=gram_restart, post_norm=post_norm,
+                        gram_restarts=gram_restarts, post_norm=post_norm,
                         post_norm_eps=post_norm_eps, normuon=normuon,
                         cautious_weight_decay=cautious_weight_decay, cautious=cautious,
                         state_dtype=state_dtype)
@@ -390,17 +392,18 @@ def _config_text(config):
 
 
 def orthogonalize(x, coefficients="quintic", steps=5, *, method="automatic", dtype=None,
-                  gram_restart=2):
+                  gram_restarts=None):
     """Newton–Schulz orthogonalization (SPEC §1) of each matrix in the last two dims of ``x``:
     approximately U·Vᵀ of its SVD. ``x`` is not modified. ``coefficients``: 'quintic',
     'polar_express', 'dion' or [[a, b, c], ...]; ``method``: 'automatic', 'plain', 'symmetric',
-    'gram'; ``dtype``: the working dtype (default float32 on CPU, float64 stays float64)."""
+    'gram'; ``dtype``: the working dtype (default float32 on CPU, float64 stays float64);
+    ``gram_restarts``: the iteration counts after which 'gram' forms W and its Gram matrix
+    afresh (strictly increasing, each >= 1; () for never; None: the table's default)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    for name, value in (("steps", steps), ("gram_restart", gram_restart)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    return _core.orthogonalize(x, coefficients, steps, method, dtype, gram_restart)
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise TypeError(f"steps must be an int, got {type(steps).__name__}")
+    return _core.orthogonalize(x, coefficients, steps, method, dtype, gram_restarts)
 
 
 def orthogonality_error(x):

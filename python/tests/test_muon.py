@@ -105,8 +105,11 @@ def test_orthogonalize_tables_and_batches():
     for table in ["quintic", "polar_express", "dion", [[3.4445, -4.7750, 2.0315]]]:
         out = muon_cpp.orthogonalize(x, table, 5)
         assert out.shape == x.shape and torch.isfinite(out).all()
-    custom = muon_cpp.orthogonalize(x, [[3.4445, -4.7750, 2.0315]], 5)
+    # The quintic's rows as a custom table: the same polynomial; 'gram' (16×8 matrices) restarts
+    # every 2 iterations for custom tables and after 3 for the quintic, so equal once told so.
+    custom = muon_cpp.orthogonalize(x, [[3.4445, -4.7750, 2.0315]], 5, gram_restarts=[3])
     assert torch.equal(custom, muon_cpp.orthogonalize(x, "quintic", 5))
+    assert not torch.equal(muon_cpp.orthogonalize(x, [[3.4445, -4.7750, 2.0315]], 5), custom)
     # Each matrix of the batch alone gives the same result.
     alone = muon_cpp.orthogonalize(x[1, 2], "quintic", 5)
     assert torch.allclose(custom[1, 2], alone, atol=1e-6)
@@ -125,3 +128,9 @@ def test_orthogonalize_errors():
         muon_cpp.orthogonalize([[1.0, 2.0]])
     with pytest.raises(ValueError, match="valid methods are automatic, plain, symmetric, gram"):
         muon_cpp.orthogonalize(torch.randn(4, 4), method="fast")
+    with pytest.raises(TypeError, match="gram_restarts must be a list or tuple of ints, got int"):
+        muon_cpp.orthogonalize(torch.randn(4, 8), gram_restarts=2)
+    with pytest.raises(TypeError, match="gram_restarts entry must be an int, got float"):
+        muon_cpp.orthogonalize(torch.randn(4, 8), gram_restarts=[2.0])
+    with pytest.raises(ValueError, match=r"strictly increasing iteration counts >= 1, got \[3, 2\]"):
+        muon_cpp.orthogonalize(torch.randn(4, 8), gram_restarts=(3, 2))

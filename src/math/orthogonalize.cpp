@@ -9,7 +9,7 @@ namespace muon {
 
 CoefficientTable CoefficientTable::quintic() {
   // Keller Jordan, "Muon: An optimizer for hidden layers" (2024): one quintic reused every step.
-  return {"quintic", {{3.4445, -4.7750, 2.0315}}, 1.0, 1e-7};
+  return {"quintic", {{3.4445, -4.7750, 2.0315}}, 1.0, 1e-7, /*gram_restart_interval=*/3};
 }
 
 CoefficientTable CoefficientTable::polar_express() {
@@ -127,19 +127,35 @@ void check_options(const OrthogonalizeOptions& options) {
         table.eps, " (coefficient table '", table.name, "')");
   check(table.safety > 0 && std::isfinite(table.safety), "orthogonalize: safety must be > 0, got ",
         table.safety, " (coefficient table '", table.name, "')");
+  check(table.gram_restart_interval >= 1, "orthogonalize: gram_restart_interval must be >= 1, got ",
+        table.gram_restart_interval, " (coefficient table '", table.name, "')");
+  if (const auto& restarts = options.gram_restarts()) {
+    for (size_t i = 0; i < restarts->size(); ++i) {
+      check((*restarts)[i] >= 1 && (i == 0 || (*restarts)[i] > (*restarts)[i - 1]),
+            "orthogonalize: gram_restarts must be strictly increasing iteration counts >= 1, got ",
+            at::IntArrayRef(*restarts));
+    }
+  }
+}
+
+std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options) {
+  if (options.gram_restarts()) return *options.gram_restarts();
+  const int64_t steps = options.steps();
+  const int64_t every = options.coefficients().gram_restart_interval;
+  std::vector<int64_t> points;
+  for (int64_t done = every; done < steps; done += every) points.push_back(done);
+  const int64_t last = points.empty() ? 0 : points.back();
+  if (steps - last > 2) points.push_back(steps - 2);
+  return points;
 }
 
 namespace {
 
-// Plain-chain FLOPs of the two CBLAS methods for `steps` iterations on a k×m side (see
-// cpu/newton_schulz_blas.h): symmetric 3k²m + k³ per iteration; gram 3k²m + ~6k³ per iteration.
-bool gram_is_cheaper(int64_t rows, int64_t cols, int64_t steps) {
+bool gram_is_cheaper(int64_t rows, int64_t cols, const OrthogonalizeOptions& options) {
   const double k = static_cast<double>(std::min(rows, cols));
   const double m = static_cast<double>(std::max(rows, cols));
-  const double t = static_cast<double>(steps);
-  const double symmetric = t * (3 * k * k * m + k * k * k);
-  const double gram = 3 * k * k * m + (6 * t - 2) * k * k * k;
-  return gram < symmetric;
+  return detail::gram_flops(k, m, options.steps(), gram_restart_points(options)) <
+         detail::symmetric_flops(k, m, options.steps());
 }
 
 bool blas_eligible(const at::Tensor& x, at::ScalarType dtype) {
@@ -170,8 +186,7 @@ NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options
   const bool eligible = blas_eligible(x, dtype);
   if (method == NsMethod::automatic) {
     if (!eligible) return NsMethod::plain;
-    return gram_is_cheaper(x.size(-2), x.size(-1), options.steps()) ? NsMethod::gram
-                                                                    : NsMethod::symmetric;
+    return gram_is_cheaper(x.size(-2), x.size(-1), options) ? NsMethod::gram : NsMethod::symmetric;
   }
   check(eligible, "orthogonalize: method '", to_string(method), "' runs on CPU float32/float64 ",
         "with a CBLAS; got a ", dtype, " computation on ", x.device(),
@@ -183,8 +198,6 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
                          OrthogonalizeWorkspace* workspace) {
   check_input(x);
   check_options(options);
-  check(options.gram_restart() >= 0, "orthogonalize: gram_restart must be >= 0, got ",
-        options.gram_restart());
   const auto method = resolve_method(x, options);
   if (x.numel() == 0) return x.clone();
   const int64_t rows = x.size(-2);
@@ -209,8 +222,8 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
     at::div_out(normalized, batch, denominator);
     X = method == NsMethod::symmetric
             ? detail::symmetric_iterations(normalized, table, options.steps(), ws)
-            : detail::gram_iterations(normalized, table, options.steps(), options.gram_restart(),
-                                      ws);
+            : detail::gram_iterations(normalized, table, options.steps(),
+                                      gram_restart_points(options), ws);
   }
   return X.to(x.scalar_type()).reshape(x.sizes());
 }

@@ -55,8 +55,8 @@ MomentumForm momentum_form_from_string(const std::string& name) {
 }
 
 AdjustLr adjust_lr_from_string(const std::string& name) {
-  for (auto m : {AdjustLr::original, AdjustLr::match_rms_adamw, AdjustLr::spectral,
-                 AdjustLr::none}) {
+  for (auto m :
+       {AdjustLr::original, AdjustLr::match_rms_adamw, AdjustLr::spectral, AdjustLr::none}) {
     if (to_string(m) == name) return m;
   }
   throw Error("unknown mode '" + name +
@@ -71,7 +71,7 @@ OrthogonalizeOptions orthogonalize_options(const MuonOptions& o) {
       .coefficients(o.coefficients())
       .dtype(o.ns_dtype())
       .method(o.ns_method())
-      .gram_restart(o.gram_restart());
+      .gram_restarts(o.gram_restarts());
 }
 
 }  // namespace
@@ -90,7 +90,6 @@ void check_options(const MuonOptions& o) {
     check(o.normuon()->beta2 >= 0 && o.normuon()->beta2 < 1,
           "Muon: normuon beta2 must be in [0, 1), got ", o.normuon()->beta2);
   }
-  check(o.gram_restart() >= 0, "Muon: gram_restart must be >= 0, got ", o.gram_restart());
   check_options(orthogonalize_options(o));
 }
 
@@ -161,7 +160,8 @@ void apply_update(at::Tensor& p, const at::Tensor& U, double lr, double factor, 
 std::string batch_key(const std::vector<int64_t>& view, const at::Tensor& p, const MuonOptions& o) {
   std::ostringstream key;
   key << view[view.size() - 2] << 'x' << view.back() << '|' << compute_dtype(p) << '|' << p.device()
-      << '|' << o.ns_steps() << '|' << to_string(o.ns_method()) << '|' << o.gram_restart() << '|'
+      << '|' << o.ns_steps() << '|' << to_string(o.ns_method()) << '|'
+      << at::IntArrayRef(gram_restart_points(orthogonalize_options(o))) << '|'
       << (o.ns_dtype() ? c10::toString(*o.ns_dtype()) : "default");
   for (const auto& row : o.coefficients().rows)
     key << '|' << row[0] << ',' << row[1] << ',' << row[2];

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "muon/orthogonalize.h"
 
 namespace muon::detail {
@@ -10,21 +12,25 @@ namespace muon::detail {
 // Whether the library was built with a CBLAS (syrk/symm) to run the routines below.
 bool have_cblas();
 
-// Both take X (batch, rows, cols), contiguous float32 or float64, already normalized, and return
-// the iterated matrices in a workspace tensor of the same shape. Each matrix is iterated on its
-// smaller side k×m (k = min(rows, cols)); a tall matrix is read as its transpose in column-major
-// order, so nothing is copied or transposed.
+// Both take X (batch, rows, cols), contiguous float32 or float64, already normalized, which they
+// overwrite, and return the iterated matrices: X itself or a workspace tensor of its shape. Each
+// matrix is iterated on its smaller side k×m (k = min(rows, cols)); a tall matrix is read as its
+// transpose in column-major order, so nothing is copied or transposed.
 //
 // symmetric: per iteration A = W·Wᵀ and A² by syrk (one triangle each, k²m + k³ flops) and
-// W ← (a·I + b·A + c·A²)·W by one GEMM (2k²m): 3k²m + k³ against the plain chain's 4k²m + 2k³.
-at::Tensor symmetric_iterations(const at::Tensor& X, const CoefficientTable& table, int64_t steps,
+// W ← (a·I + b·A + c·A²)·W by one symm (2k²m): 3k²m + k³ against the plain chain's 4k²m + 2k³.
+at::Tensor symmetric_iterations(at::Tensor& X, const CoefficientTable& table, int64_t steps,
                                 OrthogonalizeWorkspace& ws);
 
-// gram: iterates on the k×k Gram matrix only (Gram Newton–Schulz). With Q_t = a·I + b·A_t + c·A_t²,
-// W_T = Q_{T−1}⋯Q_0·W_0 and A_{t+1} = A_t·Q_t² (the Q_t are polynomials in A_0, so they commute):
-// k²m + 2k²m for the two products with W and about 6k³ per iteration. `restart` > 0 rebuilds W and
-// A from scratch after every `restart` iterations to stop rounding drift.
-at::Tensor gram_iterations(const at::Tensor& X, const CoefficientTable& table, int64_t steps,
-                           int64_t restart, OrthogonalizeWorkspace& ws);
+// gram: iterates on the k×k Gram matrix (Gram Newton–Schulz). Touches W (k²m per syrk, 2k²m per
+// product) only to form A at the start, at each restart and for the result; per iteration ~4k³
+// on the k×k side. `restarts`: sorted iteration counts after which W and A are formed afresh.
+at::Tensor gram_iterations(at::Tensor& X, const CoefficientTable& table, int64_t steps,
+                           const std::vector<int64_t>& restarts, OrthogonalizeWorkspace& ws);
+
+// The cost model `automatic` chooses by: FLOPs of each method for `steps` iterations on a k×m
+// side (k ≤ m), counting a product known to be symmetric at its half.
+double symmetric_flops(double k, double m, int64_t steps);
+double gram_flops(double k, double m, int64_t steps, const std::vector<int64_t>& restarts);
 
 }  // namespace muon::detail
