@@ -20,7 +20,7 @@ struct BenchConfig {
   int64_t vocab = 8192;
   int64_t dist_layers = 8;  // the demo GPT whose hybrid step runs on 1 and on 2 ranks
   int64_t dist_width = 256;
-  int reps = 3;  // timed repetitions (median), after one warm-up
+  int reps = 3;  // timed repetitions (the best counts), after one warm-up
 };
 
 struct BenchReport {

@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
                     "sections to run: orthogonalize, muon, adamw, distributed")
       ->check(CLI::IsMember({"orthogonalize", "muon", "adamw", "distributed"}));
   bench->add_option("--json", bench_json, "also write every figure to this JSON file");
-  bench->add_option("--reps", bench_config.reps, "timed repetitions per figure (median)")
+  bench->add_option("--reps", bench_config.reps, "timed repetitions per figure (the best counts)")
       ->capture_default_str();
   bench
       ->add_option("--muon-layers", bench_config.muon_layers,
