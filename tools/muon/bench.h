@@ -31,7 +31,8 @@ struct BenchReport {
   struct Orthogonalization {
     int64_t rows, cols;
     std::string method;
-    double ms, gflops, of_gemm, orth_err, vs_plain;
+    // of_gemm: gflops over gemm_gflops, the GEMM rate measured in the same rounds.
+    double ms, gflops, gemm_gflops, of_gemm, orth_err, vs_plain;
   };
   std::vector<Orthogonalization> orthogonalization;
 

@@ -64,13 +64,14 @@ namespace {
 // the upper one in memory (a[i·k + j], j ≥ i), and mirror() copies it to the lower one.
 
 // CBLAS entry points by element type.
+// C's triangle `uplo` ← alpha·A·Aᵀ + beta·C, A n×k.
 void syrk(CBLAS_ORDER o, CBLAS_UPLO uplo, int n, int k, float alpha, const float* a, int lda,
-          float* c, int ldc) {
-  cblas_ssyrk(o, uplo, CblasNoTrans, n, k, alpha, a, lda, 0.0f, c, ldc);
+          float beta, float* c, int ldc) {
+  cblas_ssyrk(o, uplo, CblasNoTrans, n, k, alpha, a, lda, beta, c, ldc);
 }
 void syrk(CBLAS_ORDER o, CBLAS_UPLO uplo, int n, int k, double alpha, const double* a, int lda,
-          double* c, int ldc) {
-  cblas_dsyrk(o, uplo, CblasNoTrans, n, k, alpha, a, lda, 0.0, c, ldc);
+          double beta, double* c, int ldc) {
+  cblas_dsyrk(o, uplo, CblasNoTrans, n, k, alpha, a, lda, beta, c, ldc);
 }
 // C (m×n) = A (m×k)·B (k×n).
 void gemm(CBLAS_ORDER o, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
@@ -106,22 +107,31 @@ Side side_of(int64_t rows, int64_t cols) {
   return {CblasColMajor, static_cast<int>(cols), static_cast<int>(rows), static_cast<int>(cols)};
 }
 
-// Copies the upper triangle of the row-major k×k `a` to the lower one. Transposes 32×32 tiles
-// through a local buffer so that both the reads and the writes run along rows: writing a column
-// of a power-of-two-wide matrix directly hits one cache set (4× slower at k = 1024).
-template <class T>
-void mirror(T* a, int k) {
+// Copies the upper triangle of the row-major k×k `a` to the lower one, calling visit(index) for
+// each upper entry a[index] (diagonal included) while its tile is in cache. Transposes 32×32
+// tiles through a local buffer so that both the reads and the writes run along rows: writing a
+// column of a power-of-two-wide matrix directly hits one cache set (4× slower at k = 1024).
+template <class T, class Visit>
+void mirror(T* a, int k, Visit visit) {
   constexpr int kTile = 32;
   T tile[kTile][kTile];
   for (int i0 = 0; i0 < k; i0 += kTile) {
     const int rows = std::min(kTile, k - i0);
     for (int i = i0; i < i0 + rows; ++i) {  // the diagonal tile
-      for (int j = i + 1; j < i0 + rows; ++j) a[j * k + i] = a[i * k + j];
+      visit(static_cast<size_t>(i) * k + i);
+      for (int j = i + 1; j < i0 + rows; ++j) {
+        visit(static_cast<size_t>(i) * k + j);
+        a[j * k + i] = a[i * k + j];
+      }
     }
     for (int j0 = i0 + kTile; j0 < k; j0 += kTile) {
       const int cols = std::min(kTile, k - j0);
       for (int i = 0; i < rows; ++i) {
-        for (int j = 0; j < cols; ++j) tile[j][i] = a[(i0 + i) * k + j0 + j];
+        const size_t row = static_cast<size_t>(i0 + i) * k + j0;
+        for (int j = 0; j < cols; ++j) {
+          visit(row + j);
+          tile[j][i] = a[row + j];
+        }
       }
       for (int j = 0; j < cols; ++j) {
         for (int i = 0; i < rows; ++i) a[(j0 + j) * k + i0 + i] = tile[j][i];
@@ -130,9 +140,14 @@ void mirror(T* a, int k) {
   }
 }
 
-// C ← A·B, full, for k×k A and B whose product is symmetric (commuting symmetric factors: here
-// polynomials in the same Gram matrix). GEMMs on block rows compute the upper triangle plus the
-// diagonal blocks — ~(1 + 1/blocks)·k³ of the 2k³ FLOPs — and mirror() completes it.
+template <class T>
+void mirror(T* a, int k) {
+  mirror(a, k, [](size_t) {});
+}
+
+// C's upper triangle ← A·B for k×k A and B whose product is symmetric (commuting symmetric
+// factors: here polynomials in the same Gram matrix). GEMMs on block rows compute the upper
+// triangle plus the diagonal blocks: ~(1 + 1/blocks)·k³ of the 2k³ FLOPs.
 template <class T>
 void symmetric_product(const T* A, const T* B, T* C, int k) {
   for (int i0 = 0; i0 < k; i0 += kProductBlock) {
@@ -140,27 +155,23 @@ void symmetric_product(const T* A, const T* B, T* C, int k) {
     gemm(CblasRowMajor, rows, k - i0, k, A + static_cast<size_t>(i0) * k, k, B + i0, k,
          C + static_cast<size_t>(i0) * k + i0, k);
   }
-  mirror(C, k);
 }
 
-// Q ← c·A² + b·A + a·I for full symmetric A; upper triangle only (mirror() for a full Q).
+// A holds its upper triangle: mirrors it (A full on return) and forms the upper triangle of
+// Q = a·I + b·A + c·A². b·A + a·I is written during the mirror's pass over A, and syrk adds c·A²
+// onto it (with β = 1 it also skips zeroing Q first).
 template <class T>
-void polynomial(const T* A, T* Q, int k, const Coefficients& abc) {
-  syrk(CblasRowMajor, CblasUpper, k, k, static_cast<T>(abc[2]), A, k, Q, k);  // c·A·Aᵀ = c·A²
-  const auto a = static_cast<T>(abc[0]);
+void polynomial(T* A, T* Q, int k, const Coefficients& abc) {
   const auto b = static_cast<T>(abc[1]);
-  for (int i = 0; i < k; ++i) {
-    const size_t row = static_cast<size_t>(i) * k;
-    for (int j = i; j < k; ++j) Q[row + j] += b * A[row + j];
-    Q[row + i] += a;
-  }
+  mirror(A, k, [&](size_t i) { Q[i] = b * A[i]; });
+  for (int i = 0; i < k; ++i) Q[static_cast<size_t>(i) * k + i] += static_cast<T>(abc[0]);
+  syrk(CblasRowMajor, CblasUpper, k, k, static_cast<T>(abc[2]), A, k, T(1), Q, k);  // + c·A·Aᵀ
 }
 
-// A ← W·Wᵀ (full).
+// A's upper triangle ← W·Wᵀ.
 template <class T>
 void gram(const T* W, const Side& s, T* A) {
-  syrk(s.order, s.upper(), s.k, s.m, T(1), W, s.ld, A, s.k);
-  mirror(A, s.k);
+  syrk(s.order, s.upper(), s.k, s.m, T(1), W, s.ld, T(0), A, s.k);
 }
 
 // Iterates W_{t+1} = Q_t·W_t with Q_t = a·I + b·A_t + c·A_t², A_t = W_t·W_tᵀ (folding a·W into
@@ -181,7 +192,8 @@ T* symmetric_one(T* W, T* other, T* A, T* Q, const Side& s, const CoefficientTab
 // Gram Newton–Schulz (Zhang, Amsel, Chen, Dao, "Gram Newton-Schulz", 2026): with R the product
 // of the Q_t since W was last formed, W_T = R·W, and the Gram matrix follows as A_{t+1} = A_t·Q_t²
 // (all Q_t are polynomials in the same A, so they commute). A restart forms W = R·W and A = W·Wᵀ
-// afresh. Alternates W between `W` and `other`; returns the one holding the result.
+// afresh. A is kept as its upper triangle (polynomial() mirrors it), Q, R and q² full. Alternates
+// W between `W` and `other`; returns the one holding the result.
 template <class T>
 T* gram_one(T* W, T* other, T* A, T* Q, T* R, T* S, const Side& s, const CoefficientTable& table,
             int64_t steps, const std::vector<int64_t>& restarts) {
@@ -198,6 +210,7 @@ T* gram_one(T* W, T* other, T* A, T* Q, T* R, T* S, const Side& s, const Coeffic
       fresh = false;
     } else {
       symmetric_product(R, Q, S, k);
+      mirror(S, k);
       std::swap(R, S);
     }
     const int64_t done = t + 1;
@@ -211,7 +224,7 @@ T* gram_one(T* W, T* other, T* A, T* Q, T* R, T* S, const Side& s, const Coeffic
     }
     // A ← A·q², q² = q·qᵀ by syrk. S holds nothing needed now, and Q nothing once q² is formed
     // (q is either Q itself or R).
-    syrk(CblasRowMajor, CblasUpper, k, k, T(1), q, k, S, k);
+    syrk(CblasRowMajor, CblasUpper, k, k, T(1), q, k, T(0), S, k);
     mirror(S, k);
     symmetric_product(A, S, Q, k);
     std::swap(A, Q);
