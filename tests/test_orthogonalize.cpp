@@ -1,7 +1,10 @@
 // orthogonalize() against the polar factor U·Vᵀ of an SVD computed here (the library uses none).
 #include "muon/orthogonalize.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "helpers.h"
 #include "muon/error.h"
@@ -167,6 +170,18 @@ TEST(Orthogonalize, GramRestartPointsFollowTheTableAndAnyScheduleIsExactInFloat6
   table.gram_restart_interval = 0;
   expect_error<Error>([&] { orthogonalize(x, OrthogonalizeOptions().coefficients(table)); },
                       {"gram_restart_interval must be >= 1, got 0", "table 'custom'"});
+}
+
+TEST(Orthogonalize, TheBlasBackendLeavesLibTorchItsOwnBlas) {
+  EXPECT_TRUE(blas_backend() == "BLIS" || blas_backend() == "CBLAS") << blas_backend();
+  // BLIS is linked statically, and it brings BLAS-compatible sgemm_ & co. If the executable
+  // exported them, LibTorch's own GEMMs would bind to them instead of its BLAS.
+  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
+  ASSERT_NE(sgemm, nullptr);
+  Dl_info where{};
+  ASSERT_NE(dladdr(sgemm, &where), 0);
+  const auto self = std::filesystem::canonical("/proc/self/exe");
+  EXPECT_NE(std::filesystem::canonical(where.dli_fname), self) << "sgemm_ resolves to " << self;
 }
 
 TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {

@@ -48,10 +48,11 @@ struct CoefficientTable {
 
 // How the iterations are computed; all give the same polynomial of the singular values.
 enum class NsMethod {
-  automatic,  // CPU float32/float64 with a CBLAS: the cheaper of symmetric and gram; else plain
+  automatic,  // CPU float32/float64 with BLIS or a CBLAS: the cheaper of symmetric and gram; else
+              // plain
   plain,      // three batched GEMMs per iteration (the reference)
-  symmetric,  // syrk for X·Xᵀ and A², symm for B·X (CPU, CBLAS)
-  gram,       // Gram Newton–Schulz on the k×k Gram matrix (CPU, CBLAS; rectangular matrices)
+  symmetric,  // syrk for X·Xᵀ and A², symm for B·X (CPU, BLIS or CBLAS)
+  gram,       // Gram Newton–Schulz on the k×k Gram matrix (CPU, BLIS or CBLAS; rectangular)
 };
 
 std::string to_string(NsMethod method);
@@ -93,6 +94,10 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
 // stretch would be longer (the final iterations set the result's accuracy; earlier errors are
 // corrected by the iterations that follow). 5 steps: quintic {3}, Polar Express and Dion {2, 4}.
 std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options);
+
+// What the CPU methods symmetric and gram multiply with: "BLIS", "CBLAS" or "none" (then
+// `automatic` always resolves to plain).
+std::string blas_backend();
 
 // The method `automatic` resolves to for x (or the requested one, checked to be available).
 NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options);

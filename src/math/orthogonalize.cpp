@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "cpu/blas.h"
 #include "cpu/newton_schulz_blas.h"
 #include "muon/error.h"
 
@@ -159,7 +160,7 @@ bool gram_is_cheaper(int64_t rows, int64_t cols, const OrthogonalizeOptions& opt
 }
 
 bool blas_eligible(const at::Tensor& x, at::ScalarType dtype) {
-  return detail::have_cblas() && x.device().is_cpu() &&
+  return detail::have_blas() && x.device().is_cpu() &&
          (dtype == at::kFloat || dtype == at::kDouble);
 }
 
@@ -179,6 +180,10 @@ at::Tensor plain_iterations(at::Tensor X, const CoefficientTable& table, int64_t
 
 }  // namespace
 
+std::string blas_backend() {
+  return detail::blas::backend();
+}
+
 NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options) {
   const auto dtype = orthogonalize_dtype(x, options.dtype());
   const auto method = options.method();
@@ -189,8 +194,8 @@ NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options
     return gram_is_cheaper(x.size(-2), x.size(-1), options) ? NsMethod::gram : NsMethod::symmetric;
   }
   check(eligible, "orthogonalize: method '", to_string(method), "' runs on CPU float32/float64 ",
-        "with a CBLAS; got a ", dtype, " computation on ", x.device(),
-        (detail::have_cblas() ? "" : " in a build without CBLAS"), " (use 'automatic' or 'plain')");
+        "with BLIS or a CBLAS; got a ", dtype, " computation on ", x.device(),
+        (detail::have_blas() ? "" : " in a build without either"), " (use 'automatic' or 'plain')");
   return method;
 }
 

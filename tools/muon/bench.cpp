@@ -452,8 +452,9 @@ BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
   char line[256];
   std::snprintf(line, sizeof line,
                 "machine: fp32 GEMM %.1f GFLOP/s (2048³, best of 5), copy %.1f GB/s, triad %.1f "
-                "GB/s, %d intra-op threads\n",
-                report.gemm_gflops, report.copy_gbs, report.triad_gbs, report.threads);
+                "GB/s, %d intra-op threads; Newton–Schulz products on %s\n",
+                report.gemm_gflops, report.copy_gbs, report.triad_gbs, report.threads,
+                blas_backend().c_str());
   log << line << std::flush;
   if (config.orthogonalize) bench_orthogonalize(config, report, log);
   if (config.muon_step) bench_muon_step(config, report, log);

@@ -1,4 +1,5 @@
-// Internal: Newton–Schulz iterations on CPU through CBLAS, exploiting symmetry (SPEC §1, issue 4).
+// Internal: Newton–Schulz iterations on CPU through BLIS or a CBLAS, exploiting symmetry (SPEC §1,
+// issue 4).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,13 +10,14 @@
 
 namespace muon::detail {
 
-// Whether the library was built with a CBLAS (syrk/symm) to run the routines below.
-bool have_cblas();
+// Whether the library was built with BLIS or a CBLAS (src/math/cpu/blas.h) to run the routines
+// below.
+bool have_blas();
 
 // Both take X (batch, rows, cols), contiguous float32 or float64, already normalized, which they
 // overwrite, and return the iterated matrices: X itself or a workspace tensor of its shape. Each
 // matrix is iterated on its smaller side k×m (k = min(rows, cols)); a tall matrix is read as its
-// transpose in column-major order, so nothing is copied or transposed.
+// transpose through strides, so nothing is copied or transposed.
 //
 // symmetric: per iteration A = W·Wᵀ and A² by syrk (one triangle each, k²m + k³ flops) and
 // W ← (a·I + b·A + c·A²)·W by one symm (2k²m): 3k²m + k³ against the plain chain's 4k²m + 2k³.
@@ -29,7 +31,7 @@ at::Tensor gram_iterations(at::Tensor& X, const CoefficientTable& table, int64_t
                            const std::vector<int64_t>& restarts, OrthogonalizeWorkspace& ws);
 
 // The cost model `automatic` chooses by: FLOPs of each method for `steps` iterations on a k×m
-// side (k ≤ m), counting a product known to be symmetric at its half.
+// side (k ≤ m), counting a product known to be symmetric at what the backend computes of it.
 double symmetric_flops(double k, double m, int64_t steps);
 double gram_flops(double k, double m, int64_t steps, const std::vector<int64_t>& restarts);
 
