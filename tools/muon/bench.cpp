@@ -88,7 +88,7 @@ double plain_flops(int64_t rows, int64_t cols, int64_t steps) {
   return static_cast<double>(steps) * (4.0 * k * k * m + 2.0 * k * k * k);
 }
 
-// Per shape, `reps` rounds each time the 2048³ GEMM once and every method once; each figure is
+// Per shape, `reps` rounds each time every method once and the 2048³ GEMM once; each figure is
 // its best over the rounds, so a method and the GEMM rate it is divided by see the same phases of
 // a noisy machine.
 void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::ostream& log) {
@@ -111,13 +111,19 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
       outs[i] = orthogonalize(x, OrthogonalizeOptions().method(methods[i]), &workspaces[i]);
     }
     double gemm_gflops = 0;
+    // Each library's work is timed apart from the other's: after a call, the workers of either
+    // keep spinning for a while and slow the other's next call — BLIS's OpenMP threads for a few
+    // ms (~5% of the GEMM), OpenBLAS's for ~0.1 s (~5 ms of a 1024² orthogonalization). So a
+    // round runs the methods on the library's BLAS, then `plain` and the GEMM on LibTorch's, then
+    // pauses. (The Muon step below keeps that hand-over: it happens once per optimizer step.)
     for (int round = 0; round < std::max(config.reps, 1); ++round) {
-      gemm_gflops = std::max(gemm_gflops, gemm.gflops());
-      for (size_t i = 0; i < std::size(methods); ++i) {
+      for (size_t i = std::size(methods); i-- > 0;) {  // automatic, gram, symmetric, plain
         const auto options = OrthogonalizeOptions().method(methods[i]);
         best[i] = std::min(best[i],
                            seconds([&] { outs[i] = orthogonalize(x, options, &workspaces[i]); }));
       }
+      gemm_gflops = std::max(gemm_gflops, gemm.gflops());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     for (size_t i = 0; i < std::size(methods); ++i) {
       const auto method = methods[i];
