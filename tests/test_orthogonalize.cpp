@@ -188,6 +188,10 @@ TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {
   auto gen = seeded(13);
   EXPECT_EQ(resolve_method(at::zeros({64, 64}), {}), NsMethod::symmetric);
   EXPECT_EQ(resolve_method(at::zeros({64, 512}), {}), NsMethod::gram);
+  // Nearly square: BLIS's triangular products make gram the cheaper one for any m > k; a CBLAS's
+  // (GEMMs on 128-row blocks: whole products below k = 128) only from m > 5k/3 at such k.
+  EXPECT_EQ(resolve_method(at::zeros({64, 65}), {}),
+            blas_backend() == "BLIS" ? NsMethod::gram : NsMethod::symmetric);
   EXPECT_EQ(resolve_method(at::zeros({512, 64}, at::kDouble), {}), NsMethod::gram);
   EXPECT_EQ(resolve_method(at::zeros({64, 64}, at::kBFloat16),
                            OrthogonalizeOptions().dtype(at::kBFloat16)),
