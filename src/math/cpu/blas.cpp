@@ -49,6 +49,14 @@ int threads() {
   return fallback;
 }
 
+}  // namespace
+
+int helper_threads() {
+  return threads();
+}
+
+namespace {
+
 // A runtime for one call, so that a change of the thread count applies at once.
 struct Runtime {
   Runtime() {
@@ -144,6 +152,9 @@ bool available() {
 }
 const char* backend() {
   return "CBLAS";
+}
+int helper_threads() {
+  return 1;
 }
 
 namespace {
@@ -242,6 +253,9 @@ bool available() {
 }
 const char* backend() {
   return "none";
+}
+int helper_threads() {
+  return 1;
 }
 double product_upper_flops(double k) {
   return 2 * k * k * k;

@@ -37,6 +37,11 @@ void symm_left(const T* S, const T* B, const Panel& p, T* C);
 template <class T>
 void gemm_left(const T* R, const T* B, const Panel& p, T* C);
 
+// Threads for the passes between products (mirroring a triangle): the backend's own count where
+// its workers are an OpenMP team that such a pass reuses (BLIS), else 1 — OpenBLAS's spinning
+// pthreads would compete with them.
+int helper_threads();
+
 // The FLOPs product_upper() performs for k×k factors (the cost model counts them).
 double product_upper_flops(double k);
 

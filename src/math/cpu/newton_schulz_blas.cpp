@@ -57,8 +57,10 @@ Panel panel_of(int64_t rows, int64_t cols) {
 template <class T, class Visit>
 void mirror(T* a, int k, Visit visit) {
   constexpr int kTile = 32;
-  T tile[kTile][kTile];
+  const int threads = blas::helper_threads();
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
   for (int i0 = 0; i0 < k; i0 += kTile) {
+    T tile[kTile][kTile];
     const int rows = std::min(kTile, k - i0);
     for (int i = i0; i < i0 + rows; ++i) {  // the diagonal tile
       visit(static_cast<size_t>(i) * k + i);
