@@ -9,8 +9,8 @@ timeout_s=5
 
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-start_rank() {  # rank port dir
-  RANK=$1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 "$muon" train --data "$data" \
+start_rank() {  # rank port dir; one thread each, as torchrun (and --nproc) share the cores
+  OMP_NUM_THREADS=1 RANK=$1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 "$muon" train --data "$data" \
     --steps 100000 --layers 1 --d-model 32 --seq-len 32 --batch-size 4 --log-every 5 \
     --eval-every 1000000 --checkpoint-every 10 --dist-timeout $timeout_s --out "$3" \
     >"$3.rank$1.log" 2>&1 &
