@@ -66,7 +66,7 @@ void mirror(T* a, int k, Visit visit) {
       visit(static_cast<size_t>(i) * k + i);
       for (int j = i + 1; j < i0 + rows; ++j) {
         visit(static_cast<size_t>(i) * k + j);
-        a[j * k + i] = a[i * k + j];
+        a[static_cast<size_t>(j) * k + i] = a[static_cast<size_t>(i) * k + j];
       }
     }
     for (int j0 = i0 + kTile; j0 < k; j0 += kTile) {
@@ -79,7 +79,8 @@ void mirror(T* a, int k, Visit visit) {
         }
       }
       for (int j = 0; j < cols; ++j) {
-        for (int i = 0; i < rows; ++i) a[(j0 + j) * k + i0 + i] = tile[j][i];
+        const size_t row = static_cast<size_t>(j0 + j) * k + i0;
+        for (int i = 0; i < rows; ++i) a[row + i] = tile[j][i];
       }
     }
   }
