@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -147,6 +148,10 @@ struct Replica {
   std::unique_ptr<HybridOptimizer> optimizer;
 
   explicit Replica(uint64_t seed) {
+    // Ranks are threads here: the global generator is seeded and drawn from by one at a time
+    // (interleaved, another rank's seed would change rank 0's model mid-construction).
+    static std::mutex global_generator;
+    std::lock_guard<std::mutex> lock(global_generator);
     at::manual_seed(seed);
     model = torch::nn::Sequential(torch::nn::Embedding(16, 24), torch::nn::Linear(24, 40),
                                   torch::nn::Linear(40, 24), torch::nn::Linear(24, 24),
