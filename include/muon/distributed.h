@@ -1,8 +1,8 @@
 // Data-parallel communication (SPEC §13) on PyTorch's c10d: the collectives the hybrid optimizer
 // needs, over a c10d::ProcessGroup the caller made or one built from torchrun's variables (Gloo on
-// CPU). A one-process Communicator makes every collective the identity, so one code path serves 1..N
-// ranks. Every collective waits at most the timeout; a rank that exits or hangs becomes a
-// muon::DistributedError on the others, never a hang.
+// CPU). A one-process Communicator makes every collective the identity, so one code path
+// serves 1..N ranks. Every collective waits at most the timeout; a rank that exits or hangs becomes
+// a muon::DistributedError on the others, never a hang.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "muon/compat.h"
 
 namespace muon {
 
@@ -30,8 +32,8 @@ class Communicator {
 
   // One process: rank 0 of 1.
   Communicator();
-  // Over `group` (any c10d backend, world size ≥ 1).
-  Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, Duration timeout);
+  // Over `group` (any c10d backend, world size ≥ 1; in LibTorch 2.x its default backend).
+  Communicator(const c10::intrusive_ptr<c10d::ProcessGroup>& group, Duration timeout);
   ~Communicator();
 
   // From torchrun's variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: a TCPStore served by
@@ -84,12 +86,14 @@ class Communicator {
   template <class Collective>
   void on_device(at::Tensor& tensor, Collective&& collective);
   [[noreturn]] void fail(const std::string& what, const std::string& reason) const;
+  struct Own {};  // tags the constructor over a group this class made (the same type in 1.x)
+  Communicator(c10::intrusive_ptr<compat::CollectiveGroup> group, Duration timeout, Own);
 
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<compat::CollectiveGroup> group_;
   int rank_ = 0;
   int world_ = 1;
   Duration timeout_{0};
-  at::Device device_{at::kCPU};  // where the backend's tensors must live
+  at::Device device_{at::kCPU};       // where the backend's tensors must live
   bool ring_reduce_scatter_ = false;  // the backend lacks reduce_scatter (Gloo)
   int64_t bytes_sent_ = 0;
   int64_t tag_ = 0;  // point-to-point message tags, advanced in step on every rank

@@ -28,9 +28,8 @@ int64_t env_integer(const char* name, int64_t lowest, int64_t highest) {
         " is not set (torchrun-style launch needs RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
   char* end = nullptr;
   const long long v = std::strtoll(text->c_str(), &end, 10);
-  check(end != text->c_str() && *end == '\0' && v >= lowest && v <= highest,
-        "distributed: ", name, "='", *text, "' is not a whole number in [", lowest, ", ", highest,
-        "]");
+  check(end != text->c_str() && *end == '\0' && v >= lowest && v <= highest, "distributed: ", name,
+        "='", *text, "' is not a whole number in [", lowest, ", ", highest, "]");
   return v;
 }
 
@@ -46,7 +45,12 @@ std::string first_line(const std::string& text) {
 
 Communicator::Communicator() = default;
 
-Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> group, Duration timeout)
+Communicator::Communicator(const c10::intrusive_ptr<c10d::ProcessGroup>& group, Duration timeout)
+    : Communicator(group.defined() ? compat::collective_group(group)
+                                   : c10::intrusive_ptr<compat::CollectiveGroup>(),
+                   timeout, Own{}) {}
+
+Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveGroup> group, Duration timeout, Own)
     : group_(std::move(group)), timeout_(timeout) {
   check(group_.defined(), "distributed: the process group is null");
   check(timeout.count() > 0, "distributed: the timeout must be > 0 ms, got ", timeout.count());
@@ -78,7 +82,8 @@ std::shared_ptr<Communicator> Communicator::from_environment(Duration timeout) {
   if (world == 1) return std::make_shared<Communicator>();
   const auto rank = static_cast<int>(env_integer("RANK", 0, world - 1));
   const auto address = env("MASTER_ADDR");
-  check(address.has_value(), "distributed: environment variable MASTER_ADDR is not set (the "
+  check(address.has_value(),
+        "distributed: environment variable MASTER_ADDR is not set (the "
         "host of rank 0, e.g. 127.0.0.1)");
   const auto port = static_cast<int>(env_integer("MASTER_PORT", 1, 65535));
   return connect(rank, world, *address, port, timeout);
@@ -104,6 +109,7 @@ std::shared_ptr<Communicator> Communicator::connect(int rank, int world, const s
   store_options.isServer = rank == 0;
   store_options.numWorkers = world;
   store_options.timeout = timeout;
+  compat::use_plain_tcp_store(store_options);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(address, store_options);
@@ -115,14 +121,14 @@ std::shared_ptr<Communicator> Communicator::connect(int rank, int world, const s
   // uses CUDA device LOCAL_RANK (else r modulo the device count).
   if (c10::cuda::device_count() > 0 && env("MUON_DIST_BACKEND").value_or("nccl") == "nccl") {
     const int devices = static_cast<int>(c10::cuda::device_count());
-    const int local = env("LOCAL_RANK") ? static_cast<int>(env_integer("LOCAL_RANK", 0, 1 << 20))
-                                        : rank;
+    const int local =
+        env("LOCAL_RANK") ? static_cast<int>(env_integer("LOCAL_RANK", 0, 1 << 20)) : rank;
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(local % devices));
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     try {
       auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, options);
-      return std::make_shared<Communicator>(std::move(group), timeout);
+      return std::shared_ptr<Communicator>(new Communicator(std::move(group), timeout, Own{}));
     } catch (const std::exception& e) {
       throw unreachable(e);
     }
@@ -138,17 +144,17 @@ std::shared_ptr<Communicator> Communicator::connect(int rank, int world, const s
   }
   try {
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
-    return std::make_shared<Communicator>(std::move(group), timeout);
+    return std::shared_ptr<Communicator>(new Communicator(std::move(group), timeout, Own{}));
   } catch (const std::exception& e) {
     throw unreachable(e);
   }
 }
 
 void Communicator::fail(const std::string& what, const std::string& reason) const {
-  throw DistributedError(detail::concat(
-      "distributed: ", what, " failed on rank ", rank_, " of ", world_, ": ", reason,
-      " — another rank exited, hung or took a different path (timeout ",
-      static_cast<double>(timeout_.count()) / 1000.0, " s)"));
+  throw DistributedError(
+      detail::concat("distributed: ", what, " failed on rank ", rank_, " of ", world_, ": ", reason,
+                     " — another rank exited, hung or took a different path (timeout ",
+                     static_cast<double>(timeout_.count()) / 1000.0, " s)"));
 }
 
 void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
@@ -172,8 +178,8 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& flat) {
     auto out = at::empty({chunk}, flat.options());
     std::vector<at::Tensor> outputs{out};
     const auto chunks = flat.split(chunk);
-    std::vector<std::vector<at::Tensor>> inputs{std::vector<at::Tensor>(chunks.begin(),
-                                                                        chunks.end())};
+    std::vector<std::vector<at::Tensor>> inputs{
+        std::vector<at::Tensor>(chunks.begin(), chunks.end())};
     wait(group_->reduce_scatter(outputs, inputs), "reduce_scatter");
     return out;
   }
@@ -212,8 +218,8 @@ void Communicator::Pending::wait() {
 
 Communicator::Pending Communicator::all_gather(const at::Tensor& shard, at::Tensor& flat) {
   check(flat.dim() == 1 && flat.is_contiguous() && shard.numel() * world_ == flat.numel(),
-        "distributed: all_gather needs a contiguous 1-D output of world size × the shard (",
-        world_, " × ", shard.numel(), "), got ", flat.numel());
+        "distributed: all_gather needs a contiguous 1-D output of world size × the shard (", world_,
+        " × ", shard.numel(), "), got ", flat.numel());
   if (world_ == 1) {
     flat.copy_(shard);
     return {};
@@ -221,15 +227,15 @@ Communicator::Pending Communicator::all_gather(const at::Tensor& shard, at::Tens
   bytes_sent_ += (world_ - 1) * shard.numel() * static_cast<int64_t>(shard.element_size());
   std::vector<at::Tensor> input{shard.contiguous()};
   const auto chunks = flat.split(shard.numel());
-  std::vector<std::vector<at::Tensor>> outputs{std::vector<at::Tensor>(chunks.begin(),
-                                                                       chunks.end())};
+  std::vector<std::vector<at::Tensor>> outputs{
+      std::vector<at::Tensor>(chunks.begin(), chunks.end())};
   return Pending(this, group_->allgather(outputs, input), "all_gather");
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   if (world_ == 1) return;
-  bytes_sent_ += 2 * (world_ - 1) * tensor.numel() * static_cast<int64_t>(tensor.element_size()) /
-                 world_;
+  bytes_sent_ +=
+      2 * (world_ - 1) * tensor.numel() * static_cast<int64_t>(tensor.element_size()) / world_;
   on_device(tensor, [&](at::Tensor& t) {
     std::vector<at::Tensor> tensors{t};
     c10d::AllreduceOptions options;

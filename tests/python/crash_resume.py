@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from torch_checkpoint import load_checkpoint
+
 STEPS = 60
 
 
@@ -28,7 +30,7 @@ def checkpoint_step(out):
     path = os.path.join(out, "checkpoint.pt")
     if not os.path.exists(path):
         return None
-    return torch.load(path)["step_count"]  # a torn file would fail to load here
+    return load_checkpoint(path)["step_count"]  # a torn file would fail to load here
 
 
 def kill_at_random_time(process, rng, duration):
@@ -49,7 +51,7 @@ def kill_while_writing(process, out, delay):
 
 
 def same_checkpoints(a, b):
-    x, y = torch.load(a), torch.load(b)
+    x, y = load_checkpoint(a), load_checkpoint(b)
     assert x["step_count"] == y["step_count"] == STEPS, (x["step_count"], y["step_count"])
     for name, tensor in y["model"].items():
         assert torch.equal(x["model"][name], tensor), name

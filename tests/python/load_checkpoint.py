@@ -6,7 +6,9 @@ import sys
 
 import torch
 
-checkpoint = torch.load(sys.argv[1])
+from torch_checkpoint import load_checkpoint
+
+checkpoint = load_checkpoint(sys.argv[1])
 assert checkpoint["format"] == "muon-cpp checkpoint", checkpoint.get("format")
 assert checkpoint["version"] == 1
 assert checkpoint["step_count"] == 40, checkpoint["step_count"]

@@ -57,10 +57,11 @@ int helper_threads() {
 
 namespace {
 
-// A runtime for one call, so that a change of the thread count applies at once.
+// A runtime for one call, so that a change of the thread count applies at once. (Started from
+// the global one: the only initializer BLIS 0.9 and 1.x share.)
 struct Runtime {
   Runtime() {
-    bli_rntm_init(&rntm);
+    bli_rntm_init_from_global(&rntm);
     bli_rntm_set_num_threads(threads(), &rntm);
   }
   rntm_t rntm;
