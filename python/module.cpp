@@ -65,6 +65,17 @@ bool boolean(const std::string& key, py::handle v) {
   return v.cast<bool>();
 }
 
+// None (unset) or a bool.
+std::optional<bool> optional_boolean(const std::string& key, py::handle v) {
+  if (v.is_none()) return std::nullopt;
+  if (!py::isinstance<py::bool_>(v)) type_error(key, "None, True or False", v);
+  return v.cast<bool>();
+}
+
+py::object optional_bool(const std::optional<bool>& v) {
+  return v ? py::object(py::bool_(*v)) : py::object(py::none());
+}
+
 std::string text(const std::string& key, py::handle v) {
   if (!py::isinstance<py::str>(v)) type_error(key, "a str", v);
   return v.cast<std::string>();
@@ -142,6 +153,7 @@ py::dict to_dict(const MuonOptions& o) {
   d["cautious_weight_decay"] = o.cautious_weight_decay();
   d["cautious"] = o.cautious();
   d["state_dtype"] = dtype_object(o.state_dtype());
+  d["fused"] = optional_bool(o.fused());
   return d;
 }
 
@@ -187,6 +199,7 @@ void update(MuonOptions& o, const py::dict& d) {
        [&](S k, py::handle v) { o.cautious_weight_decay(boolean(k, v)); });
   read(d, "cautious", [&](S k, py::handle v) { o.cautious(boolean(k, v)); });
   read(d, "state_dtype", [&](S k, py::handle v) { o.state_dtype(dtype(k, v)); });
+  read(d, "fused", [&](S k, py::handle v) { o.fused(optional_boolean(k, v)); });
 }
 
 // AdamW, Adam and Lamb share these keys; Lamb has no nesterov or cautious.
@@ -202,6 +215,7 @@ py::dict to_dict(const Options& o) {
     d["cautious"] = o.cautious();
   }
   d["state_dtype"] = dtype_object(o.state_dtype());
+  d["fused"] = optional_bool(o.fused());
   return d;
 }
 
@@ -217,6 +231,7 @@ void update(Options& o, const py::dict& d) {
     read(d, "cautious", [&](S k, py::handle v) { o.cautious(boolean(k, v)); });
   }
   read(d, "state_dtype", [&](S k, py::handle v) { o.state_dtype(dtype(k, v)); });
+  read(d, "fused", [&](S k, py::handle v) { o.fused(optional_boolean(k, v)); });
 }
 
 // Dispatch on the options' type (which is the algorithm tag).

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace muon::testing {
 
@@ -28,6 +30,16 @@ inline at::Tensor with_singular_values(int64_t rows, int64_t cols, double lowest
   const auto V = orthonormal_columns(cols, k, gen);
   const auto s = at::exp(at::empty({k}, at::kDouble).uniform_(std::log(lowest), 0.0, gen));
   return at::matmul(U * s, V.t()).to(dtype);
+}
+
+// The two implementations of every update, as the `fused` option picks them: the fused CPU kernels
+// (unset, on CPU tensors) and the device-generic ATen form that other devices run (false).
+// Reference tests run through both.
+inline std::vector<std::optional<bool>> kernel_paths() {
+  return {std::nullopt, false};
+}
+inline std::string path_name(const std::optional<bool>& fused) {
+  return fused.value_or(true) ? "fused CPU kernels" : "generic ATen form";
 }
 
 // Runs `fn`, expecting an exception of type E whose message contains every fragment.

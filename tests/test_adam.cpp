@@ -62,33 +62,39 @@ void expect_close(const std::vector<at::Tensor>& ours, const std::vector<at::Ten
 }
 
 TEST(AdamW, EqualsLibtorchAdamWOver200Steps) {
-  auto gen = seeded(1);
-  auto ours = assorted_parameters(gen);
-  auto theirs = clones(ours);
-  AdamW opt(ours, AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
-  torch::optim::AdamW ref(
-      theirs, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
-  for (int step = 0; step < 200; ++step) {
-    set_same_gradients(ours, theirs, gen);
-    opt.step();
-    ref.step();
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(1);
+    auto ours = assorted_parameters(gen);
+    auto theirs = clones(ours);
+    AdamW opt(ours, AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1).fused(fused));
+    torch::optim::AdamW ref(
+        theirs, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+    for (int step = 0; step < 200; ++step) {
+      set_same_gradients(ours, theirs, gen);
+      opt.step();
+      ref.step();
+    }
+    expect_close(ours, theirs, 1e-6);
+    EXPECT_FALSE(ours[8].is_contiguous());  // still a view with its own strides
   }
-  expect_close(ours, theirs, 1e-6);
-  EXPECT_FALSE(ours[8].is_contiguous());  // still a view with its own strides
 }
 
 TEST(Adam, CoupledWeightDecayEqualsLibtorchAdam) {
-  auto gen = seeded(2);
-  auto ours = assorted_parameters(gen);
-  auto theirs = clones(ours);
-  Adam opt(ours, AdamOptions(3e-3).weight_decay(0.05));
-  torch::optim::Adam ref(theirs, torch::optim::AdamOptions(3e-3).weight_decay(0.05));
-  for (int step = 0; step < 200; ++step) {
-    set_same_gradients(ours, theirs, gen);
-    opt.step();
-    ref.step();
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(2);
+    auto ours = assorted_parameters(gen);
+    auto theirs = clones(ours);
+    Adam opt(ours, AdamOptions(3e-3).weight_decay(0.05).fused(fused));
+    torch::optim::Adam ref(theirs, torch::optim::AdamOptions(3e-3).weight_decay(0.05));
+    for (int step = 0; step < 200; ++step) {
+      set_same_gradients(ours, theirs, gen);
+      opt.step();
+      ref.step();
+    }
+    expect_close(ours, theirs, 1e-6);
   }
-  expect_close(ours, theirs, 1e-6);
 }
 
 // optax's NAdam and LAMB, step by step in double precision.
@@ -125,79 +131,90 @@ struct ReferenceAdam {
 };
 
 TEST(NAdam, EqualsReferenceForAdamAndAdamW) {
-  for (bool decoupled : {false, true}) {
-    auto gen = seeded(3);
-    auto W = at::randn({17, 9}, gen).requires_grad_(true);
-    auto W_ref = W.detach().to(at::kDouble);
-    std::unique_ptr<torch::optim::Optimizer> opt;
-    if (decoupled) {
-      opt = std::make_unique<AdamW>(std::vector<at::Tensor>{W},
-                                    AdamWOptions(1e-2).nesterov(true).weight_decay(0.1));
-    } else {
-      opt = std::make_unique<Adam>(std::vector<at::Tensor>{W}, AdamOptions(1e-2).nesterov(true));
+  for (const auto& fused : testing::kernel_paths()) {
+    for (bool decoupled : {false, true}) {
+      SCOPED_TRACE(testing::path_name(fused));
+      auto gen = seeded(3);
+      auto W = at::randn({17, 9}, gen).requires_grad_(true);
+      auto W_ref = W.detach().to(at::kDouble);
+      std::unique_ptr<torch::optim::Optimizer> opt;
+      if (decoupled) {
+        opt = std::make_unique<AdamW>(
+            std::vector<at::Tensor>{W},
+            AdamWOptions(1e-2).nesterov(true).weight_decay(0.1).fused(fused));
+      } else {
+        opt = std::make_unique<Adam>(std::vector<at::Tensor>{W},
+                                     AdamOptions(1e-2).nesterov(true).fused(fused));
+      }
+      ReferenceAdam ref{1e-2, 0.9, 0.999, 1e-8, decoupled ? 0.1 : 0.0, true, false, decoupled};
+      for (int step = 0; step < 50; ++step) {
+        const auto g = at::randn({17, 9}, gen);
+        W.mutable_grad() = g;
+        opt->step();
+        ref.step(W_ref, g);
+      }
+      EXPECT_LT(testing::max_rel_diff(W.detach(), W_ref), 1e-5);
+      // NAdam differs from plain Adam: the test would notice a missing Nesterov term.
+      ReferenceAdam plain{1e-2, 0.9, 0.999, 1e-8, decoupled ? 0.1 : 0.0, false, false, decoupled};
+      auto W_plain = W_ref.clone();
+      plain.step(W_plain, at::ones({17, 9}));
+      ReferenceAdam nesterov{1e-2, 0.9, 0.999, 1e-8, decoupled ? 0.1 : 0.0, true, false, decoupled};
+      auto W_nesterov = W_ref.clone();
+      nesterov.step(W_nesterov, at::ones({17, 9}));
+      EXPECT_GT((W_plain - W_nesterov).abs().max().item<double>(), 1e-4);
     }
-    ReferenceAdam ref{1e-2, 0.9, 0.999, 1e-8, decoupled ? 0.1 : 0.0, true, false, decoupled};
-    for (int step = 0; step < 50; ++step) {
-      const auto g = at::randn({17, 9}, gen);
-      W.mutable_grad() = g;
-      opt->step();
-      ref.step(W_ref, g);
-    }
-    EXPECT_LT(testing::max_rel_diff(W.detach(), W_ref), 1e-5);
-    // NAdam differs from plain Adam: the test would notice a missing Nesterov term.
-    ReferenceAdam plain{1e-2, 0.9, 0.999, 1e-8, decoupled ? 0.1 : 0.0, false, false, decoupled};
-    auto W_plain = W_ref.clone();
-    plain.step(W_plain, at::ones({17, 9}));
-    ReferenceAdam nesterov{1e-2, 0.9, 0.999, 1e-8, decoupled ? 0.1 : 0.0, true, false, decoupled};
-    auto W_nesterov = W_ref.clone();
-    nesterov.step(W_nesterov, at::ones({17, 9}));
-    EXPECT_GT((W_plain - W_nesterov).abs().max().item<double>(), 1e-4);
   }
 }
 
 TEST(Lamb, EqualsReferenceIncludingTrustRatio) {
-  auto gen = seeded(4);
-  auto W = at::randn({300, 200}, gen).requires_grad_(true);  // several kernel blocks
-  auto W_ref = W.detach().to(at::kDouble);
-  Lamb opt({W}, LambOptions(1e-2).weight_decay(0.01));
-  ReferenceAdam ref{1e-2, 0.9, 0.999, 1e-6, 0.01, false, true, false};
-  for (int step = 0; step < 30; ++step) {
-    const auto g = at::randn({300, 200}, gen);
-    W.mutable_grad() = g;
-    opt.step();
-    ref.step(W_ref, g);
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(4);
+    auto W = at::randn({300, 200}, gen).requires_grad_(true);  // several kernel blocks
+    auto W_ref = W.detach().to(at::kDouble);
+    Lamb opt({W}, LambOptions(1e-2).weight_decay(0.01).fused(fused));
+    ReferenceAdam ref{1e-2, 0.9, 0.999, 1e-6, 0.01, false, true, false};
+    for (int step = 0; step < 30; ++step) {
+      const auto g = at::randn({300, 200}, gen);
+      W.mutable_grad() = g;
+      opt.step();
+      ref.step(W_ref, g);
+    }
+    EXPECT_LT(testing::max_rel_diff(W.detach(), W_ref), 1e-5);
+    // A zero parameter has trust ratio 1: the step is lr·r.
+    auto Z = at::zeros({4}).requires_grad_(true);
+    Lamb zero({Z}, LambOptions(0.1).fused(fused));
+    Z.mutable_grad() = at::ones({4});
+    zero.step();
+    // m̂ = 1, v̂ = 1: r = 1/(1 + 1e-6)
+    EXPECT_NEAR(Z[0].item<double>(), -0.1 / (1 + 1e-6), 1e-7);
   }
-  EXPECT_LT(testing::max_rel_diff(W.detach(), W_ref), 1e-5);
-  // A zero parameter has trust ratio 1: the step is lr·r.
-  auto Z = at::zeros({4}).requires_grad_(true);
-  Lamb zero({Z}, LambOptions(0.1));
-  Z.mutable_grad() = at::ones({4});
-  zero.step();
-  // m̂ = 1, v̂ = 1: r = 1/(1 + 1e-6)
-  EXPECT_NEAR(Z[0].item<double>(), -0.1 / (1 + 1e-6), 1e-7);
 }
 
 TEST(AdamW, Bf16And16BitParametersFollowTheFp32Math) {
-  for (auto dtype : {at::kBFloat16, at::kHalf}) {
-    auto gen = seeded(5);
-    auto W = at::randn({40, 30}, gen).to(dtype).requires_grad_(true);
-    auto W32 = W.detach().to(at::kFloat).requires_grad_(true);
-    AdamW opt({W}, AdamWOptions(1e-2));
-    torch::optim::AdamW ref({W32}, torch::optim::AdamWOptions(1e-2));
-    for (int step = 0; step < 3; ++step) {
-      const auto g = at::randn({40, 30}, gen).to(dtype);
-      W.mutable_grad() = g;
-      W32.mutable_grad() = g.to(at::kFloat);
-      opt.step();
-      ref.step();
-      // One rounding per step into the parameter's dtype: ours is the fp32 result rounded.
-      const double ulp = dtype == at::kBFloat16 ? std::pow(2.0, -8) : std::pow(2.0, -11);
-      const auto diff = (W.detach().to(at::kFloat) - W32.detach()).abs();
-      EXPECT_LE(diff.max().item<double>(), ulp * 4 * W32.abs().max().item<double>());
-      W32.detach().copy_(W.detach().to(at::kFloat));
+  for (const auto& fused : testing::kernel_paths()) {
+    for (auto dtype : {at::kBFloat16, at::kHalf}) {
+      SCOPED_TRACE(testing::path_name(fused));
+      auto gen = seeded(5);
+      auto W = at::randn({40, 30}, gen).to(dtype).requires_grad_(true);
+      auto W32 = W.detach().to(at::kFloat).requires_grad_(true);
+      AdamW opt({W}, AdamWOptions(1e-2).fused(fused));
+      torch::optim::AdamW ref({W32}, torch::optim::AdamWOptions(1e-2));
+      for (int step = 0; step < 3; ++step) {
+        const auto g = at::randn({40, 30}, gen).to(dtype);
+        W.mutable_grad() = g;
+        W32.mutable_grad() = g.to(at::kFloat);
+        opt.step();
+        ref.step();
+        // One rounding per step into the parameter's dtype: ours is the fp32 result rounded.
+        const double ulp = dtype == at::kBFloat16 ? std::pow(2.0, -8) : std::pow(2.0, -11);
+        const auto diff = (W.detach().to(at::kFloat) - W32.detach()).abs();
+        EXPECT_LE(diff.max().item<double>(), ulp * 4 * W32.abs().max().item<double>());
+        W32.detach().copy_(W.detach().to(at::kFloat));
+      }
+      const auto& state = static_cast<const AdamParamState&>(*opt.state().begin()->second);
+      EXPECT_EQ(state.exp_avg().scalar_type(), at::kFloat);
     }
-    const auto& state = static_cast<const AdamParamState&>(*opt.state().begin()->second);
-    EXPECT_EQ(state.exp_avg().scalar_type(), at::kFloat);
   }
 }
 
@@ -206,28 +223,32 @@ uint16_t bits_at(const at::Tensor& bf16, int64_t i) {
 }
 
 TEST(AdamW, Bf16StateHoldsTheSpecRoundingOfTheFp32Moments) {
-  auto gen = seeded(6);
-  auto A = at::randn({100}, gen).requires_grad_(true);
-  auto B = at::randn({3, 50}, gen).requires_grad_(true);
-  AdamW opt({A, B}, AdamWOptions(1e-3).betas({0.9, 0.99}).state_dtype(at::kBFloat16));
-  const auto gA = at::randn({100}, gen);
-  const auto gB = at::randn({3, 50}, gen);
-  A.mutable_grad() = gA;
-  B.mutable_grad() = gB;
-  opt.step();
-  // From zero state the fp32 moments are (1−β1)·g and (1−β2)·g²; tensor B is index 1, count 0.
-  const uint32_t salt = sr::tensor_salt(sr::step_seed(0), 1);
-  const auto m = gB.reshape({-1}) * 0.1f;
-  const auto& state =
-      static_cast<const AdamParamState&>(*opt.state().at(compat::param_state_key(B)));
-  ASSERT_EQ(state.exp_avg().scalar_type(), at::kBFloat16);
-  for (int64_t i = 0; i < 150; ++i) {
-    // Independent of the kernel's arithmetic order: 0·β + x·(1−β) = x·(1−β) exactly.
-    EXPECT_EQ(bits_at(state.exp_avg(), i), sr::round_bits(m[i].item<float>(), salt, i)) << i;
-    const float vi = static_cast<float>(1 - 0.99) * gB.reshape({-1})[i].item<float>() *
-                     gB.reshape({-1})[i].item<float>();
-    EXPECT_EQ(bits_at(state.exp_avg_sq(), i), sr::round_bits(vi, sr::second_moment_salt(salt), i))
-        << i;
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(6);
+    auto A = at::randn({100}, gen).requires_grad_(true);
+    auto B = at::randn({3, 50}, gen).requires_grad_(true);
+    AdamW opt({A, B},
+              AdamWOptions(1e-3).betas({0.9, 0.99}).state_dtype(at::kBFloat16).fused(fused));
+    const auto gA = at::randn({100}, gen);
+    const auto gB = at::randn({3, 50}, gen);
+    A.mutable_grad() = gA;
+    B.mutable_grad() = gB;
+    opt.step();
+    // From zero state the fp32 moments are (1−β1)·g and (1−β2)·g²; tensor B is index 1, count 0.
+    const uint32_t salt = sr::tensor_salt(sr::step_seed(0), 1);
+    const auto m = gB.reshape({-1}) * 0.1f;
+    const auto& state =
+        static_cast<const AdamParamState&>(*opt.state().at(compat::param_state_key(B)));
+    ASSERT_EQ(state.exp_avg().scalar_type(), at::kBFloat16);
+    for (int64_t i = 0; i < 150; ++i) {
+      // Independent of the kernel's arithmetic order: 0·β + x·(1−β) = x·(1−β) exactly.
+      EXPECT_EQ(bits_at(state.exp_avg(), i), sr::round_bits(m[i].item<float>(), salt, i)) << i;
+      const float vi = static_cast<float>(1 - 0.99) * gB.reshape({-1})[i].item<float>() *
+                       gB.reshape({-1})[i].item<float>();
+      EXPECT_EQ(bits_at(state.exp_avg_sq(), i), sr::round_bits(vi, sr::second_moment_salt(salt), i))
+          << i;
+    }
   }
 }
 
@@ -235,50 +256,60 @@ TEST(AdamW, Bf16SecondMomentKeepsSmallIncrementsThatRoundToNearestLoses) {
   // v starts at 1 and receives (1−β2)·(g² − v) ≈ 1e-3 per step: a quarter of bf16's spacing at 1.
   const int64_t n = 4096;
   const double beta2 = 0.999;
-  auto W = at::zeros({n}).requires_grad_(true);
-  AdamW opt({W}, AdamWOptions(0.0).betas({0.9, beta2}).weight_decay(0).state_dtype(at::kBFloat16));
-  W.mutable_grad() = at::zeros({n});
-  opt.step();  // creates the state
-  auto& state = static_cast<AdamParamState&>(*opt.state().begin()->second);
-  state.exp_avg_sq().fill_(1.0);
-  const auto g = at::full({n}, std::sqrt(2.0f));
-  auto v32 = at::ones({n});
-  auto v_nearest = at::ones({n}, at::kBFloat16);
-  for (int step = 0; step < 1000; ++step) {
-    W.mutable_grad() = g;
-    opt.step();
-    v32 = v32 * static_cast<float>(beta2) + static_cast<float>(1 - beta2) * g * g;
-    v_nearest = (v_nearest.to(at::kFloat) * static_cast<float>(beta2) +
-                 static_cast<float>(1 - beta2) * g * g)
-                    .to(at::kBFloat16);
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto W = at::zeros({n}).requires_grad_(true);
+    AdamW opt({W}, AdamWOptions(0.0)
+                       .betas({0.9, beta2})
+                       .weight_decay(0)
+                       .state_dtype(at::kBFloat16)
+                       .fused(fused));
+    W.mutable_grad() = at::zeros({n});
+    opt.step();  // creates the state
+    auto& state = static_cast<AdamParamState&>(*opt.state().begin()->second);
+    state.exp_avg_sq().fill_(1.0);
+    const auto g = at::full({n}, std::sqrt(2.0f));
+    auto v32 = at::ones({n});
+    auto v_nearest = at::ones({n}, at::kBFloat16);
+    for (int step = 0; step < 1000; ++step) {
+      W.mutable_grad() = g;
+      opt.step();
+      v32 = v32 * static_cast<float>(beta2) + static_cast<float>(1 - beta2) * g * g;
+      v_nearest = (v_nearest.to(at::kFloat) * static_cast<float>(beta2) +
+                   static_cast<float>(1 - beta2) * g * g)
+                      .to(at::kBFloat16);
+    }
+    const double fp32 = v32.mean().item<double>();  // 2 − 0.999¹⁰⁰⁰ ≈ 1.632
+    EXPECT_NEAR(fp32, 2 - std::pow(beta2, 1000), 1e-3);
+    const double stochastic = state.exp_avg_sq().to(at::kFloat).mean().item<double>();
+    const double nearest = v_nearest.to(at::kFloat).mean().item<double>();
+    EXPECT_LT(std::abs(stochastic / fp32 - 1), 0.01) << stochastic << " vs " << fp32;
+    EXPECT_GT(std::abs(nearest / fp32 - 1), 0.3) << "round-to-nearest stalls at " << nearest;
   }
-  const double fp32 = v32.mean().item<double>();  // 2 − 0.999¹⁰⁰⁰ ≈ 1.632
-  EXPECT_NEAR(fp32, 2 - std::pow(beta2, 1000), 1e-3);
-  const double stochastic = state.exp_avg_sq().to(at::kFloat).mean().item<double>();
-  const double nearest = v_nearest.to(at::kFloat).mean().item<double>();
-  EXPECT_LT(std::abs(stochastic / fp32 - 1), 0.01) << stochastic << " vs " << fp32;
-  EXPECT_GT(std::abs(nearest / fp32 - 1), 0.3) << "round-to-nearest stalls at " << nearest;
 }
 
 TEST(AdamW, SameBitsWithOneAndTwoThreads) {
-  auto run = [](int threads) {
-    const int before = at::get_num_threads();
-    at::set_num_threads(threads);
-    auto gen = seeded(7);
-    auto W = at::randn({300000}, gen).to(at::kBFloat16).requires_grad_(true);
-    AdamW opt({W}, AdamWOptions(1e-2).state_dtype(at::kBFloat16));
-    for (int step = 0; step < 3; ++step) {
-      W.mutable_grad() = at::randn({300000}, gen).to(at::kBFloat16);
-      opt.step();
-    }
-    at::set_num_threads(before);
-    const auto& state = static_cast<const AdamParamState&>(*opt.state().begin()->second);
-    return std::vector<at::Tensor>{W.detach().clone(), state.exp_avg().clone(),
-                                   state.exp_avg_sq().clone()};
-  };
-  const auto one = run(1);
-  const auto two = run(2);
-  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << i;
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto run = [&](int threads) {
+      const int before = at::get_num_threads();
+      at::set_num_threads(threads);
+      auto gen = seeded(7);
+      auto W = at::randn({300000}, gen).to(at::kBFloat16).requires_grad_(true);
+      AdamW opt({W}, AdamWOptions(1e-2).state_dtype(at::kBFloat16).fused(fused));
+      for (int step = 0; step < 3; ++step) {
+        W.mutable_grad() = at::randn({300000}, gen).to(at::kBFloat16);
+        opt.step();
+      }
+      at::set_num_threads(before);
+      const auto& state = static_cast<const AdamParamState&>(*opt.state().begin()->second);
+      return std::vector<at::Tensor>{W.detach().clone(), state.exp_avg().clone(),
+                                     state.exp_avg_sq().clone()};
+    };
+    const auto one = run(1);
+    const auto two = run(2);
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << i;
+  }
 }
 
 TEST(AdamFamily, RejectsBadOptionsNamingThem) {

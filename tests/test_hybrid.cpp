@@ -46,41 +46,44 @@ const ParameterReport& row_of(const HybridOptimizer& opt, const std::string& nam
 }
 
 TEST(Hybrid, StepEqualsBothBranchesByHand) {
-  at::manual_seed(0);
-  demo::Gpt ours(tiny());
-  demo::Gpt theirs(tiny());
-  {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < ours->parameters().size(); ++i) {
-      theirs->parameters()[i].copy_(ours->parameters()[i]);
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    at::manual_seed(0);
+    demo::Gpt ours(tiny());
+    demo::Gpt theirs(tiny());
+    {
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < ours->parameters().size(); ++i) {
+        theirs->parameters()[i].copy_(ours->parameters()[i]);
+      }
     }
-  }
-  const auto muon_options = MuonOptions(0.03).weight_decay(0.1);
-  const auto adamw_options = AdamWOptions(0.01).weight_decay(0.05);
-  HybridOptimizer hybrid(route(*ours), muon_options, adamw_options);
-  // By hand: Muon on the matrices; AdamW with decay on the embedding and none on norm weights.
-  const auto routes = route(*theirs);
-  Muon muon(tensors_with_role(routes, Role::muon), muon_options);
-  std::vector<at::Tensor> decayed, not_decayed;
-  for (const auto& r : routes) {
-    if (r.role == Role::adamw) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
-  }
-  EXPECT_EQ(decayed.size(), 1u);      // wte
-  EXPECT_EQ(not_decayed.size(), 3u);  // two block norms and the final norm
-  AdamW adamw(
-      {torch::optim::OptimizerParamGroup(decayed),
-       torch::optim::OptimizerParamGroup(
-           not_decayed, std::make_unique<AdamWOptions>(AdamWOptions(0.01).weight_decay(0)))},
-      adamw_options);
-  for (uint64_t step = 0; step < 3; ++step) {
-    set_gradients(*ours, step);
-    set_gradients(*theirs, step);
-    hybrid.step();
-    muon.step();
-    adamw.step();
-  }
-  for (size_t i = 0; i < ours->parameters().size(); ++i) {
-    EXPECT_TRUE(at::equal(ours->parameters()[i], theirs->parameters()[i])) << i;
+    const auto muon_options = MuonOptions(0.03).weight_decay(0.1).fused(fused);
+    const auto adamw_options = AdamWOptions(0.01).weight_decay(0.05).fused(fused);
+    HybridOptimizer hybrid(route(*ours), muon_options, adamw_options);
+    // By hand: Muon on the matrices; AdamW with decay on the embedding and none on norm weights.
+    const auto routes = route(*theirs);
+    Muon muon(tensors_with_role(routes, Role::muon), muon_options);
+    std::vector<at::Tensor> decayed, not_decayed;
+    for (const auto& r : routes) {
+      if (r.role == Role::adamw) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
+    }
+    EXPECT_EQ(decayed.size(), 1u);      // wte
+    EXPECT_EQ(not_decayed.size(), 3u);  // two block norms and the final norm
+    AdamW adamw({torch::optim::OptimizerParamGroup(decayed),
+                 torch::optim::OptimizerParamGroup(
+                     not_decayed, std::make_unique<AdamWOptions>(
+                                      AdamWOptions(0.01).weight_decay(0).fused(fused)))},
+                adamw_options);
+    for (uint64_t step = 0; step < 3; ++step) {
+      set_gradients(*ours, step);
+      set_gradients(*theirs, step);
+      hybrid.step();
+      muon.step();
+      adamw.step();
+    }
+    for (size_t i = 0; i < ours->parameters().size(); ++i) {
+      EXPECT_TRUE(at::equal(ours->parameters()[i], theirs->parameters()[i])) << i;
+    }
   }
 }
 

@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <torch/optim/schedulers/step_lr.h>
+#include <functional>
 
 #include "helpers.h"
 #include "muon/error.h"
@@ -129,41 +129,45 @@ void expect_same_parameter(const at::Tensor& ours, const at::Tensor& ref,
 
 TEST(Muon, MatchesReferenceForEveryFormNesterovAdjustDecayAndDtype) {
   int cases = 0;
-  for (auto form : {MomentumForm::ema, MomentumForm::sum}) {
-    for (bool nesterov : {true, false}) {
-      for (auto adjust :
-           {AdjustLr::original, AdjustLr::match_rms_adamw, AdjustLr::spectral, AdjustLr::none}) {
-        for (double wd : {0.0, 0.1}) {
-          for (auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
-            for (auto shape : {std::vector<int64_t>{24, 16}, std::vector<int64_t>{16, 40}}) {
-              SCOPED_TRACE(to_string(form) + (nesterov ? " nesterov " : " plain ") +
-                           to_string(adjust) + " wd " + std::to_string(wd) + " " +
-                           c10::toString(dtype) + " " + std::to_string(shape[0]) + "x" +
-                           std::to_string(shape[1]));
-              auto gen = seeded(100 + cases++);
-              const auto options = MuonOptions(0.05)
-                                       .momentum(0.9)
-                                       .nesterov(nesterov)
-                                       .momentum_form(form)
-                                       .adjust_lr(adjust)
-                                       .weight_decay(wd);
-              auto W = at::randn(shape, gen).to(dtype).requires_grad_(true);
-              auto W_ref = W.detach().clone();
-              Muon opt({W}, options);
-              ReferenceMuon ref{options, {}};
-              for (int step = 0; step < 3; ++step) {
-                const auto grad = at::randn(shape, gen).to(dtype);
-                W.mutable_grad() = grad.clone();
-                const auto before = W.detach().clone();
-                opt.step();
-                ref.step(W_ref, grad);
-                expect_same_parameter(W.detach(), W_ref, before);
-                W_ref = W.detach().clone();  // follow ours so bf16 roundings do not compound
+  for (const auto& fused : testing::kernel_paths()) {
+    for (auto form : {MomentumForm::ema, MomentumForm::sum}) {
+      for (bool nesterov : {true, false}) {
+        for (auto adjust :
+             {AdjustLr::original, AdjustLr::match_rms_adamw, AdjustLr::spectral, AdjustLr::none}) {
+          for (double wd : {0.0, 0.1}) {
+            for (auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+              for (auto shape : {std::vector<int64_t>{24, 16}, std::vector<int64_t>{16, 40}}) {
+                SCOPED_TRACE(testing::path_name(fused) + " " + to_string(form) +
+                             (nesterov ? " nesterov " : " plain ") + to_string(adjust) + " wd " +
+                             std::to_string(wd) + " " + c10::toString(dtype) + " " +
+                             std::to_string(shape[0]) + "x" + std::to_string(shape[1]));
+                auto gen = seeded(100 + cases++);
+                const auto options = MuonOptions(0.05)
+                                         .momentum(0.9)
+                                         .nesterov(nesterov)
+                                         .momentum_form(form)
+                                         .adjust_lr(adjust)
+                                         .weight_decay(wd)
+                                         .fused(fused);
+                auto W = at::randn(shape, gen).to(dtype).requires_grad_(true);
+                auto W_ref = W.detach().clone();
+                Muon opt({W}, options);
+                ReferenceMuon ref{options, {}};
+                for (int step = 0; step < 3; ++step) {
+                  const auto grad = at::randn(shape, gen).to(dtype);
+                  W.mutable_grad() = grad.clone();
+                  const auto before = W.detach().clone();
+                  opt.step();
+                  ref.step(W_ref, grad);
+                  expect_same_parameter(W.detach(), W_ref, before);
+                  W_ref = W.detach().clone();  // follow ours so bf16 roundings do not compound
+                }
+                const auto& state =
+                    static_cast<const MuonParamState&>(*opt.state().begin()->second);
+                EXPECT_EQ(state.step(), 3);
+                EXPECT_EQ(state.momentum_buffer().scalar_type(),
+                          dtype == at::kDouble ? at::kDouble : at::kFloat);
               }
-              const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
-              EXPECT_EQ(state.step(), 3);
-              EXPECT_EQ(state.momentum_buffer().scalar_type(),
-                        dtype == at::kDouble ? at::kDouble : at::kFloat);
             }
           }
         }
@@ -172,27 +176,31 @@ TEST(Muon, MatchesReferenceForEveryFormNesterovAdjustDecayAndDtype) {
   }
 }
 
-// Runs ours and the reference for `steps` steps on one (rows × cols) parameter and compares.
-// `before_step(step, ours, reference)` may change options between steps (a schedule).
+// Runs ours (through each kernel path) and the reference for `steps` steps on one (rows × cols)
+// parameter and compares. `before_step(step, ours, reference)` may change options between steps
+// (a schedule).
 void expect_matches_reference(
     const MuonOptions& options, int64_t rows, int64_t cols, uint64_t seed, int steps = 3,
     const std::function<void(int, MuonOptions&, MuonOptions&)>& before_step = nullptr) {
-  auto gen = seeded(seed);
-  auto W = at::randn({rows, cols}, gen).requires_grad_(true);
-  auto W_ref = W.detach().clone();
-  Muon opt({W}, options);
-  ReferenceMuon ref{options, {}};
-  for (int step = 0; step < steps; ++step) {
-    if (before_step) {
-      before_step(step, static_cast<MuonOptions&>(opt.param_groups()[0].options()), ref.o);
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(seed);
+    auto W = at::randn({rows, cols}, gen).requires_grad_(true);
+    auto W_ref = W.detach().clone();
+    Muon opt({W}, MuonOptions(options).fused(fused));
+    ReferenceMuon ref{options, {}};
+    for (int step = 0; step < steps; ++step) {
+      if (before_step) {
+        before_step(step, static_cast<MuonOptions&>(opt.param_groups()[0].options()), ref.o);
+      }
+      const auto grad = at::randn({rows, cols}, gen);
+      W.mutable_grad() = grad.clone();
+      const auto before = W.detach().clone();
+      opt.step();
+      ref.step(W_ref, grad);
+      expect_same_parameter(W.detach(), W_ref, before);
+      W_ref = W.detach().clone();
     }
-    const auto grad = at::randn({rows, cols}, gen);
-    W.mutable_grad() = grad.clone();
-    const auto before = W.detach().clone();
-    opt.step();
-    ref.step(W_ref, grad);
-    expect_same_parameter(W.detach(), W_ref, before);
-    W_ref = W.detach().clone();
   }
 }
 
@@ -284,44 +292,52 @@ TEST(Muon, NanochatRecipeComposes) {
 }
 
 TEST(Muon, ExpertStackEqualsSeparateMatrices) {
-  auto gen = seeded(60);
-  const int64_t E = 4;
-  auto stack = at::randn({E, 12, 20}, gen).requires_grad_(true);
-  std::vector<at::Tensor> experts;
-  for (int64_t e = 0; e < E; ++e) experts.push_back(stack[e].detach().clone().requires_grad_(true));
-  const auto options = MuonOptions(0.02).normuon(NorMuonOptions{}).post_norm(PostNorm::row_col);
-  Muon together({stack}, options);
-  Muon apart(experts, options);
-  for (int step = 0; step < 3; ++step) {
-    const auto g = at::randn({E, 12, 20}, gen);
-    stack.mutable_grad() = g.clone();
-    for (int64_t e = 0; e < E; ++e) experts[e].mutable_grad() = g[e].clone();
-    together.step();
-    apart.step();
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    EXPECT_LT(testing::max_rel_diff(stack[e].detach(), experts[e].detach()), 1e-6) << e;
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(60);
+    const int64_t E = 4;
+    auto stack = at::randn({E, 12, 20}, gen).requires_grad_(true);
+    std::vector<at::Tensor> experts;
+    for (int64_t e = 0; e < E; ++e)
+      experts.push_back(stack[e].detach().clone().requires_grad_(true));
+    const auto options =
+        MuonOptions(0.02).normuon(NorMuonOptions{}).post_norm(PostNorm::row_col).fused(fused);
+    Muon together({stack}, options);
+    Muon apart(experts, options);
+    for (int step = 0; step < 3; ++step) {
+      const auto g = at::randn({E, 12, 20}, gen);
+      stack.mutable_grad() = g.clone();
+      for (int64_t e = 0; e < E; ++e) experts[e].mutable_grad() = g[e].clone();
+      together.step();
+      apart.step();
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      EXPECT_LT(testing::max_rel_diff(stack[e].detach(), experts[e].detach()), 1e-6) << e;
+    }
   }
 }
 
 TEST(Muon, MatrixViewFlattensAConvKernel) {
-  auto gen = seeded(61);
-  auto conv = at::randn({8, 3, 3, 3}, gen).requires_grad_(true);
-  auto flat = conv.detach().reshape({8, 27}).clone().requires_grad_(true);
-  Muon a({conv}), b({flat});
-  a.set_matrix_view(conv, {8, 27});
-  EXPECT_EQ(a.matrix_view(conv), (std::vector<int64_t>{8, 27}));
-  for (int step = 0; step < 2; ++step) {
-    const auto g = at::randn({8, 3, 3, 3}, gen);
-    conv.mutable_grad() = g;
-    flat.mutable_grad() = g.reshape({8, 27});
-    a.step();
-    b.step();
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(61);
+    auto conv = at::randn({8, 3, 3, 3}, gen).requires_grad_(true);
+    auto flat = conv.detach().reshape({8, 27}).clone().requires_grad_(true);
+    Muon a({conv}, MuonOptions().fused(fused)), b({flat}, MuonOptions().fused(fused));
+    a.set_matrix_view(conv, {8, 27});
+    EXPECT_EQ(a.matrix_view(conv), (std::vector<int64_t>{8, 27}));
+    for (int step = 0; step < 2; ++step) {
+      const auto g = at::randn({8, 3, 3, 3}, gen);
+      conv.mutable_grad() = g;
+      flat.mutable_grad() = g.reshape({8, 27});
+      a.step();
+      b.step();
+    }
+    EXPECT_TRUE(at::equal(conv.detach().reshape({8, 27}), flat.detach()));
+    expect_error<Error>([&] { a.set_matrix_view(conv, {8, 26}); }, {"holds 208 elements", "216"});
+    expect_error<Error>([&] { a.set_matrix_view(flat, {8, 27}); }, {"not a parameter"});
+    expect_error<Error>([&] { a.set_matrix_view(conv, {216}); }, {"(batch..., rows, cols)"});
   }
-  EXPECT_TRUE(at::equal(conv.detach().reshape({8, 27}), flat.detach()));
-  expect_error<Error>([&] { a.set_matrix_view(conv, {8, 26}); }, {"holds 208 elements", "216"});
-  expect_error<Error>([&] { a.set_matrix_view(flat, {8, 27}); }, {"not a parameter"});
-  expect_error<Error>([&] { a.set_matrix_view(conv, {216}); }, {"(batch..., rows, cols)"});
 }
 
 TEST(Muon, SameShapeMatricesShareOneBatchAndMatchSeparateOptimizers) {
@@ -360,50 +376,56 @@ TEST(Muon, PolarExpressTableAndMomentumChangedBetweenSteps) {
 }
 
 TEST(Muon, Bf16MomentumHoldsTheSpecRoundingAndTracksFp32) {
-  auto gen = seeded(8);
-  auto W = at::randn({32, 16}, gen).requires_grad_(true);
-  auto W32 = W.detach().clone().requires_grad_(true);
-  Muon opt({W}, MuonOptions(0.02).state_dtype(at::kBFloat16));
-  Muon ref({W32}, MuonOptions(0.02));
-  const auto g = at::randn({32, 16}, gen);
-  W.mutable_grad() = g;
-  W32.mutable_grad() = g;
-  opt.step();
-  ref.step();
-  // From a zero buffer the fp32 momentum is (1−β)·g; it is stored rounded with tensor 0's seed.
-  const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
-  ASSERT_EQ(state.momentum_buffer().scalar_type(), at::kBFloat16);
-  const auto* bits = reinterpret_cast<const uint16_t*>(state.momentum_buffer().data_ptr());
-  const float* grad = g.data_ptr<float>();
-  const uint32_t seed = sr::tensor_salt(sr::step_seed(0), 0);
-  for (int64_t i = 0; i < g.numel(); ++i) {
-    ASSERT_EQ(bits[i], sr::round_bits(static_cast<float>(1.0 - 0.95) * grad[i], seed, i)) << i;
-  }
-  for (int step = 0; step < 20; ++step) {
-    const auto gi = at::randn({32, 16}, gen);
-    W.mutable_grad() = gi;
-    W32.mutable_grad() = gi;
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(8);
+    auto W = at::randn({32, 16}, gen).requires_grad_(true);
+    auto W32 = W.detach().clone().requires_grad_(true);
+    Muon opt({W}, MuonOptions(0.02).state_dtype(at::kBFloat16).fused(fused));
+    Muon ref({W32}, MuonOptions(0.02));
+    const auto g = at::randn({32, 16}, gen);
+    W.mutable_grad() = g;
+    W32.mutable_grad() = g;
     opt.step();
     ref.step();
+    // From a zero buffer the fp32 momentum is (1−β)·g; it is stored rounded with tensor 0's seed.
+    const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+    ASSERT_EQ(state.momentum_buffer().scalar_type(), at::kBFloat16);
+    const auto* bits = reinterpret_cast<const uint16_t*>(state.momentum_buffer().data_ptr());
+    const float* grad = g.data_ptr<float>();
+    const uint32_t seed = sr::tensor_salt(sr::step_seed(0), 0);
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      ASSERT_EQ(bits[i], sr::round_bits(static_cast<float>(1.0 - 0.95) * grad[i], seed, i)) << i;
+    }
+    for (int step = 0; step < 20; ++step) {
+      const auto gi = at::randn({32, 16}, gen);
+      W.mutable_grad() = gi;
+      W32.mutable_grad() = gi;
+      opt.step();
+      ref.step();
+    }
+    EXPECT_LT(testing::max_rel_diff(W.detach(), W32.detach()), 2e-2);
+    EXPECT_FALSE(at::equal(W.detach(), W32.detach()));
   }
-  EXPECT_LT(testing::max_rel_diff(W.detach(), W32.detach()), 2e-2);
-  EXPECT_FALSE(at::equal(W.detach(), W32.detach()));
 }
 
 TEST(Muon, NonContiguousParameterMatchesContiguous) {
-  auto gen = seeded(11);
-  auto view = at::randn({24, 16}, gen).t().requires_grad_(true);  // (16, 24), column-major
-  auto dense = view.detach().contiguous().requires_grad_(true);
-  Muon a({view}), b({dense});
-  for (int step = 0; step < 3; ++step) {
-    const auto g = at::randn({16, 24}, gen);
-    view.mutable_grad() = g;
-    dense.mutable_grad() = g;
-    a.step();
-    b.step();
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(11);
+    auto view = at::randn({24, 16}, gen).t().requires_grad_(true);  // (16, 24), column-major
+    auto dense = view.detach().contiguous().requires_grad_(true);
+    Muon a({view}, MuonOptions().fused(fused)), b({dense}, MuonOptions().fused(fused));
+    for (int step = 0; step < 3; ++step) {
+      const auto g = at::randn({16, 24}, gen);
+      view.mutable_grad() = g;
+      dense.mutable_grad() = g;
+      a.step();
+      b.step();
+    }
+    EXPECT_FALSE(view.is_contiguous());
+    EXPECT_TRUE(at::equal(view.detach(), dense.detach()));
   }
-  EXPECT_FALSE(view.is_contiguous());
-  EXPECT_TRUE(at::equal(view.detach(), dense.detach()));
 }
 
 TEST(Muon, ShapeFactorClosedForms) {

@@ -1,4 +1,5 @@
-// The Adam family as torch::optim::Optimizers with fused single-pass CPU steps (SPEC §3):
+// The Adam family as torch::optim::Optimizers with fused single-pass CPU steps and a
+// device-generic ATen form for every other device (docs/algorithms.md):
 // muon::AdamW (decoupled decay, exactly torch.optim.AdamW), muon::Adam (coupled L2 decay, torch
 // style), NAdam through nesterov(true) on either (optax's form), and muon::Lamb.
 // state_dtype(at::kBFloat16) stores both moments in bf16 with stochastic rounding.
@@ -9,6 +10,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -29,6 +31,8 @@ using Betas = std::tuple<double, double>;
   TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;                                              \
   /* cautious optimizer: keep entries where (W_old − W_new)·g > 0, inside the pass */            \
   TORCH_ARG(bool, cautious) = false;                                                                \
+  /* kernels: unset = fused on CPU tensors, the ATen form elsewhere; true / false force one */      \
+  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;                                             \
                                                                                                     \
  public:                                                                                            \
   double get_lr() const override {                                                                  \
@@ -59,6 +63,8 @@ struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>
   TORCH_ARG(double, weight_decay) = 0.0;
   // Only at::kFloat: an error names the optimizers that store bf16 state.
   TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;
+  // Kernels: unset = fused on CPU tensors, the device-generic ATen form elsewhere.
+  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
 
  public:
   double get_lr() const override { return lr(); }

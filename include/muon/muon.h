@@ -71,8 +71,12 @@ struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions>
   // inside the update pass.
   TORCH_ARG(bool, cautious) = false;
   // Momentum storage: at::kFloat (fp64 for fp64 parameters) or at::kBFloat16 (stochastic
-  // rounding, CPU).
+  // rounding, any device).
   TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;
+  // Kernels: unset = the fused CPU kernels (and BLIS/CBLAS Newton–Schulz) on CPU tensors, the
+  // device-generic ATen form elsewhere; false = the ATen form everywhere (ns_method automatic
+  // then means plain), the code GPUs run; true = fused only (CPU tensors).
+  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
 
  public:
   double get_lr() const override { return lr(); }

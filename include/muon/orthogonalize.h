@@ -74,7 +74,8 @@ struct OrthogonalizeOptions {
   // Number of Newton–Schulz iterations (≥ 1).
   TORCH_ARG(int64_t, steps) = 5;
   TORCH_ARG(CoefficientTable, coefficients) = CoefficientTable::quintic();
-  // Working dtype. Unset: float64 input stays float64, CPU computes in float32, CUDA in bfloat16.
+  // Working dtype. Unset: float64 input stays float64, CPU computes in float32, every other device
+  // (CUDA, ...) in bfloat16.
   TORCH_ARG(std::optional<at::ScalarType>, dtype) = std::nullopt;
   TORCH_ARG(NsMethod, method) = NsMethod::automatic;
   // gram only: the iteration counts after which W and its Gram matrix are formed afresh from the

@@ -50,8 +50,13 @@ inline uint16_t round_bits(float x, uint32_t seed, uint64_t index) {
   return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
 }
 
-// The fp32 tensor x rounded elementwise to a new bfloat16 tensor, index = position in x's
-// row-major order.
+// The fp32 tensor x rounded elementwise to a new bfloat16 tensor on x's device, index = position
+// in x's row-major order: a vectorized loop on CPU, round_to_bf16_generic elsewhere.
 at::Tensor round_to_bf16(const at::Tensor& x, uint32_t seed);
+
+// The same bits from ATen integer operations alone, on any device: fmix32 in wrapping int32
+// arithmetic, logical shifts as arithmetic shifts masked. Works in chunks, so temporaries stay
+// bounded (a few int32 tensors of at most 2²⁴ elements).
+at::Tensor round_to_bf16_generic(const at::Tensor& x, uint32_t seed);
 
 }  // namespace muon::sr

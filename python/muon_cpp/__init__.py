@@ -206,7 +206,10 @@ class Muon(_EngineOptimizer):
     table's default) or the iteration counts after which 'gram' restarts, e.g. (2, 4);
     ``post_norm``: Muon+ ('none', 'row', 'col', 'row_col', 'col_row', 'frobenius');
     ``normuon``: None or dict(beta2=0.95, axis='auto'|'row'|'col');
-    ``state_dtype``: torch.float32 or torch.bfloat16 (stochastic rounding, CPU).
+    ``state_dtype``: torch.float32 or torch.bfloat16 (stochastic rounding, any device);
+    ``fused``: None (the fused CPU kernels for CPU tensors, ATen operations on other devices),
+    False (ATen operations everywhere, Newton–Schulz as the plain chain) or True (fused only).
+    Tensors may live on any device; on CUDA, Newton–Schulz runs in bfloat16 by default.
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
@@ -215,28 +218,31 @@ class Muon(_EngineOptimizer):
                  ns_steps=5, coefficients="quintic", momentum_form="ema", adjust_lr="original",
                  ns_method="automatic", ns_dtype=None, gram_restarts=None, post_norm="none",
                  post_norm_eps=1e-8, normuon=None, cautious_weight_decay=False, cautious=False,
-                 state_dtype=torch.float32):
+                 state_dtype=torch.float32, fused=None):
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                         ns_steps=ns_steps, coefficients=coefficients, momentum_form=momentum_form,
                         adjust_lr=adjust_lr, ns_method=ns_method, ns_dtype=ns_dtype,
                         gram_restarts=gram_restarts, post_norm=post_norm,
                         post_norm_eps=post_norm_eps, normuon=normuon,
                         cautious_weight_decay=cautious_weight_decay, cautious=cautious,
-                        state_dtype=state_dtype)
+                        state_dtype=state_dtype, fused=fused)
         super().__init__(params, defaults)
 
 
 class AdamW(_EngineOptimizer):
     """AdamW with decoupled weight decay, as torch.optim.AdamW; ``nesterov=True`` gives NAdam
     (optax's form), ``state_dtype=torch.bfloat16`` stores both moments in bf16 with stochastic
-    rounding, ``cautious=True`` masks the update (arXiv 2411.16085)."""
+    rounding, ``cautious=True`` masks the update (arXiv 2411.16085). ``fused``: None (the fused
+    kernel for CPU tensors, multi-tensor ATen operations on other devices), False (ATen
+    operations everywhere) or True (fused only, CPU tensors)."""
 
     _make_engine = staticmethod(_core.Engine.adamw)
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
-                 nesterov=False, state_dtype=torch.float32, cautious=False):
+                 nesterov=False, state_dtype=torch.float32, cautious=False, fused=None):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        nesterov=nesterov, state_dtype=state_dtype, cautious=cautious)
+                        nesterov=nesterov, state_dtype=state_dtype, cautious=cautious,
+                        fused=fused)
         super().__init__(params, defaults)
 
 
@@ -246,9 +252,10 @@ class Adam(_EngineOptimizer):
     _make_engine = staticmethod(_core.Engine.adam)
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
-                 nesterov=False, state_dtype=torch.float32, cautious=False):
+                 nesterov=False, state_dtype=torch.float32, cautious=False, fused=None):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        nesterov=nesterov, state_dtype=state_dtype, cautious=cautious)
+                        nesterov=nesterov, state_dtype=state_dtype, cautious=cautious,
+                        fused=fused)
         super().__init__(params, defaults)
 
 
@@ -257,9 +264,10 @@ class Lamb(_EngineOptimizer):
 
     _make_engine = staticmethod(_core.Engine.lamb)
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
+                 fused=None):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        state_dtype=torch.float32)
+                        state_dtype=torch.float32, fused=fused)
         super().__init__(params, defaults)
 
 

@@ -2,7 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_NCCL  // CUDA builds of LibTorch (not Debian's): untested here, no GPU
+#if MUON_WITH_NCCL  // CUDA builds of LibTorch with NCCL (CMakeLists.txt decides)
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -57,7 +57,7 @@ Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveGroup> group, Du
   rank_ = group_->getRank();
   world_ = group_->getSize();
   ring_reduce_scatter_ = group_->getBackendName() == "gloo";
-#ifdef USE_C10D_NCCL
+#if MUON_WITH_NCCL
   if (group_->getBackendName() == "nccl") {
     device_ = at::Device(at::kCUDA, c10::cuda::current_device());
   }
@@ -116,7 +116,7 @@ std::shared_ptr<Communicator> Communicator::connect(int rank, int world, const s
   } catch (const std::exception& e) {
     throw unreachable(e);
   }
-#ifdef USE_C10D_NCCL
+#if MUON_WITH_NCCL
   // NCCL when this LibTorch has it and CUDA is there (MUON_DIST_BACKEND=gloo keeps Gloo): rank r
   // uses CUDA device LOCAL_RANK (else r modulo the device count).
   if (c10::cuda::device_count() > 0 && env("MUON_DIST_BACKEND").value_or("nccl") == "nccl") {

@@ -29,6 +29,21 @@ struct HybridOptimizer::Plan {
 
 namespace {
 
+// The values of 0-d tensors on any devices, in order, with one transfer per device.
+std::vector<double> host_values(const std::vector<at::Tensor>& scalars) {
+  std::map<std::string, std::vector<size_t>> by_device;
+  for (size_t i = 0; i < scalars.size(); ++i) by_device[scalars[i].device().str()].push_back(i);
+  std::vector<double> out(scalars.size());
+  for (const auto& [device, indices] : by_device) {
+    std::vector<at::Tensor> same;
+    for (const size_t i : indices) same.push_back(scalars[i]);
+    const auto host = at::stack(same).to(at::kCPU, at::kDouble);
+    const auto values = host.accessor<double, 1>();
+    for (size_t j = 0; j < indices.size(); ++j) out[indices[j]] = values[static_cast<int64_t>(j)];
+  }
+  return out;
+}
+
 std::vector<ParamGroupSpec> groups_or_default(const HybridOptions& options) {
   if (!options.groups.empty()) return options.groups;
   return {ParamGroupSpec{"default", {"*"}}};
@@ -209,14 +224,17 @@ std::string HybridOptimizer::first_nonfinite_gradient() const {
 }
 
 bool HybridOptimizer::clip_gradients() {
-  double sum = 0;
+  // Each gradient's norm in fp64 on its device, fetched once per device, summed in order.
+  std::vector<at::Tensor> norms;
   for (const auto& group : param_groups_) {
     for (const auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      const double n = at::linalg_vector_norm(p.grad(), 2, {}, false, at::kDouble).item<double>();
-      sum += n * n;
+      if (p.grad().defined()) {
+        norms.push_back(at::linalg_vector_norm(p.grad(), 2, {}, false, at::kDouble));
+      }
     }
   }
+  double sum = 0;
+  for (const double n : host_values(norms)) sum += n * n;
   if (parallel_ != nullptr) {  // each rank holds the gradients it owns
     auto total = at::full({1}, sum, at::kDouble);
     parallel_->communicator().all_reduce(total, ReduceOp::sum);
@@ -308,7 +326,8 @@ void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicato
   std::vector<detail::DataParallel::Param> params;
   for (const auto& [name, p] : named_trainable()) {
     const auto role = role_of(p);
-    params.push_back({p, role, role == Role::muon ? muon_->matrix_view(p) : std::vector<int64_t>{}});
+    params.push_back(
+        {p, role, role == Role::muon ? muon_->matrix_view(p) : std::vector<int64_t>{}});
   }
   auto parallel = communicator->world_size() > 1
                       ? std::make_unique<detail::DataParallel>(communicator, params, bucket_numel)

@@ -93,7 +93,8 @@ std::vector<QkClipScaling> qk_clip(const std::vector<QkClipTarget>& targets,
   for (const auto& t : targets) {
     const auto stats = max_logits.find(t.layer);
     if (stats == max_logits.end()) continue;
-    const auto s = stats->second.to(at::kDouble).contiguous();
+    // The statistics may live on the model's device; γ is computed on the host.
+    const auto s = stats->second.to(at::kCPU, at::kDouble).contiguous();
     std::vector<double> gamma(static_cast<size_t>(t.n_heads));
     for (int64_t h = 0; h < t.n_heads; ++h) {
       const double logit = s.data_ptr<double>()[h];

@@ -93,8 +93,9 @@ at::Tensor OrthogonalizeWorkspace::get(size_t slot, at::IntArrayRef sizes,
 at::ScalarType orthogonalize_dtype(const at::Tensor& x, std::optional<at::ScalarType> requested) {
   if (requested) return *requested;
   if (x.scalar_type() == at::kDouble) return at::kDouble;
-  // CPU bf16 GEMMs are far slower than fp32 ones; GPUs are fastest in bf16.
-  return x.is_cuda() ? at::kBFloat16 : at::kFloat;
+  // CPU bf16 GEMMs are far slower than fp32 ones; GPUs (and other accelerators) are fastest in
+  // bf16, which torch.optim.Muon and Keller Jordan's Muon use everywhere.
+  return x.device().is_cpu() ? at::kFloat : at::kBFloat16;
 }
 
 namespace {

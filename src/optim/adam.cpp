@@ -9,6 +9,7 @@
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
+#include "muon/generic_update.h"
 #include "muon/stochastic_rounding.h"
 
 namespace muon {
@@ -34,6 +35,7 @@ struct Hyper {
   bool nesterov;
   at::ScalarType state_dtype;
   bool cautious;
+  std::optional<bool> fused;
 };
 
 template <class Options>
@@ -51,7 +53,8 @@ Hyper hyper_of(const Options& o) {
           o.weight_decay(),
           nesterov,
           o.state_dtype(),
-          cautious};
+          cautious,
+          o.fused()};
 }
 
 void check_hyper(const Hyper& h, Rule rule) {
@@ -72,14 +75,14 @@ void check_hyper(const Hyper& h, Rule rule) {
   }
 }
 
-void check_param(const at::Tensor& p, const char* name, size_t group, size_t index) {
+void check_param(const at::Tensor& p, const Hyper& h, const char* name, size_t group,
+                 size_t index) {
   const auto where = detail::concat("parameter ", index, " of param group ", group);
   check(!p.is_complex(), name, ": ", where, " is complex (", p.scalar_type(),
         "); the Adam family here supports real floating-point parameters only");
   check(p.is_floating_point(), name, ": ", where, " has dtype ", p.scalar_type(),
         "; expected float32, float64, bfloat16 or float16");
-  check(p.device().is_cpu(), name, ": ", where, " is on ", p.device(),
-        "; the fused kernels run on CPU (use torch::optim::AdamW on other devices for now)");
+  detail::check_kernels(h.fused, p, name, where);
   if (p.grad().defined()) {
     check(!p.grad().is_sparse(), name, " does not support sparse gradients (", where, ")");
     check(p.grad().sizes() == p.sizes(), name, ": ", where, " has a gradient of shape ",
@@ -92,9 +95,10 @@ template <class Options>
 void check_all(const torch::optim::Optimizer& opt, Rule rule) {
   const auto& groups = opt.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
-    check_hyper(hyper_of(static_cast<const Options&>(groups[g].options())), rule);
+    const auto h = hyper_of(static_cast<const Options&>(groups[g].options()));
+    check_hyper(h, rule);
     const auto& params = groups[g].params();
-    for (size_t i = 0; i < params.size(); ++i) check_param(params[i], name_of(rule), g, i);
+    for (size_t i = 0; i < params.size(); ++i) check_param(params[i], h, name_of(rule), g, i);
   }
 }
 
@@ -126,6 +130,7 @@ at::Tensor family_step(torch::optim::Optimizer& opt,
   int64_t index = 0;  // the tensor's position in the optimizer: part of its rounding seed
   for (auto& group : opt.param_groups()) {
     const auto h = hyper_of(static_cast<const Options&>(group.options()));
+    std::vector<AdamTensors> generic;  // parameters for the device-generic form, in one call
     for (auto& p : group.params()) {
       const int64_t tensor_index = index++;
       if (!p.grad().defined()) continue;
@@ -143,6 +148,11 @@ at::Tensor family_step(torch::optim::Optimizer& opt,
       s.step = state.step() + 1;
       s.seed_exp_avg = salt;
       s.seed_exp_avg_sq = sr::second_moment_salt(salt);
+      state.step(s.step);
+      if (!detail::runs_fused(h.fused, p)) {
+        generic.push_back({p, p.grad(), state.exp_avg(), state.exp_avg_sq(), s});
+        continue;
+      }
       const auto grad = p.grad().contiguous();
       detail::update_in_place(p, [&](at::Tensor& dense) {
         if (rule == Rule::lamb) {
@@ -151,7 +161,11 @@ at::Tensor family_step(torch::optim::Optimizer& opt,
           fused_adam_step(dense, grad, state.exp_avg(), state.exp_avg_sq(), s);
         }
       });
-      state.step(s.step);
+    }
+    if (rule == Rule::lamb) {
+      generic_lamb_step(generic, h.weight_decay);
+    } else {
+      generic_adam_step(generic);
     }
   }
   return loss;

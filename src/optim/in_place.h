@@ -1,9 +1,30 @@
-// Internal to the algorithms layer: how a fused kernel updates a parameter in place.
+// Internal to the algorithms layer: which kernels update a parameter, and how a fused kernel
+// updates one in place.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
+#include "muon/error.h"
+
 namespace muon::detail {
+
+// Whether `p` goes through the fused CPU kernels (muon/fused_update.h) rather than their
+// device-generic ATen form (muon/generic_update.h): the `fused` option when set, else whether p
+// is on CPU.
+inline bool runs_fused(const std::optional<bool>& fused, const at::Tensor& p) {
+  return fused.value_or(p.device().is_cpu());
+}
+
+// Throws unless `fused` can update `p` (fused: true needs a CPU tensor). `who` and `where` name
+// the optimizer and the parameter.
+inline void check_kernels(const std::optional<bool>& fused, const at::Tensor& p, const char* who,
+                          const std::string& where) {
+  check(!fused.value_or(false) || p.device().is_cpu(), who, ": ", where, " is on ", p.device(),
+        "; fused: true runs the fused CPU kernels, which need CPU tensors (leave fused unset to "
+        "pick per device, or false for the device-generic ATen form)");
+}
 
 // Runs `update` on a contiguous tensor holding p's data (a copy for a non-contiguous parameter,
 // written back afterwards) and records the in-place change for autograd's version checks.

@@ -10,6 +10,7 @@
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
+#include "muon/generic_update.h"
 #include "muon/stochastic_rounding.h"
 
 namespace muon {
@@ -65,12 +66,14 @@ AdjustLr adjust_lr_from_string(const std::string& name) {
 
 namespace {
 
+// Without the fused kernels (fused: false) `automatic` means the plain ATen chain, as on GPUs.
 OrthogonalizeOptions orthogonalize_options(const MuonOptions& o) {
+  const bool plain_only = o.fused() == false && o.ns_method() == NsMethod::automatic;
   return OrthogonalizeOptions()
       .steps(o.ns_steps())
       .coefficients(o.coefficients())
       .dtype(o.ns_dtype())
-      .method(o.ns_method())
+      .method(plain_only ? NsMethod::plain : o.ns_method())
       .gram_restarts(o.gram_restarts());
 }
 
@@ -114,46 +117,35 @@ at::ScalarType compute_dtype(const at::Tensor& p) {
   return p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// Updates the momentum buffer and writes the direction Q to orthogonalize into `direction`. On
-// CPU one fused pass (any buffer dtype); elsewhere the same formulas as ATen ops on a
-// full-precision buffer.
+// Updates the momentum buffer and writes the direction Q to orthogonalize into `direction`: one
+// fused pass on CPU, the same formulas in ATen operations elsewhere (any buffer dtype in both).
 void momentum_direction(const at::Tensor& grad, at::Tensor& B, at::Tensor& direction,
                         const MuonOptions& o, uint32_t seed) {
-  const double beta = o.momentum();
-  const bool ema = o.momentum_form() == MomentumForm::ema;
-  if (grad.device().is_cpu()) {
-    fused_momentum(grad.contiguous(), B, direction, {beta, ema, o.nesterov(), seed});
-    return;
-  }
-  const auto g = grad.to(B.scalar_type());
-  if (ema) {
-    B.mul_(beta).add_(g, 1.0 - beta);
-    direction.copy_(o.nesterov() ? at::add(g.mul(1.0 - beta), B, beta) : B);
+  const MomentumScalars k{o.momentum(), o.momentum_form() == MomentumForm::ema, o.nesterov(), seed};
+  if (detail::runs_fused(o.fused(), grad)) {
+    fused_momentum(grad.contiguous(), B, direction, k);
   } else {
-    B.mul_(beta).add_(g);
-    direction.copy_(o.nesterov() ? at::add(g, B, beta) : B);
+    generic_momentum(grad, B, direction, k);
   }
 }
 
 // W ← W·(1 − lr·λ) − lr·factor·U (decay masked to U·W ≥ 0 when cautious), computed in U's dtype
 // and rounded once into W.
 // With `masked`, entries where (W_old − W_new)·g ≤ 0 keep W_old (cautious optimizer).
-void apply_update(at::Tensor& p, const at::Tensor& U, double lr, double factor, double weight_decay,
-                  bool cautious_decay, bool masked) {
-  const double decay = 1.0 - lr * weight_decay;
-  if (p.device().is_cpu()) {
-    const auto grad = masked ? p.grad().contiguous() : at::Tensor();
-    detail::update_in_place(p, [&](at::Tensor& dense) {
-      fused_apply_update(dense, U.contiguous(), decay, lr * factor, cautious_decay,
-                         masked ? &grad : nullptr);
-    });
+void apply_update(at::Tensor& p, const at::Tensor& U, const MuonOptions& o, double factor) {
+  const double decay = 1.0 - o.lr() * o.weight_decay();
+  const double scale = o.lr() * factor;
+  const bool masked = o.cautious();
+  if (!detail::runs_fused(o.fused(), p)) {
+    const auto grad = masked ? p.grad() : at::Tensor();
+    generic_apply_update(p, U, decay, scale, o.cautious_weight_decay(), masked ? &grad : nullptr);
     return;
   }
-  const auto w = p.to(U.scalar_type());
-  const auto decayed = w * decay;
-  auto w_new = (cautious_decay ? at::where(U * w >= 0, decayed, w) : decayed).sub_(U, lr * factor);
-  if (masked) w_new = at::where((w - w_new) * p.grad() > 0, w_new, w);
-  p.copy_(w_new);
+  const auto grad = masked ? p.grad().contiguous() : at::Tensor();
+  detail::update_in_place(p, [&](at::Tensor& dense) {
+    fused_apply_update(dense, U.contiguous(), decay, scale, o.cautious_weight_decay(),
+                       masked ? &grad : nullptr);
+  });
 }
 
 // Matrices that can share one orthogonalize() call: same matrix shape, dtype, device and settings.
@@ -242,8 +234,7 @@ void Muon::check_step() const {
       check_muon_param(p, param_label(gi, i));
       check(p.grad().sizes() == p.sizes(), "Muon: ", param_label(gi, i),
             " has a gradient of shape ", p.grad().sizes(), " for a parameter of shape ", p.sizes());
-      check(p.device().is_cpu() || o.state_dtype() == at::kFloat, "Muon: ", param_label(gi, i),
-            " is on ", p.device(), "; bfloat16 momentum is implemented for CPU tensors only");
+      detail::check_kernels(o.fused(), p, "Muon", param_label(gi, i));
     }
   }
 }
@@ -276,9 +267,8 @@ void Muon::finish(Pending& item, const at::Tensor& U_view) {
   }
   const auto rows = item.view[item.view.size() - 2];
   const auto cols = item.view.back();
-  apply_update(item.param, U.reshape(item.param.sizes()), o.lr(),
-               shape_factor(o.adjust_lr(), rows, cols), o.weight_decay(), o.cautious_weight_decay(),
-               o.cautious());
+  apply_update(item.param, U.reshape(item.param.sizes()), o,
+               shape_factor(o.adjust_lr(), rows, cols));
   item.state->step(item.state->step() + 1);
 }
 

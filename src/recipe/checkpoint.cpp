@@ -1,9 +1,9 @@
 #include "muon/checkpoint.h"
 
 #include <ATen/core/Dict.h>
-#include <fcntl.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
+#include <fcntl.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/module.h>
@@ -90,11 +90,9 @@ class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
 // bounded by the file (archive_check.h).
 c10::IValue read_archive(std::vector<char> bytes) {
   detail::check_zip_structure(bytes);
-  caffe2::serialize::PyTorchStreamReader reader(
-      std::make_shared<BoundedReader>(std::move(bytes)));
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(std::move(bytes)));
   const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
-  detail::check_pickle_structure(
-      std::string(static_cast<const char*>(pickle.get()), pickle_size));
+  detail::check_pickle_structure(std::string(static_cast<const char*>(pickle.get()), pickle_size));
   return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
                                            /*type_resolver=*/c10::nullopt,
                                            /*obj_loader=*/c10::nullopt, /*device=*/c10::nullopt,
@@ -204,14 +202,16 @@ void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
     entry.insert("has_state", saved.has_value());
     if (saved) {
       entry.insert("step", saved->step);
-      for (const auto& [key, t] : saved->tensors) entry.insert(key, t);
+      // Stored on CPU whatever the device: a file resumes on any device, and torch.load reads it.
+      for (const auto& [key, t] : saved->tensors) entry.insert(key, t.to(at::kCPU));
     }
     state.insert(name, entry);
   }
   root.insert("state", state);
   if (model != nullptr) {
     auto weights = new_dict();
-    for (const auto& [name, t] : model_tensors(*model)) weights.insert(name, t.detach());
+    for (const auto& [name, t] : model_tensors(*model))
+      weights.insert(name, t.detach().to(at::kCPU));
     root.insert("model", weights);
   }
   if (!distributed) return write_atomically(path, torch::jit::pickle_save(c10::IValue(root)));
@@ -244,8 +244,8 @@ struct LoadPlan {
   std::string config;
 };
 
-LoadPlan plan_load(const c10::IValue& loaded, const std::string& path,
-                   HybridOptimizer& optimizer, torch::nn::Module* model) {
+LoadPlan plan_load(const c10::IValue& loaded, const std::string& path, HybridOptimizer& optimizer,
+                   torch::nn::Module* model) {
   LoadPlan plan;
   check(loaded.isGenericDict(), "checkpoint '", path, "' is not a muon-cpp checkpoint");
   const auto root = c10::impl::toTypedDict<std::string, c10::IValue>(loaded.toGenericDict());

@@ -262,6 +262,12 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
     h.muon.state_dtype(dtype);
     h.adamw.state_dtype(dtype);
   }
+  // fused: null (per device), true (fused CPU kernels) or false (the device-generic ATen form).
+  if (const auto n = s.find("fused"); n && !n.IsNull()) {
+    const bool fused = Section::as_bool(n, s.key_path("fused"));
+    h.muon.fused(fused);
+    h.adamw.fused(fused);
+  }
   if (const auto v = s.number("grad_clip")) {
     require(*v > 0, s.key_path("grad_clip"), "> 0 (or null to turn clipping off)", *v);
     h.max_grad_norm = *v;
@@ -339,7 +345,8 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
       if (const auto v = p.integer("d_model")) n.d_model = *v;
       for (auto [key, field] : {std::pair{"embedding_lr", &n.embedding_lr},
                                 {"unembedding_lr", &n.unembedding_lr},
-                                {"matrix_lr", &n.matrix_lr}, {"scalar_lr", &n.scalar_lr}}) {
+                                {"matrix_lr", &n.matrix_lr},
+                                {"scalar_lr", &n.scalar_lr}}) {
         if (const auto v = p.number(key)) {
           require(*v > 0, p.key_path(key), "> 0", *v);
           *field = *v;
@@ -467,8 +474,8 @@ OptimConfig OptimConfig::from_yaml(const std::string& text) {
   try {
     return read_config(root);
   } catch (const YAML::Exception& e) {  // a node of a shape no reader above expected
-    throw Error("config: unexpected YAML at line " + std::to_string(e.mark.line + 1) +
-                ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
+    throw Error("config: unexpected YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
+                std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
 }
 
@@ -549,6 +556,12 @@ std::string OptimConfig::to_yaml() const {
   out << YAML::Key << "cautious" << YAML::Value << cautious;
   out << YAML::Key << "state_dtype" << YAML::Value
       << (h.adamw.state_dtype() == at::kBFloat16 ? "bfloat16" : "float32");
+  out << YAML::Key << "fused" << YAML::Value;
+  if (h.adamw.fused()) {
+    out << *h.adamw.fused();
+  } else {
+    out << YAML::Null;
+  }
   out << YAML::Key << "grad_clip" << YAML::Value;
   if (h.max_grad_norm) {
     out << *h.max_grad_norm;

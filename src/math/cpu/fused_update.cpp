@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../update_constants.h"
 #include "muon/error.h"
 #include "muon/stochastic_rounding.h"
 
@@ -80,12 +81,8 @@ template <class P>
 using compute_t = std::conditional_t<std::is_same_v<P, double>, double, float>;
 
 // ---- Adam family ----
-template <class C>
-struct AdamConstants {
-  C decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size, coef_m,
-      coef_g;
-  uint32_t seed_m, seed_v;
-};
+using detail::adam_constants;
+using detail::AdamConstants;
 
 // Kernels that round stochastically count elements with a 32-bit index (the hash's width), so
 // that the index vectors are as wide as the float ones.
@@ -113,35 +110,6 @@ MUON_TARGET_CLONES void adam_range(const AdamConstants<compute_t<P>>& k, P* __re
     store_state(m[i], mi, k.seed_m, first + i);
     store_state(v[i], vi, k.seed_v, first + i);
   }
-}
-
-template <class C>
-AdamConstants<C> adam_constants(const AdamStepScalars& s) {
-  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
-  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
-  const double bc1_next = 1.0 - std::pow(s.beta1, static_cast<double>(s.step + 1));
-  AdamConstants<C> k{};
-  k.decay = static_cast<C>(1.0 - s.lr * s.decoupled_weight_decay);
-  k.l2 = static_cast<C>(s.l2_weight_decay);
-  k.beta1 = static_cast<C>(s.beta1);
-  k.one_minus_beta1 = static_cast<C>(1.0 - s.beta1);
-  k.beta2 = static_cast<C>(s.beta2);
-  k.one_minus_beta2 = static_cast<C>(1.0 - s.beta2);
-  // torch divides by the scalar √(1−β2ᵗ) as a multiplication by its reciprocal in the tensor dtype.
-  k.inv_sqrt_bc2 = static_cast<C>(1) / static_cast<C>(std::sqrt(bc2));
-  k.eps = static_cast<C>(s.eps);
-  if (s.nesterov) {  // optax's NAdam: β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ)
-    k.step_size = static_cast<C>(s.lr);
-    k.coef_m = static_cast<C>(s.beta1 / bc1_next);
-    k.coef_g = static_cast<C>((1.0 - s.beta1) / bc1);
-  } else {
-    k.step_size = static_cast<C>(s.lr / bc1);
-    k.coef_m = 1;
-    k.coef_g = 0;
-  }
-  k.seed_m = s.seed_exp_avg;
-  k.seed_v = s.seed_exp_avg_sq;
-  return k;
 }
 
 void check_same_layout(const at::Tensor& param, const at::Tensor& grad,
@@ -308,8 +276,7 @@ double fused_lamb_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& ex
   dispatch(param, exp_avg, [&](auto p_tag, auto) {
     using P = decltype(p_tag);
     using C = compute_t<P>;
-    const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
-    const LambConstants<C> k{adam_constants<C>(s), static_cast<C>(1.0 / bc1),
+    const LambConstants<C> k{adam_constants<C>(s), detail::lamb_inv_bc1<C>(s),
                              static_cast<C>(weight_decay)};
     auto* p = param.data_ptr<P>();
     const auto* g = grad.data_ptr<P>();
