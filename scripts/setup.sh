@@ -14,7 +14,8 @@ packages=(
   libgtest-dev libbenchmark-dev             # tests and benchmarks
   bible-kjv                                 # the training text of `muon train`
   python3-torch python3-dev pybind11-dev    # the Python module muon_cpp (for /usr/bin/python3)
-  python3-pytest                            # its tests
+  python3-pytest python3-venv               # its tests, and `pip install .` in a virtual environment
+  bc                                        # arithmetic in tests/distributed_faults.sh
 )
 
 # `setup.sh --packages-only PKG...`: install just those (when missing) and stop.
