@@ -8,5 +8,6 @@ def load_checkpoint(path):
     safe_globals = getattr(torch.serialization, "safe_globals", None)
     if safe_globals is None:  # PyTorch < 2.5: no weights-only default to satisfy
         return torch.load(path)
-    with safe_globals([torch.jit._pickle.restore_type_tag]):
+    from torch.jit._pickle import restore_type_tag
+    with safe_globals([restore_type_tag]):
         return torch.load(path, weights_only=True)
