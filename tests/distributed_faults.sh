@@ -43,9 +43,10 @@ check_case() {  # name signal
     "$dir.rank0.log" || { echo "FAIL: $name: unclear message"; cat "$dir.rank0.log"; return 1; }
   (( $(echo "$elapsed < $timeout_s + 10" | bc) )) || { echo "FAIL: $name: took ${elapsed}s"; return 1; }
   # The last checkpoint is whole: PyTorch reads it, and it is at a multiple of 10 steps.
-  /usr/bin/python3 -c "
+  PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")/python" /usr/bin/python3 -c "
 import sys, torch
-c = torch.load('$dir/checkpoint.pt')
+from torch_checkpoint import load_checkpoint
+c = load_checkpoint('$dir/checkpoint.pt')
 assert c['format'] == 'muon-cpp checkpoint' and c['step_count'] % 10 == 0 and c['step_count'] >= 10, c['step_count']
 print('$name: checkpoint at step', c['step_count'], 'is whole')" || return 1
   if ls "$dir"/checkpoint.pt.tmp.* >/dev/null 2>&1; then echo "FAIL: $name: partial file left"; return 1; fi
