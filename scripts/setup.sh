@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache  # toolchain; ccache keeps rebuilds fast
   libtorch-dev libopenblas-dev              # LibTorch 1.13 and the BLAS its GEMMs call
   libblis-openmp-dev                        # BLIS: the Newton–Schulz products (gemmt, syrk)
+  libdnnl-dev                               # oneDNN: bf16 products (AVX512_BF16/AMX CPUs), bench
   libgloo-dev                               # headers of LibTorch's Gloo process group
   libcli11-dev                              # the muon command line
   libyaml-cpp-dev                           # YAML configuration

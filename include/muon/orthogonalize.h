@@ -96,8 +96,11 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
 // corrected by the iterations that follow). 5 steps: quintic {3}, Polar Express and Dion {2, 4}.
 std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options);
 
-// What the CPU methods symmetric and gram multiply with: "BLIS", "CBLAS" or "none" (then
-// `automatic` always resolves to plain).
+// What the CPU methods symmetric and gram multiply with, the kernels it chose and why, starting
+// with the library's name: "BLIS 0.9.0, configuration 'haswell' (avx2 kernels): chosen from the
+// CPU's feature bits (avx2); BLIS's own detection picked 'generic'", "CBLAS: ..." or "none ..."
+// (then `automatic` always resolves to plain). BLIS's configuration follows the CPU's feature bits
+// (AVX-512, AVX2+FMA), never a table of CPU models; on other CPUs BLIS's own detection stands.
 std::string blas_backend();
 
 // The method `automatic` resolves to for x (or the requested one, checked to be available).

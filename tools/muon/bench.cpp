@@ -16,6 +16,7 @@
 
 #include <thread>
 
+#include "bench_machine.h"
 #include "gpt.h"
 #include "launch.h"
 #include "muon/adam.h"
@@ -39,26 +40,6 @@ double seconds(const std::function<void()>& fn) {
 double best_seconds(int reps, const std::function<void()>& fn) {
   double best = seconds(fn);
   for (int r = 1; r < reps; ++r) best = std::min(best, seconds(fn));
-  return best;
-}
-
-// An n³ fp32 GEMM, ready to time.
-struct GemmProbe {
-  explicit GemmProbe(int64_t n) : n(n), a(at::randn({n, n})), b(at::randn({n, n})) {
-    c = at::empty({n, n});
-    at::mm_out(c, a, b);
-  }
-  double gflops() {
-    return 2.0 * static_cast<double>(n * n * n) / seconds([&] { at::mm_out(c, a, b); }) / 1e9;
-  }
-  int64_t n;
-  at::Tensor a, b, c;
-};
-
-double best_gemm_gflops(int64_t n) {
-  GemmProbe gemm(n);
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) best = std::max(best, gemm.gflops());
   return best;
 }
 
@@ -88,9 +69,9 @@ double plain_flops(int64_t rows, int64_t cols, int64_t steps) {
   return static_cast<double>(steps) * (4.0 * k * k * m + 2.0 * k * k * k);
 }
 
-// Per shape, `reps` rounds each time every method once and the 2048³ GEMM once; each figure is
-// its best over the rounds, so a method and the GEMM rate it is divided by see the same phases of
-// a noisy machine.
+// Per shape, `reps` rounds each time every method once and every library's 2048³ GEMM once; each
+// figure is its best over the rounds, divided by the best fp32 GEMM rate of the same rounds, so a
+// method and the rate it is divided by see the same phases of a noisy machine.
 void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::ostream& log) {
   log << "\n## Orthogonalization (quintic, 5 steps, fp32): plain-algorithm FLOPs / time vs GEMM\n\n"
       << "| shape | method | ms | GFLOP/s | GEMM GFLOP/s (same rounds) | of GEMM rate | orth_err "
@@ -100,7 +81,7 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
       {1024, 1024}, {1024, 4096}, {4096, 1024}, {768, 768}, {768, 3072}};
   const NsMethod methods[] = {NsMethod::plain, NsMethod::symmetric, NsMethod::gram,
                               NsMethod::automatic};
-  GemmProbe gemm(2048);
+  GemmBench gemm(2048);
   for (const auto& [rows, cols] : shapes) {
     const auto x = at::randn({rows, cols});
     const auto plain = orthogonalize(x, OrthogonalizeOptions().method(NsMethod::plain));
@@ -112,17 +93,17 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
     }
     double gemm_gflops = 0;
     // Each library's work is timed apart from the other's: after a call, the workers of either
-    // keep spinning for a while and slow the other's next call — BLIS's OpenMP threads for a few
-    // ms (~5% of the GEMM), OpenBLAS's for ~0.1 s (~5 ms of a 1024² orthogonalization). So a
-    // round runs the methods on the library's BLAS, then `plain` and the GEMM on LibTorch's, then
-    // pauses. (The Muon step below keeps that hand-over: it happens once per optimizer step.)
+    // keep spinning for a while and slow the other's next call — OpenMP's threads for a few ms,
+    // OpenBLAS's for ~0.1 s (~5 ms of a 1024² orthogonalization). So a round runs the methods on
+    // the library's products, then `plain` and the GEMMs, then pauses. (The Muon step below keeps
+    // that hand-over: it happens once per optimizer step.)
     for (int round = 0; round < std::max(config.reps, 1); ++round) {
       for (size_t i = std::size(methods); i-- > 0;) {  // automatic, gram, symmetric, plain
         const auto options = OrthogonalizeOptions().method(methods[i]);
         best[i] = std::min(best[i],
                            seconds([&] { outs[i] = orthogonalize(x, options, &workspaces[i]); }));
       }
-      gemm_gflops = std::max(gemm_gflops, gemm.gflops());
+      gemm_gflops = std::max(gemm_gflops, GemmBench::best_fp32(gemm.gemms(), gemm.round()));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     for (size_t i = 0; i < std::size(methods); ++i) {
@@ -329,19 +310,6 @@ void bench_adamw(const BenchConfig& config, BenchReport& report, std::ostream& l
   log << std::flush;
 }
 
-// OpenBLAS's own thread count (it ignores LibTorch's), when OpenBLAS is the BLAS; returns the old
-// count, 0 when it cannot be set. Concurrent ranks in one process must not share its threads.
-int set_blas_threads(int threads) {
-  using Getter = int (*)();
-  using Setter = void (*)(int);
-  const auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  const auto set = reinterpret_cast<Setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (get == nullptr || set == nullptr) return 0;
-  const int old = get();
-  set(threads);
-  return old;
-}
-
 // Sets every trainable parameter's gradient to fixed noise (the same on every rank) and times the
 // optimizer's step; returns (best ms, bytes sent per step).
 std::pair<double, double> time_hybrid_step(HybridOptimizer& opt, Communicator& communicator,
@@ -382,8 +350,8 @@ void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostr
   r.one_rank_ms = time_hybrid_step(single_opt, alone, config.reps).first;
 
   // Two ranks, each with half the threads (LibTorch's and OpenBLAS's), in this process.
-  const int blas_threads = set_blas_threads(1);
-  if (blas_threads > 0) set_blas_threads(std::max(1, blas_threads / kRanks));
+  const int blas_threads = set_openblas_threads(1);
+  if (blas_threads > 0) set_openblas_threads(std::max(1, blas_threads / kRanks));
   const int port = free_local_port();
   std::vector<std::thread> ranks;
   std::vector<std::exception_ptr> errors(kRanks);
@@ -408,7 +376,7 @@ void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostr
     });
   }
   for (auto& t : ranks) t.join();
-  if (blas_threads > 0) set_blas_threads(blas_threads);
+  if (blas_threads > 0) set_openblas_threads(blas_threads);
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
@@ -443,36 +411,153 @@ void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostr
   log << line << std::flush;
 }
 
-}  // namespace
+// ---- steadiness under load ----
 
-BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
-  BenchReport report;
-  report.threads = at::get_num_threads();
-  report.gemm_gflops = best_gemm_gflops(2048);
+// Medians and maxima of `steps` timed calls of `step`, in ms.
+std::pair<double, double> median_and_max(int steps, const std::function<void()>& step) {
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) ms.push_back(1e3 * seconds(step));
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.back()};
+}
+
+// 20 steps of muon::Muon on 8 matrices of 512², alone on the machine and with a competing
+// process on one core; the plain ATen step under the same load for comparison. A step whose
+// products wait at spinning barriers stalls for whole time slices there.
+void bench_load(BenchReport& report, std::ostream& log) {
+  auto& r = report.load;
+  r.steps = 20;
+  std::vector<at::Tensor> ours, theirs, buffers;
+  for (int i = 0; i < 8; ++i) {
+    const auto p = at::randn({512, 512}).mul_(0.02);
+    const auto g = at::randn({512, 512});
+    ours.push_back(p.clone().requires_grad_(true));
+    ours.back().mutable_grad() = g.clone();
+    theirs.push_back(p.clone().requires_grad_(true));
+    theirs.back().mutable_grad() = g.clone();
+    buffers.push_back(at::zeros({512, 512}));
+  }
+  Muon opt(ours, MuonOptions(0.02).weight_decay(0.01));
+  const auto ours_step = [&] { opt.step(); };
+  const auto plain_step = [&] { plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01); };
+  ours_step();
+  std::tie(r.quiet_median_ms, r.quiet_max_ms) = median_and_max(r.steps, ours_step);
+  {
+    CompetingProcess busy;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::tie(r.loaded_median_ms, r.loaded_max_ms) = median_and_max(r.steps, ours_step);
+    std::tie(r.plain_loaded_median_ms, r.plain_loaded_max_ms) =
+        median_and_max(r.steps, plain_step);
+  }
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "\n## Under load: %d steps on 8 matrices of 512², %d threads, with another busy "
+                "process on the machine\n\n| step | median ms | max ms | max / median |\n"
+                "|---|---|---|---|\n| muon::Muon, alone | %.1f | %.1f | %.2f |\n"
+                "| muon::Muon, loaded | %.1f | %.1f | %.2f |\n"
+                "| plain ATen, loaded | %.1f | %.1f | %.2f |\n",
+                r.steps, report.threads, r.quiet_median_ms, r.quiet_max_ms,
+                r.quiet_max_ms / r.quiet_median_ms, r.loaded_median_ms, r.loaded_max_ms,
+                r.loaded_max_ms / r.loaded_median_ms, r.plain_loaded_median_ms,
+                r.plain_loaded_max_ms, r.plain_loaded_max_ms / r.plain_loaded_median_ms);
+  log << line << std::flush;
+}
+
+std::string openblas_environment() {
+  std::string out;
+  for (const char* name : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"}) {
+    if (const char* v = std::getenv(name)) out += (out.empty() ? "" : " ") + std::string(name) + "=" + v;
+  }
+  return out.empty() ? "unset" : out;
+}
+
+void bench_machine(BenchReport& report, std::ostream& log) {
+  report.cpu = cpu_description();
+  report.openblas_env = openblas_environment();
+  report.products = blas_backend();
+  GemmBench gemm(2048);
+  std::vector<double> best(gemm.gemms().size(), 0.0);
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto rates = gemm.round();
+    for (size_t i = 0; i < rates.size(); ++i) best[i] = std::max(best[i], rates[i]);
+  }
+  for (size_t i = 0; i < best.size(); ++i) {
+    const auto& g = gemm.gemms()[i];
+    report.gemms.push_back({g.name, g.kernels, g.bf16, best[i]});
+    if (g.bf16) report.bf16_gflops = best[i];
+  }
+  report.gemm_gflops = GemmBench::best_fp32(gemm.gemms(), best);
   const int64_t n = 1 << 25;  // 128 MiB per float array: far beyond the caches
   const auto a = at::randn({n});
   const auto b = at::randn({n});
   auto c = at::empty({n});
   report.copy_gbs = 8.0 * n / best_seconds(5, [&] { c.copy_(a); }) / 1e9;
   report.triad_gbs = 12.0 * n / best_seconds(5, [&] { at::add_out(c, a, b, 0.5); }) / 1e9;
+  log << "machine: " << report.cpu << "\n" << report.threads
+      << " threads for every library (LibTorch's intra-op pool and OpenBLAS's); "
+      << report.openblas_env << "\nfp32 GEMM 2048³, best of 5:";
   char line[256];
-  std::snprintf(line, sizeof line,
-                "machine: fp32 GEMM %.1f GFLOP/s (2048³, best of 5), copy %.1f GB/s, triad %.1f "
-                "GB/s, %d intra-op threads; Newton–Schulz products on %s\n",
-                report.gemm_gflops, report.copy_gbs, report.triad_gbs, report.threads,
-                blas_backend().c_str());
-  log << line << std::flush;
+  for (const auto& g : report.gemms) {
+    std::snprintf(line, sizeof line, " %s%s (%s) %.1f GFLOP/s;", g.name.c_str(),
+                  g.bf16 ? " → fp32" : "", g.kernels.c_str(), g.gflops);
+    log << line;
+  }
+  std::snprintf(line, sizeof line, "\nbest fp32 GEMM %.1f GFLOP/s%s; copy %.1f GB/s, triad %.1f GB/s\n",
+                report.gemm_gflops,
+                report.bf16_gflops > 0 ? "" : " (no bf16 GEMM: this CPU has no bf16 dot products)",
+                report.copy_gbs, report.triad_gbs);
+  log << line << "Newton–Schulz products on " << report.products << "\n" << std::flush;
+}
+
+}  // namespace
+
+BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
+  BenchReport report;
+  report.threads = config.threads > 0
+                       ? config.threads
+                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  set_all_threads(report.threads);
+  bench_machine(report, log);
   if (config.orthogonalize) bench_orthogonalize(config, report, log);
   if (config.muon_step) bench_muon_step(config, report, log);
+  if (config.load) bench_load(report, log);
   if (config.adamw) bench_adamw(config, report, log);
   if (config.distributed) bench_distributed(config, report, log);
   return report;
 }
 
+namespace {
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// The number after `"key": ` at or after `from` in JSON this file wrote (0 when absent).
+double number_after(const std::string& json, const std::string& key, size_t from = 0) {
+  const auto at = json.find("\"" + key + "\": ", from);
+  return at == std::string::npos ? 0.0 : std::atof(json.c_str() + at + key.size() + 4);
+}
+
+}  // namespace
+
 std::string BenchReport::to_json() const {
   std::ostringstream out;
   out.precision(6);
-  out << "{\n  \"threads\": " << threads << ",\n  \"gemm_gflops\": " << gemm_gflops
+  out << "{\n  \"threads\": " << threads << ",\n  \"cpu\": " << quoted(cpu)
+      << ",\n  \"openblas_env\": " << quoted(openblas_env) << ",\n  \"products\": "
+      << quoted(products) << ",\n  \"gemms\": [";
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    out << (i ? ", " : "") << "{\"name\": " << quoted(gemms[i].name)
+        << ", \"kernels\": " << quoted(gemms[i].kernels)
+        << ", \"bf16\": " << (gemms[i].bf16 ? "true" : "false")
+        << ", \"gflops\": " << gemms[i].gflops << "}";
+  }
+  out << "],\n  \"gemm_gflops\": " << gemm_gflops << ",\n  \"bf16_gflops\": " << bf16_gflops
       << ",\n  \"copy_gbs\": " << copy_gbs << ",\n  \"triad_gbs\": " << triad_gbs
       << ",\n  \"orthogonalization\": [";
   for (size_t i = 0; i < orthogonalization.size(); ++i) {
@@ -500,8 +585,55 @@ std::string BenchReport::to_json() const {
       << ", \"one_rank_ms\": " << d.one_rank_ms << ", \"per_rank_ms\": " << d.per_rank_ms
       << ", \"speedup\": " << d.speedup << ", \"bytes_per_step\": " << d.bytes_per_step
       << ", \"minimum_bytes\": " << d.minimum_bytes << ", \"bytes_ratio\": " << d.bytes_ratio
-      << ", \"max_rel_diff\": " << d.max_rel_diff << "}\n}\n";
+      << ", \"max_rel_diff\": " << d.max_rel_diff << "},\n  \"load\": {\"steps\": " << load.steps
+      << ", \"quiet_median_ms\": " << load.quiet_median_ms
+      << ", \"quiet_max_ms\": " << load.quiet_max_ms
+      << ", \"loaded_median_ms\": " << load.loaded_median_ms
+      << ", \"loaded_max_ms\": " << load.loaded_max_ms
+      << ", \"plain_loaded_median_ms\": " << load.plain_loaded_median_ms
+      << ", \"plain_loaded_max_ms\": " << load.plain_loaded_max_ms << "}\n}\n";
   return out.str();
+}
+
+void compare_openblas_settings(const BenchReport& as_set, const std::string& unset_json,
+                               std::ostream& log) {
+  log << "\n## OpenBLAS as this environment sets it (" << as_set.openblas_env
+      << ") and at its own choice (unset)\n\n| figure | as set | unset |\n|---|---|---|\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "| best fp32 GEMM, GFLOP/s | %.1f | %.1f |\n",
+                as_set.gemm_gflops, number_after(unset_json, "gemm_gflops"));
+  log << line;
+  for (const auto& g : as_set.gemms) {
+    const auto at = unset_json.find("\"name\": " + quoted(g.name));
+    std::snprintf(line, sizeof line, "| %s GEMM, GFLOP/s | %.1f | %.1f |\n", g.name.c_str(),
+                  g.gflops, at == std::string::npos ? 0.0 : number_after(unset_json, "gflops", at));
+    log << line;
+  }
+  // Rows in the same order in both runs.
+  size_t at = unset_json.find("\"orthogonalization\"");
+  for (const auto& r : as_set.orthogonalization) {
+    at = unset_json.find("\"of_gemm\": ", at);
+    if (at == std::string::npos) break;
+    std::snprintf(line, sizeof line, "| %lldx%lld %s, of the best GEMM rate | %.2f | %.2f |\n",
+                  static_cast<long long>(r.rows), static_cast<long long>(r.cols),
+                  r.method.c_str(), r.of_gemm, number_after(unset_json, "of_gemm", at));
+    log << line;
+    ++at;
+  }
+  if (as_set.muon_step.ours_ms > 0) {
+    const double plain_unset = number_after(unset_json, "plain_ms");
+    const double ours_unset = number_after(unset_json, "ours_ms");
+    const double plain_best = plain_unset > 0 ? std::min(as_set.muon_step.plain_ms, plain_unset)
+                                              : as_set.muon_step.plain_ms;
+    std::snprintf(line, sizeof line,
+                  "| Muon step, ms: ours / plain ATen | %.0f / %.0f | %.0f / %.0f |\n"
+                  "| Muon step speed-up against plain ATen at its best (%.0f ms) | %.2fx | %.2fx |\n",
+                  as_set.muon_step.ours_ms, as_set.muon_step.plain_ms, ours_unset, plain_unset,
+                  plain_best, plain_best / as_set.muon_step.ours_ms,
+                  ours_unset > 0 ? plain_best / ours_unset : 0.0);
+    log << line;
+  }
+  log << std::flush;
 }
 
 }  // namespace muon::demo

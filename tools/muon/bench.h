@@ -13,6 +13,7 @@ struct BenchConfig {
   bool muon_step = true;
   bool adamw = true;
   bool distributed = true;
+  bool load = true;  // Muon steps with and without a competing process
   int64_t muon_layers = 4;  // GPT-shaped Muon matrices: per layer 4 (w×w) and 3 (w×4w / 4w×w)
   int64_t muon_width = 768;
   int64_t adamw_layers = 6;  // GPT-shaped AdamW parameter set
@@ -21,11 +22,22 @@ struct BenchConfig {
   int64_t dist_layers = 8;  // the demo GPT whose hybrid step runs on 1 and on 2 ranks
   int64_t dist_width = 256;
   int reps = 3;  // timed repetitions (the best counts), after one warm-up
+  int threads = 0;  // every library's threads (LibTorch's, OpenBLAS's); 0: one per core
 };
 
 struct BenchReport {
   int threads = 0;
-  double gemm_gflops = 0;  // fp32 2048³ GEMM, best of 5
+  std::string cpu;           // model, cpu family, feature bits
+  std::string openblas_env;  // OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as this run had them
+  std::string products;      // what the CPU Newton–Schulz products run on, and why
+  struct Gemm {
+    std::string name, kernels;
+    bool bf16;
+    double gflops;  // 2048³, best of 5
+  };
+  std::vector<Gemm> gemms;  // every library's
+  double gemm_gflops = 0;   // the best fp32 one: the denominator
+  double bf16_gflops = 0;   // oneDNN bf16 → fp32, 0 where the CPU has no bf16 dot products
   double copy_gbs = 0, triad_gbs = 0;
 
   struct Orthogonalization {
@@ -55,10 +67,24 @@ struct BenchReport {
     double bytes_per_step = 0, minimum_bytes = 0, bytes_ratio = 0, max_rel_diff = 0;
   } distributed;
 
+  // The step of muon::Muon and of plain ATen on 8 matrices of 512², quiet and with another busy
+  // process on the machine: medians and maxima of `steps` steps.
+  struct Load {
+    int steps = 0;
+    double quiet_median_ms = 0, quiet_max_ms = 0, loaded_median_ms = 0, loaded_max_ms = 0;
+    double plain_loaded_median_ms = 0, plain_loaded_max_ms = 0;
+  } load;
+
   std::string to_json() const;
 };
 
 // Runs the selected measurements, printing each section's table to `log` as it completes.
 BenchReport run_bench(const BenchConfig& config, std::ostream& log);
+
+// The figures of `as_set` (a run with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as the environment has
+// them) beside those of the same run with both unset (`unset_json`, its to_json()), and the Muon
+// step against the plain ATen step at its best of the two.
+void compare_openblas_settings(const BenchReport& as_set, const std::string& unset_json,
+                               std::ostream& log);
 
 }  // namespace muon::demo

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <thread>
 
@@ -102,6 +104,42 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return result;
+}
+
+std::string rerun_with_openblas_unset(const std::vector<std::string>& args) {
+  char path[] = "/tmp/muon-bench-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return "";
+  ::close(fd);
+  std::vector<std::string> child;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--json") {
+      ++i;
+    } else if (args[i].rfind("--json=", 0) != 0) {
+      child.push_back(args[i]);
+    }
+  }
+  child.insert(child.end(), {"--json", path, "--one-environment"});
+  std::cout << "\n# The same run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset\n\n"
+            << std::flush;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    ::unsetenv("OPENBLAS_CORETYPE");
+    ::unsetenv("OPENBLAS_L2_SIZE");
+    std::vector<char*> argv;
+    for (auto& a : child) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", argv.data());
+    std::_Exit(127);
+  }
+  int status = 0;
+  std::string text;
+  if (pid > 0 && waitpid(pid, &status, 0) == pid && exit_code(status) == 0) {
+    std::ifstream file(path);
+    text.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
+  ::unlink(path);
+  return text;
 }
 
 }  // namespace muon::demo

@@ -18,4 +18,10 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
 // A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick for port 0).
 int free_local_port();
 
+// Runs this program again with `args` (its argv; --json dropped) plus --json to a temporary file
+// and --one-environment, with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment
+// (OpenBLAS reads them once, when it loads), and returns that file's text ("" if the run failed).
+// Its output goes to this program's.
+std::string rerun_with_openblas_unset(const std::vector<std::string>& args);
+
 }  // namespace muon::demo

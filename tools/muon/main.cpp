@@ -225,8 +225,11 @@ int main(int argc, char** argv) {
       "against the same math in plain ATen, and AdamW against torch::optim::AdamW and "
       "the memory bandwidth — all in one run.");
   bench->add_option("--only", bench_only,
-                    "sections to run: orthogonalize, muon, adamw, distributed")
-      ->check(CLI::IsMember({"orthogonalize", "muon", "adamw", "distributed"}));
+                    "sections to run: orthogonalize, muon, load, adamw, distributed")
+      ->check(CLI::IsMember({"orthogonalize", "muon", "load", "adamw", "distributed"}));
+  bool bench_one_environment = false;
+  bench->add_flag("--one-environment", bench_one_environment,
+                  "skip the second run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset");
   bench->add_option("--json", bench_json, "also write every figure to this JSON file");
   bench->add_option("--reps", bench_config.reps, "timed repetitions per figure (the best counts)")
       ->capture_default_str();
@@ -245,7 +248,9 @@ int main(int argc, char** argv) {
                     "layers of the demo GPT stepped on 1 and 2 ranks")
       ->capture_default_str();
   bench->add_option("--dist-width", bench_config.dist_width, "its width")->capture_default_str();
-  bench->add_option("--threads", threads, "intra-op threads (0: LibTorch's default)")
+  bench
+      ->add_option("--threads", threads,
+                   "threads of every library (LibTorch's intra-op pool, OpenBLAS; 0: one per core)")
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
@@ -289,11 +294,18 @@ int main(int argc, char** argv) {
         bench_config.muon_step = wanted("muon");
         bench_config.adamw = wanted("adamw");
         bench_config.distributed = wanted("distributed");
+        bench_config.load = wanted("load");
       }
+      bench_config.threads = threads;
       const auto report = muon::demo::run_bench(bench_config, std::cout);
       if (!bench_json.empty()) {
         std::ofstream(bench_json) << report.to_json();
         std::cout << "\nwrote " << bench_json << '\n';
+      }
+      if (report.openblas_env != "unset" && !bench_one_environment) {
+        const auto unset =
+            muon::demo::rerun_with_openblas_unset(std::vector<std::string>(argv, argv + argc));
+        if (!unset.empty()) muon::demo::compare_openblas_settings(report, unset, std::cout);
       }
     } else if (*route) {
       route_model.tie_embeddings = !untied;

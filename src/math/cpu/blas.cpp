@@ -1,27 +1,37 @@
 #include "blas.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdlib>
+#include <string>
+
+#include "kernel_choice.h"
 
 #if MUON_HAVE_BLIS
 #include <blis.h>
-#include <dlfcn.h>
-
-#include <cstdlib>
-#include <thread>
 #elif MUON_HAVE_CBLAS
 #include <cblas.h>
+#include <dlfcn.h>
 #endif
 
 namespace muon::detail::blas {
+namespace {
+
+// The products follow LibTorch's intra-op thread count (at::set_num_threads,
+// torch.set_num_threads): one knob for the whole step.
+[[maybe_unused]] int threads() {
+  return std::max(1, at::get_num_threads());
+}
+
+}  // namespace
 
 #if MUON_HAVE_BLIS
 
 bool available() {
   return true;
-}
-const char* backend() {
-  return "BLIS";
 }
 
 double product_upper_flops(double k) {
@@ -30,39 +40,45 @@ double product_upper_flops(double k) {
 
 namespace {
 
-// As many threads as the process's other BLAS work gets: OpenBLAS's own count where OpenBLAS is
-// loaded (its setter is how the benchmark shares cores between in-process ranks), else
-// BLIS_NUM_THREADS or OMP_NUM_THREADS (what launched ranks get), else every core — BLIS alone
-// would default to one thread.
-int threads() {
-  using Getter = int (*)();
-  static const auto openblas =
-      reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  if (openblas != nullptr) return std::max(1, openblas());
-  static const int fallback = [] {
-    for (const char* name : {"BLIS_NUM_THREADS", "OMP_NUM_THREADS"}) {
-      const char* value = std::getenv(name);
-      if (value != nullptr && std::atoi(value) > 0) return std::atoi(value);
+// BLIS's configuration, chosen from the CPU's feature bits before BLIS initializes: BLIS reads
+// BLIS_ARCH_TYPE (the configuration's number) once, in bli_init(); the variable is set only for
+// that call. A user's own BLIS_ARCH_TYPE is respected.
+struct BlisSetup {
+  std::string config, reason;
+};
+
+const BlisSetup& blis_setup() {
+  static const BlisSetup setup = [] {
+    const std::string own = bli_arch_string(bli_cpuid_query_id());
+    BlisSetup s;
+    if (std::getenv("BLIS_ARCH_TYPE") != nullptr) {
+      bli_init();
+      s.reason = "set by BLIS_ARCH_TYPE in the environment";
+    } else {
+      const auto choice = choose_blis_config(own, fp32_family(cpu_features()));
+      for (int id = 0; id < BLIS_NUM_ARCHS; ++id) {
+        if (choice.config == bli_arch_string(static_cast<arch_t>(id))) {
+          setenv("BLIS_ARCH_TYPE", std::to_string(id).c_str(), 1);
+        }
+      }
+      bli_init();
+      unsetenv("BLIS_ARCH_TYPE");
+      s.reason = choice.reason;
     }
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    s.config = bli_arch_string(bli_arch_query_id());  // what BLIS runs
+    return s;
   }();
-  return fallback;
+  return setup;
 }
 
-}  // namespace
-
-int helper_threads() {
-  return threads();
-}
-
-namespace {
-
-// A runtime for one call, so that a change of the thread count applies at once. (Started from
-// the global one: the only initializer BLIS 0.9 and 1.x share.)
-struct Runtime {
-  Runtime() {
+// One BLIS call on one thread: the products are split between threads here (for_parts), so
+// that each waits at one barrier per product — BLIS's own threads wait at spinning barriers
+// inside every product, which stall for a whole time slice when another process holds a core.
+struct SingleThreaded {
+  SingleThreaded() {
+    blis_setup();
     bli_rntm_init_from_global(&rntm);
-    bli_rntm_set_num_threads(threads(), &rntm);
+    bli_rntm_set_num_threads(1, &rntm);
   }
   rntm_t rntm;
 };
@@ -73,77 +89,181 @@ T* in(const T* p) {
   return const_cast<T*>(p);
 }
 
-// Typed BLIS calls by element type; k×k operands are row-major (row stride k, column stride 1).
-void syrk(int n, int k, float alpha, const float* a, int64_t rs, int64_t cs, float beta, float* c) {
-  Runtime r;
-  bli_ssyrk_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, n, k, &alpha, in(a), rs, cs, &beta, c, n, 1, nullptr,
-               &r.rntm);
+// A strided operand: element (i, j) at data[i·rs + j·cs].
+template <class T>
+struct View {
+  const T* data;
+  int64_t rs, cs;
+  View at(int64_t i, int64_t j) const { return {data + i * rs + j * cs, rs, cs}; }
+  View t() const { return {data, cs, rs}; }
+};
+
+// Typed BLIS calls: C (m×n, row-major with leading dimension ldc) = alpha·op + beta·C.
+void gemm(int m, int n, int k, float alpha, View<float> a, View<float> b, float beta, float* c,
+          int64_t rsc, int64_t csc) {
+  SingleThreaded r;
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, in(a.data), a.rs, a.cs,
+               in(b.data), b.rs, b.cs, &beta, c, rsc, csc, nullptr, &r.rntm);
 }
-void syrk(int n, int k, double alpha, const double* a, int64_t rs, int64_t cs, double beta,
-          double* c) {
-  Runtime r;
-  bli_dsyrk_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, n, k, &alpha, in(a), rs, cs, &beta, c, n, 1, nullptr,
-               &r.rntm);
+void gemm(int m, int n, int k, double alpha, View<double> a, View<double> b, double beta,
+          double* c, int64_t rsc, int64_t csc) {
+  SingleThreaded r;
+  bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, in(a.data), a.rs, a.cs,
+               in(b.data), b.rs, b.cs, &beta, c, rsc, csc, nullptr, &r.rntm);
 }
-void gemmt(int k, float* one, const float* a, const float* b, float* zero, float* c) {
-  Runtime r;
-  bli_sgemmt_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, k, k, one, in(a), k, 1, in(b), k,
-                1, zero, c, k, 1, nullptr, &r.rntm);
+// C's upper triangle (m×m) = alpha·a·b + beta·C.
+void gemmt(int m, int k, float alpha, View<float> a, View<float> b, float beta, float* c,
+           int64_t ldc) {
+  SingleThreaded r;
+  bli_sgemmt_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, k, &alpha, in(a.data), a.rs,
+                a.cs, in(b.data), b.rs, b.cs, &beta, c, ldc, 1, nullptr, &r.rntm);
 }
-void gemmt(int k, double* one, const double* a, const double* b, double* zero, double* c) {
-  Runtime r;
-  bli_dgemmt_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, k, k, one, in(a), k, 1, in(b), k,
-                1, zero, c, k, 1, nullptr, &r.rntm);
+void gemmt(int m, int k, double alpha, View<double> a, View<double> b, double beta, double* c,
+           int64_t ldc) {
+  SingleThreaded r;
+  bli_dgemmt_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, k, &alpha, in(a.data), a.rs,
+                a.cs, in(b.data), b.rs, b.cs, &beta, c, ldc, 1, nullptr, &r.rntm);
 }
-void symm(const Panel& p, float* one, const float* s, const float* b, float* zero, float* c) {
-  Runtime r;
-  bli_ssymm_ex(BLIS_LEFT, BLIS_UPPER, BLIS_NO_CONJUGATE, BLIS_NO_TRANSPOSE, p.k, p.m, one, in(s),
-               p.k, 1, in(b), p.rs, p.cs, zero, c, p.rs, p.cs, nullptr, &r.rntm);
+// C's upper triangle (m×m) = alpha·a·aᵀ + beta·C.
+void syrk(int m, int k, float alpha, View<float> a, float beta, float* c, int64_t ldc) {
+  SingleThreaded r;
+  bli_ssyrk_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, m, k, &alpha, in(a.data), a.rs, a.cs, &beta, c, ldc,
+               1, nullptr, &r.rntm);
 }
-void symm(const Panel& p, double* one, const double* s, const double* b, double* zero, double* c) {
-  Runtime r;
-  bli_dsymm_ex(BLIS_LEFT, BLIS_UPPER, BLIS_NO_CONJUGATE, BLIS_NO_TRANSPOSE, p.k, p.m, one, in(s),
-               p.k, 1, in(b), p.rs, p.cs, zero, c, p.rs, p.cs, nullptr, &r.rntm);
+void syrk(int m, int k, double alpha, View<double> a, double beta, double* c, int64_t ldc) {
+  SingleThreaded r;
+  bli_dsyrk_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, m, k, &alpha, in(a.data), a.rs, a.cs, &beta, c, ldc,
+               1, nullptr, &r.rntm);
 }
-void gemm(const Panel& p, float* one, const float* a, const float* b, float* zero, float* c) {
-  Runtime r;
-  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, p.k, p.m, p.k, one, in(a), p.k, 1, in(b), p.rs,
-               p.cs, zero, c, p.rs, p.cs, nullptr, &r.rntm);
+// C (m×n) = S·b for the m×m symmetric S given by its upper triangle (row-major, ld m).
+void symm(int m, int n, const float* s, View<float> b, float* c, int64_t rsc, int64_t csc) {
+  SingleThreaded r;
+  float one = 1, zero = 0;
+  bli_ssymm_ex(BLIS_LEFT, BLIS_UPPER, BLIS_NO_CONJUGATE, BLIS_NO_TRANSPOSE, m, n, &one, in(s), m, 1,
+               in(b.data), b.rs, b.cs, &zero, c, rsc, csc, nullptr, &r.rntm);
 }
-void gemm(const Panel& p, double* one, const double* a, const double* b, double* zero, double* c) {
-  Runtime r;
-  bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, p.k, p.m, p.k, one, in(a), p.k, 1, in(b), p.rs,
-               p.cs, zero, c, p.rs, p.cs, nullptr, &r.rntm);
+void symm(int m, int n, const double* s, View<double> b, double* c, int64_t rsc, int64_t csc) {
+  SingleThreaded r;
+  double one = 1, zero = 0;
+  bli_dsymm_ex(BLIS_LEFT, BLIS_UPPER, BLIS_NO_CONJUGATE, BLIS_NO_TRANSPOSE, m, n, &one, in(s), m, 1,
+               in(b.data), b.rs, b.cs, &zero, c, rsc, csc, nullptr, &r.rntm);
+}
+
+// Parts of a product of `flops`, one per thread of LibTorch's count; one for small products
+// (below ~2 MFLOP a second thread costs more than it saves). (Finer parts handed out dynamically
+// ran no faster under a competing process and slower without one: every part packs its own
+// copies of the shared operand.)
+int parts_for(double flops) {
+  return flops < 2e6 ? 1 : threads();
+}
+
+// Runs part(t) for t in [0, parts), one part per thread of LibTorch's OpenMP pool.
+template <class Part>
+void for_parts(int parts, Part&& part) {
+#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
+  for (int t = 0; t < parts; ++t) part(t);
+}
+
+// Boundary t of `parts` equal shares of [0, n), at multiples of 16 (the kernels' tile widths).
+int share(int n, int t, int parts) {
+  if (t >= parts) return n;
+  return std::min(n, static_cast<int>(static_cast<int64_t>(n) * t / parts) / 16 * 16);
+}
+
+// Row t of `parts` that cut the upper triangle of a k×k matrix into equal areas: rows [0, r)
+// hold r·(k − (r − 1)/2) entries, so r = k·(1 − √(1 − t/parts)).
+int triangle_share(int k, int t, int parts) {
+  if (t >= parts) return k;
+  const double r = k * (1.0 - std::sqrt(1.0 - static_cast<double>(t) / parts));
+  return std::min(k, static_cast<int>(r) / 16 * 16);
+}
+
+// C's upper triangle (k×k, row-major) = alpha·W·Wᵀ + beta·C for the k×m panel W, in row blocks
+// of equal area: each block's triangle by syrk, the rest of its rows by gemm.
+template <class T>
+void syrk_upper(T alpha, View<T> w, int k, int m, T beta, T* c) {
+  const int parts = parts_for(static_cast<double>(k) * k * m);
+  for_parts(parts, [&](int t) {
+    const int r0 = triangle_share(k, t, parts), r1 = triangle_share(k, t + 1, parts);
+    if (r1 <= r0) return;
+    syrk(r1 - r0, m, alpha, w.at(r0, 0), beta, c + static_cast<int64_t>(r0) * k + r0, k);
+    if (r1 < k) {
+      gemm(r1 - r0, k - r1, m, alpha, w.at(r0, 0), w.at(r1, 0).t(), beta,
+           c + static_cast<int64_t>(r0) * k + r1, k, 1);
+    }
+  });
 }
 
 }  // namespace
 
+std::string backend() {
+  const auto& s = blis_setup();
+  return std::string("BLIS ") + bli_info_get_version_str() + ", configuration '" + s.config +
+         "' (" + to_string(blis_config_family(s.config)) + " kernels): " + s.reason;
+}
+
+std::string kernel_family() {
+  return to_string(blis_config_family(blis_setup().config));
+}
+
+int helper_threads() {
+  return threads();
+}
+
 template <class T>
 void gram_upper(const T* W, const Panel& p, T* A) {
-  syrk(p.k, p.m, T(1), W, p.rs, p.cs, T(0), A);
+  syrk_upper(T(1), View<T>{W, p.rs, p.cs}, p.k, p.m, T(0), A);
 }
 
 template <class T>
 void square_upper(T alpha, const T* A, T beta, T* C, int k) {
-  syrk(k, k, alpha, A, k, 1, beta, C);
+  syrk_upper(alpha, View<T>{A, k, 1}, k, k, beta, C);
 }
 
+// In row blocks of equal area: each block's triangle by gemmt, the rest of its rows by gemm.
 template <class T>
 void product_upper(const T* A, const T* B, T* C, int k) {
-  T one = 1, zero = 0;
-  gemmt(k, &one, A, B, &zero, C);
+  const View<T> a{A, k, 1}, b{B, k, 1};
+  const int parts = parts_for(static_cast<double>(k) * k * k);
+  for_parts(parts, [&](int t) {
+    const int r0 = triangle_share(k, t, parts), r1 = triangle_share(k, t + 1, parts);
+    if (r1 <= r0) return;
+    gemmt(r1 - r0, k, T(1), a.at(r0, 0), b.at(0, r0), T(0), C + static_cast<int64_t>(r0) * k + r0,
+          k);
+    if (r1 < k) {
+      gemm(r1 - r0, k - r1, k, T(1), a.at(r0, 0), b.at(0, r1), T(0),
+           C + static_cast<int64_t>(r0) * k + r1, k, 1);
+    }
+  });
 }
 
+// In blocks of W's m columns.
 template <class T>
 void symm_left(const T* S, const T* B, const Panel& p, T* C) {
-  T one = 1, zero = 0;
-  symm(p, &one, S, B, &zero, C);
+  const int parts = parts_for(2.0 * p.k * p.k * p.m);
+  for_parts(parts, [&](int t) {
+    const int j0 = share(p.m, t, parts), j1 = share(p.m, t + 1, parts);
+    if (j1 > j0) {
+      symm(p.k, j1 - j0, S, View<T>{B, p.rs, p.cs}.at(0, j0), C + j0 * p.cs, p.rs, p.cs);
+    }
+  });
 }
 
 template <class T>
 void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
-  T one = 1, zero = 0;
-  gemm(p, &one, R, B, &zero, C);
+  const int parts = parts_for(2.0 * p.k * p.k * p.m);
+  for_parts(parts, [&](int t) {
+    const int j0 = share(p.m, t, parts), j1 = share(p.m, t + 1, parts);
+    if (j1 > j0) {
+      gemm(p.k, j1 - j0, p.k, T(1), View<T>{R, p.k, 1}, View<T>{B, p.rs, p.cs}.at(0, j0), T(0),
+           C + j0 * p.cs, p.rs, p.cs);
+    }
+  });
+}
+
+template <class T>
+void gemm_square(const T* A, const T* B, T* C, int n) {
+  gemm_left(A, B, Panel{n, n, n, 1}, C);
 }
 
 #elif MUON_HAVE_CBLAS
@@ -151,11 +271,37 @@ void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
 bool available() {
   return true;
 }
-const char* backend() {
-  return "CBLAS";
+
+// The CBLAS is LibTorch's own BLAS (Debian: OpenBLAS through libblas.so), which picks its kernels
+// and threads itself (OPENBLAS_CORETYPE, OPENBLAS_NUM_THREADS): named here as it reports them.
+std::string backend() {
+  using Text = char* (*)();
+  const auto config = reinterpret_cast<Text>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  const auto core = reinterpret_cast<Text>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (config == nullptr || core == nullptr) {
+    return "CBLAS (not OpenBLAS: its own kernel choice and threads)";
+  }
+  return std::string("CBLAS: ") + config() + ", core '" + core() +
+         "' (OpenBLAS's own choice; it keeps its own threads)";
 }
+
+std::string kernel_family() {
+  using Text = char* (*)();
+  const auto core = reinterpret_cast<Text>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (core == nullptr) return "unknown";
+  const std::string name = core();
+  // OpenBLAS's x86-64 cores by the instructions their kernels use.
+  for (const char* wide : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
+    if (name == wide) return to_string(VectorFamily::avx512);
+  }
+  for (const char* avx2 : {"Haswell", "Zen"}) {
+    if (name == avx2) return to_string(VectorFamily::avx2);
+  }
+  return to_string(VectorFamily::none);
+}
+
 int helper_threads() {
-  return 1;
+  return 1;  // OpenBLAS's spinning pthreads would compete with an OpenMP team here
 }
 
 namespace {
@@ -247,12 +393,20 @@ void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
   gemm(l.order, l.square(), p.k, p.m, p.k, R, p.k, B, l.ld, C, l.ld);
 }
 
+template <class T>
+void gemm_square(const T* A, const T* B, T* C, int n) {
+  gemm(CblasRowMajor, CblasNoTrans, n, n, n, A, n, B, n, C, n);
+}
+
 #else  // no backend: available() is false and orthogonalize() never calls the others
 
 bool available() {
   return false;
 }
-const char* backend() {
+std::string backend() {
+  return "none (neither BLIS nor a CBLAS in this build: Newton–Schulz runs on ATen's GEMMs)";
+}
+std::string kernel_family() {
   return "none";
 }
 int helper_threads() {
@@ -271,6 +425,8 @@ template <class T>
 void symm_left(const T*, const T*, const Panel&, T*) {}
 template <class T>
 void gemm_left(const T*, const T*, const Panel&, T*) {}
+template <class T>
+void gemm_square(const T*, const T*, T*, int) {}
 
 #endif
 
@@ -279,7 +435,8 @@ void gemm_left(const T*, const T*, const Panel&, T*) {}
   template void square_upper(T, const T*, T, T*, int);           \
   template void product_upper(const T*, const T*, T*, int);      \
   template void symm_left(const T*, const T*, const Panel&, T*); \
-  template void gemm_left(const T*, const T*, const Panel&, T*);
+  template void gemm_left(const T*, const T*, const Panel&, T*); \
+  template void gemm_square(const T*, const T*, T*, int);
 MUON_INSTANTIATE(float)
 MUON_INSTANTIATE(double)
 #undef MUON_INSTANTIATE

@@ -5,13 +5,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace muon::detail::blas {
 
 // Whether this build has a backend; without one the functions below must not be called.
 bool available();
-// "BLIS", "CBLAS" or "none".
-const char* backend();
+// The library, the kernels it runs and why, e.g. "BLIS 0.9.0, configuration 'skx' (avx512
+// kernels): chosen from the CPU's feature bits (avx512); BLIS's own detection picked 'generic'".
+std::string backend();
+// The vector family of those kernels: "avx512", "avx2", "none" (reference code) or "unknown".
+std::string kernel_family();
 
 // The layout of a k×m operand: element (i, j) at data[i·rs + j·cs], one of rs and cs being 1.
 // W and the results of products with it share it. k×k matrices are contiguous row-major, and
@@ -37,9 +41,14 @@ void symm_left(const T* S, const T* B, const Panel& p, T* C);
 template <class T>
 void gemm_left(const T* R, const T* B, const Panel& p, T* C);
 
-// Threads for the passes between products (mirroring a triangle): the backend's own count where
-// its workers are an OpenMP team that such a pass reuses (BLIS), else 1 — OpenBLAS's spinning
-// pthreads would compete with them.
+// C ← A·B for row-major n×n A, B (the plain GEMM `muon bench` times next to LibTorch's and
+// oneDNN's).
+template <class T>
+void gemm_square(const T* A, const T* B, T* C, int n);
+
+// Threads for the passes between products (mirroring a triangle): LibTorch's count with BLIS,
+// whose products run on the same OpenMP team; 1 with a CBLAS — OpenBLAS's spinning pthreads would
+// compete with one.
 int helper_threads();
 
 // The FLOPs product_upper() performs for k×k factors (the cost model counts them).

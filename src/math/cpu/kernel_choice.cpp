@@ -1,0 +1,155 @@
+#include "kernel_choice.h"
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace muon::detail {
+namespace {
+
+#if defined(__x86_64__)
+
+struct Registers {
+  uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
+};
+
+Registers cpuid(uint32_t leaf, uint32_t subleaf = 0) {
+  Registers r;
+  if (__get_cpuid_count(leaf, subleaf, &r.eax, &r.ebx, &r.ecx, &r.edx) == 0) return {};
+  return r;
+}
+
+bool bit(uint32_t value, int index) {
+  return ((value >> index) & 1u) != 0;
+}
+
+// The register state the OS saves on a context switch (XCR0): a vector unit is usable only if
+// its registers are in it (a VM may hide AVX-512 state from the guest).
+uint64_t saved_state() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+std::string brand() {
+  if (cpuid(0x80000000).eax < 0x80000004) return "";
+  char text[49] = {};
+  for (uint32_t i = 0; i < 3; ++i) {
+    const auto r = cpuid(0x80000002 + i);
+    std::memcpy(text + 16 * i, &r.eax, 4);
+    std::memcpy(text + 16 * i + 4, &r.ebx, 4);
+    std::memcpy(text + 16 * i + 8, &r.ecx, 4);
+    std::memcpy(text + 16 * i + 12, &r.edx, 4);
+  }
+  std::string s(text);
+  const auto first = s.find_first_not_of(' ');
+  const auto last = s.find_last_not_of(' ');
+  return first == std::string::npos ? "" : s.substr(first, last - first + 1);
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  f.x86_64 = true;
+  f.model = brand();
+  const auto leaf1 = cpuid(1);
+  if (!bit(leaf1.ecx, 27)) return f;  // no OSXSAVE: no AVX state either
+  const uint64_t xcr0 = saved_state();
+  const bool ymm = (xcr0 & 0x6) == 0x6;           // SSE and AVX state
+  const bool zmm = ymm && (xcr0 & 0xE0) == 0xE0;  // opmask, ZMM_Hi256, Hi16_ZMM
+  const bool tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG, XTILEDATA
+  const bool max7 = cpuid(0).eax >= 7;
+  const auto leaf7 = max7 ? cpuid(7, 0) : Registers{};
+  const auto leaf7_1 = max7 ? cpuid(7, 1) : Registers{};
+  f.fma = ymm && bit(leaf1.ecx, 12);
+  f.avx2 = ymm && bit(leaf1.ecx, 28) && bit(leaf7.ebx, 5);
+  f.avx512f = zmm && bit(leaf7.ebx, 16);
+  f.avx512dq = zmm && bit(leaf7.ebx, 17);
+  f.avx512bw = zmm && bit(leaf7.ebx, 30);
+  f.avx512vl = zmm && bit(leaf7.ebx, 31);
+  f.avx512_bf16 = f.avx512f && bit(leaf7_1.eax, 5);
+  f.amx_bf16 = tiles && bit(leaf7.edx, 22) && bit(leaf7.edx, 24);
+  return f;
+}
+
+#else  // other architectures: no x86 vector families; libraries detect their own
+
+CpuFeatures detect() {
+  return {};
+}
+
+#endif
+
+}  // namespace
+
+std::string CpuFeatures::flags() const {
+  std::string out;
+  const auto add = [&](bool present, const char* name) {
+    if (present) out += (out.empty() ? "" : " ") + std::string(name);
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(avx512f, "avx512f");
+  add(avx512dq, "avx512dq");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512_bf16, "avx512_bf16");
+  add(amx_bf16, "amx_bf16");
+  return out.empty() ? "none of avx2/fma/avx512/amx" : out;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+VectorFamily fp32_family(const CpuFeatures& f) {
+  if (f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl) return VectorFamily::avx512;
+  if (f.avx2 && f.fma) return VectorFamily::avx2;
+  return VectorFamily::none;
+}
+
+std::string to_string(VectorFamily family) {
+  switch (family) {
+    case VectorFamily::avx512:
+      return "avx512";
+    case VectorFamily::avx2:
+      return "avx2";
+    case VectorFamily::none:
+      return "none";
+  }
+  return "?";
+}
+
+VectorFamily blis_config_family(const std::string& config) {
+  // BLIS's x86-64 configurations by the instructions their kernels use.
+  for (const char* name : {"skx", "knl"}) {
+    if (config == name) return VectorFamily::avx512;
+  }
+  for (const char* name : {"haswell", "zen", "zen2", "zen3", "zen4", "zen5"}) {
+    if (config == name) return VectorFamily::avx2;
+  }
+  return VectorFamily::none;
+}
+
+BlisChoice choose_blis_config(const std::string& blis_own, VectorFamily allowed) {
+  if (blis_config_family(blis_own) == allowed) {
+    return {blis_own, "BLIS's own choice for this CPU, as wide as its features allow (" +
+                          to_string(allowed) + ")"};
+  }
+  // Narrower than the features allow (a CPU newer than BLIS's tables), or wider than what the OS
+  // saves (a VM that hides AVX-512 state): the family's own configuration.
+  const std::string config = allowed == VectorFamily::avx512 ? "skx"
+                             : allowed == VectorFamily::avx2 ? "haswell"
+                                                             : "generic";
+  return {config, "chosen from the CPU's feature bits (" + to_string(allowed) +
+                      "); BLIS's own detection picked '" + blis_own + "'"};
+}
+
+bool has_bf16_products(const CpuFeatures& f) {
+  return f.avx512_bf16 || f.amx_bf16;
+}
+
+}  // namespace muon::detail

@@ -1,0 +1,48 @@
+// Internal: what this CPU can run, read from its feature bits (CPUID and the register state the
+// OS saves, XGETBV) — never from a table of CPU models, which falls behind every new generation —
+// and the kernels the CPU Newton–Schulz products use because of them. The choices are pure
+// functions of the bits, so tests run every branch with injected bits on any machine.
+#pragma once
+
+#include <string>
+
+namespace muon::detail {
+
+struct CpuFeatures {
+  bool x86_64 = false;
+  bool avx2 = false, fma = false;  // with the OS saving the YMM registers
+  bool avx512f = false, avx512dq = false, avx512bw = false, avx512vl = false;  // and ZMM state
+  bool avx512_bf16 = false;  // VDPBF16PS: bf16 dot products into fp32
+  bool amx_bf16 = false;     // AMX tiles with bf16 (and the OS saving tile state)
+  std::string model;         // the brand string, for reports only
+
+  // The present features as a space-separated list ("avx2 fma avx512f ...").
+  std::string flags() const;
+};
+
+// This CPU's features, read once.
+const CpuFeatures& cpu_features();
+
+// The widest fp32 vector kernels the features allow: AVX-512 (F, DQ, BW and VL), AVX2 with FMA,
+// or none (reference code; every non-x86 CPU here, where the libraries detect for themselves).
+enum class VectorFamily { none, avx2, avx512 };
+VectorFamily fp32_family(const CpuFeatures& features);
+std::string to_string(VectorFamily family);
+
+// BLIS's configuration for a CPU: `blis_own` — what BLIS's own detection picked, which knows the
+// CPU models of its release and falls back to "generic" on later ones — when its kernels are
+// exactly as wide as `allowed`, else BLIS's configuration for `allowed` ("skx" for AVX-512,
+// "haswell" for AVX2, "generic" for none). Returns the configuration and why.
+struct BlisChoice {
+  std::string config;
+  std::string reason;
+};
+BlisChoice choose_blis_config(const std::string& blis_own, VectorFamily allowed);
+// The vector family of a BLIS configuration's kernels (none for generic and unknown ones).
+VectorFamily blis_config_family(const std::string& config);
+
+// Whether the features include bf16 dot products (AVX512_BF16 or AMX-BF16): what makes bf16
+// matrix products faster than fp32 ones.
+bool has_bf16_products(const CpuFeatures& features);
+
+}  // namespace muon::detail

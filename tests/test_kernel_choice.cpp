@@ -1,0 +1,113 @@
+// Which kernels the CPU Newton–Schulz products run: chosen from the CPU's feature bits (injected
+// here, so every branch runs on any machine), and on this machine never reference code where the
+// bits allow vector kernels.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <iterator>
+#include <sstream>
+
+#include "math/cpu/blas.h"
+#include "math/cpu/kernel_choice.h"
+#include "muon/orthogonalize.h"
+
+namespace muon::detail {
+namespace {
+
+CpuFeatures avx2_cpu() {
+  CpuFeatures f;
+  f.x86_64 = f.avx2 = f.fma = true;
+  return f;
+}
+
+CpuFeatures avx512_cpu() {
+  auto f = avx2_cpu();
+  f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = true;
+  return f;
+}
+
+TEST(KernelChoice, VectorFamilyFollowsTheFeatureBits) {
+  EXPECT_EQ(fp32_family(CpuFeatures{}), VectorFamily::none);
+  EXPECT_EQ(fp32_family(avx2_cpu()), VectorFamily::avx2);
+  EXPECT_EQ(fp32_family(avx512_cpu()), VectorFamily::avx512);
+  auto no_fma = avx2_cpu();
+  no_fma.fma = false;
+  EXPECT_EQ(fp32_family(no_fma), VectorFamily::none);  // AVX2 kernels are FMA kernels
+  auto partial = avx512_cpu();
+  partial.avx512bw = false;  // AVX-512 F without BW (Knights Landing): the AVX2 kernels
+  EXPECT_EQ(fp32_family(partial), VectorFamily::avx2);
+  EXPECT_FALSE(has_bf16_products(avx512_cpu()));
+  auto bf16 = avx512_cpu();
+  bf16.avx512_bf16 = true;
+  EXPECT_TRUE(has_bf16_products(bf16));
+  auto amx = avx2_cpu();
+  amx.amx_bf16 = true;
+  EXPECT_TRUE(has_bf16_products(amx));
+}
+
+TEST(KernelChoice, BlisConfigurationFromTheFeatureBitsNotACpuModelTable) {
+  // A CPU newer than BLIS's model table: BLIS picks "generic" (reference code); the bits decide.
+  EXPECT_EQ(choose_blis_config("generic", VectorFamily::avx512).config, "skx");
+  EXPECT_EQ(choose_blis_config("generic", VectorFamily::avx2).config, "haswell");
+  EXPECT_NE(choose_blis_config("generic", VectorFamily::avx512).reason.find(
+                "BLIS's own detection picked 'generic'"),
+            std::string::npos);
+  // BLIS's own choice stands when its kernels are exactly as wide as the bits allow.
+  const auto zen3 = choose_blis_config("zen3", VectorFamily::avx2);
+  EXPECT_EQ(zen3.config, "zen3");
+  EXPECT_NE(zen3.reason.find("BLIS's own choice"), std::string::npos);
+  EXPECT_EQ(choose_blis_config("skx", VectorFamily::avx512).config, "skx");
+  // Narrower than allowed (an AVX-512 CPU BLIS takes for an older model) or wider than the OS
+  // saves (a VM without ZMM state): the family's own configuration.
+  EXPECT_EQ(choose_blis_config("zen3", VectorFamily::avx512).config, "skx");
+  EXPECT_EQ(choose_blis_config("sandybridge", VectorFamily::avx2).config, "haswell");
+  EXPECT_EQ(choose_blis_config("skx", VectorFamily::avx2).config, "haswell");
+  EXPECT_EQ(choose_blis_config("generic", VectorFamily::none).config, "generic");
+  EXPECT_EQ(blis_config_family("knl"), VectorFamily::avx512);
+  EXPECT_EQ(blis_config_family("zen2"), VectorFamily::avx2);
+  EXPECT_EQ(blis_config_family("penryn"), VectorFamily::none);
+}
+
+// The flags /proc/cpuinfo lists (Linux reports what the CPU and the kernel support together).
+std::set<std::string> proc_cpuinfo_flags() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      std::istringstream words(line.substr(line.find(':') + 1));
+      return {std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    }
+  }
+  return {};
+}
+
+TEST(KernelChoice, DetectedFeaturesAgreeWithTheKernel) {
+  const auto flags = proc_cpuinfo_flags();
+  if (flags.empty()) return;  // not Linux on x86-64: nothing to compare with
+  const auto& f = cpu_features();
+  EXPECT_EQ(f.avx2, flags.count("avx2") == 1) << f.flags();
+  EXPECT_EQ(f.fma, flags.count("fma") == 1) << f.flags();
+  EXPECT_EQ(f.avx512f, flags.count("avx512f") == 1) << f.flags();
+  EXPECT_EQ(f.avx512bw, flags.count("avx512bw") == 1) << f.flags();
+  EXPECT_EQ(f.avx512_bf16, flags.count("avx512_bf16") == 1) << f.flags();
+  EXPECT_EQ(f.amx_bf16, flags.count("amx_bf16") == 1) << f.flags();
+}
+
+TEST(KernelChoice, TheProductsRunVectorKernelsWhereverTheCpuAllowsThem) {
+  const auto allowed = fp32_family(cpu_features());
+  const auto report = blas_backend();
+  SCOPED_TRACE(report + " on " + cpu_features().flags());
+  if (report.rfind("BLIS", 0) == 0) {
+    // BLIS runs exactly the family the bits allow, whatever its own model table says.
+    EXPECT_EQ(blas::kernel_family(), to_string(allowed));
+    EXPECT_NE(report.find("configuration '"), std::string::npos);
+    EXPECT_NE(report.find(to_string(allowed) + " kernels"), std::string::npos);
+  } else if (report.rfind("CBLAS", 0) == 0 && allowed != VectorFamily::none) {
+    // OpenBLAS picks for itself (OPENBLAS_CORETYPE may hold it to AVX2): never reference code.
+    EXPECT_NE(blas::kernel_family(), "none");
+  }
+}
+
+}  // namespace
+}  // namespace muon::detail

@@ -1,0 +1,68 @@
+// What `muon bench` measures against: the CPU (model, family, feature bits), the fp32 GEMM of
+// every library this build can call — the fastest is the denominator of every orthogonalization
+// figure — the bf16 one where the CPU has bf16 dot products, and a competing process for the
+// figures under load.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace muon::demo {
+
+// "AMD EPYC 7B13 (cpu family 25); avx2 fma": the brand string, /proc/cpuinfo's family, the
+// feature bits the kernel choices read.
+std::string cpu_description();
+
+// n×n×n GEMMs, each library's: LibTorch's at::mm (its BLAS), BLIS (the products of the CPU
+// Newton–Schulz methods, on LibTorch's thread count) and oneDNN in fp32; oneDNN bf16 → fp32
+// when the CPU has bf16 dot products.
+class GemmBench {
+ public:
+  explicit GemmBench(int64_t n = 2048);
+  ~GemmBench();
+
+  struct Gemm {
+    std::string name;  // "LibTorch at::mm", "BLIS", "oneDNN", "oneDNN bf16"
+    std::string kernels;
+    bool bf16 = false;
+    std::function<void()> run;
+  };
+  const std::vector<Gemm>& gemms() const { return gemms_; }
+  // Each GEMM once, in gemms() order, as GFLOP/s.
+  std::vector<double> round();
+  // The fastest fp32 rate of a round().
+  static double best_fp32(const std::vector<Gemm>& gemms, const std::vector<double>& rates);
+
+ private:
+  struct Buffers;
+  int64_t n_;
+  std::vector<Gemm> gemms_;
+  Buffers* buffers_;
+};
+
+// A child process that keeps one core busy from construction to destruction: the "another busy
+// process on the machine" of the figures under load.
+class CompetingProcess {
+ public:
+  CompetingProcess();
+  ~CompetingProcess();
+  CompetingProcess(const CompetingProcess&) = delete;
+  CompetingProcess& operator=(const CompetingProcess&) = delete;
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Sets the thread count of LibTorch's intra-op pool and of OpenBLAS (which ignores LibTorch's),
+// so that every library in a figure runs on the same number of threads. Returns OpenBLAS's
+// previous count (0 when OpenBLAS is not the BLAS).
+int set_all_threads(int threads);
+
+// OpenBLAS's own thread count (0 when it is not loaded); returns the old one.
+int set_openblas_threads(int threads);
+
+}  // namespace muon::demo
