@@ -93,6 +93,8 @@ optimizer:
   lr: 0.02
   ns_coefficients: [[3.0, -3.2, 1.2], [2.0, -1.5, 0.5]]
   normuon: true
+  ns_dtype: float64
+  fused: false
   qk_clip: {tau: 50}
   schedule: {name: power, a: 0.1, warmup_steps: 5, tail: {start: 50, steps: 80, end: 0.0}}
   param_groups:
@@ -107,6 +109,9 @@ optimizer:
   EXPECT_EQ(*second.hybrid.schedule->tail_start, 50);
   EXPECT_DOUBLE_EQ(*second.hybrid.qk_clip_tau, 50.0);
   EXPECT_NE(text.find("name: muonclip"), std::string::npos);
+  EXPECT_EQ(second.hybrid.muon.ns_dtype(), at::kDouble);
+  EXPECT_EQ(second.hybrid.adamw.fused(), false);
+  EXPECT_EQ(second.hybrid.muon.fused(), false);
 }
 
 TEST(Config, BuildOptimizerAppliesGroupsRoutingAndSchedule) {
@@ -200,6 +205,9 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
        "cautious: the root value false conflicts with optimizer.cautious true"},
       {"optimizer: {state_dtype: float16}",
        "optimizer.state_dtype: expected float32 or bfloat16, got 'float16'"},
+      {"optimizer: {ns_dtype: float16}",
+       "optimizer.ns_dtype: expected float32, bfloat16 or float64 (or null: per device), got "
+       "'float16'"},
       {"optimizer: {nonfinite: ignore}", "optimizer.nonfinite: expected skip or error"},
       {"optimizer: {momentum_form: adam}", "optimizer.momentum_form: expected ema or sum"},
       {"optimizer: {adjust_lr: sqrt}", "optimizer.adjust_lr: unknown mode 'sqrt'"},

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <set>
 #include <iterator>
+#include <set>
 #include <sstream>
 
 #include "math/cpu/blas.h"
@@ -50,8 +50,8 @@ TEST(KernelChoice, BlisConfigurationFromTheFeatureBitsNotACpuModelTable) {
   // A CPU newer than BLIS's model table: BLIS picks "generic" (reference code); the bits decide.
   EXPECT_EQ(choose_blis_config("generic", VectorFamily::avx512).config, "skx");
   EXPECT_EQ(choose_blis_config("generic", VectorFamily::avx2).config, "haswell");
-  EXPECT_NE(choose_blis_config("generic", VectorFamily::avx512).reason.find(
-                "BLIS's own detection picked 'generic'"),
+  EXPECT_NE(choose_blis_config("generic", VectorFamily::avx512)
+                .reason.find("BLIS's own detection picked 'generic'"),
             std::string::npos);
   // BLIS's own choice stands when its kernels are exactly as wide as the bits allow.
   const auto zen3 = choose_blis_config("zen3", VectorFamily::avx2);

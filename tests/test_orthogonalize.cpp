@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "helpers.h"
+#include "math/cpu/newton_schulz_bf16.h"
 #include "muon/error.h"
 
 namespace muon {
@@ -194,15 +195,25 @@ TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {
   EXPECT_EQ(resolve_method(at::zeros({64, 65}), {}),
             blas_backend().rfind("BLIS", 0) == 0 ? NsMethod::gram : NsMethod::symmetric);
   EXPECT_EQ(resolve_method(at::zeros({512, 64}, at::kDouble), {}), NsMethod::gram);
-  EXPECT_EQ(resolve_method(at::zeros({64, 64}, at::kBFloat16),
-                           OrthogonalizeOptions().dtype(at::kBFloat16)),
-            NsMethod::plain);
+  // bf16 on CPU: the same choice on bf16 dot products where the CPU has them, else an error
+  // (the CPU default stays float32; test_orthogonalize_bf16.cpp has the bf16 path itself).
+  const auto bf16 = OrthogonalizeOptions().dtype(at::kBFloat16);
+  if (detail::bf16_products_available()) {
+    EXPECT_EQ(resolve_method(at::zeros({64, 64}, at::kBFloat16), bf16), NsMethod::symmetric);
+    EXPECT_EQ(resolve_method(at::zeros({64, 512}), bf16), NsMethod::gram);
+  } else {
+    expect_error<Error>(
+        [&] {
+          resolve_method(at::zeros({64, 64}), bf16);
+        },
+        {"bfloat16 on CPU runs on bf16 dot products", "use float32"});
+  }
   expect_error<Error>(
       [] {
-        orthogonalize(at::zeros({4, 4}),
-                      OrthogonalizeOptions().dtype(at::kBFloat16).method(NsMethod::gram));
+        orthogonalize(at::zeros({4, 4}, at::kDouble).to(at::kMeta),
+                      OrthogonalizeOptions().method(NsMethod::gram));
       },
-      {"method 'gram' runs on CPU float32/float64", "BFloat16", "'automatic' or 'plain'"});
+      {"method 'gram' runs on CPU float32/float64", "on meta", "'automatic' or 'plain'"});
   OrthogonalizeWorkspace ws;
   const auto x = at::randn({3, 32, 96}, gen);
   const auto first = orthogonalize(x, {}, &ws);

@@ -55,7 +55,8 @@ struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions>
   TORCH_ARG(int64_t, ns_steps) = 5;
   TORCH_ARG(CoefficientTable, coefficients) = CoefficientTable::quintic();
   TORCH_ARG(AdjustLr, adjust_lr) = AdjustLr::original;
-  // Orthogonalization dtype; unset picks per device (see OrthogonalizeOptions::dtype).
+  // Orthogonalization dtype; unset picks per device (see OrthogonalizeOptions::dtype): float32 on
+  // CPU, bf16 on GPUs; bf16 on CPU where it has bf16 dot products (AVX512_BF16, AMX).
   TORCH_ARG(std::optional<at::ScalarType>, ns_dtype) = std::nullopt;
   TORCH_ARG(NsMethod, ns_method) = NsMethod::automatic;
   // See OrthogonalizeOptions::gram_restarts.

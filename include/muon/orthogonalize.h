@@ -75,7 +75,8 @@ struct OrthogonalizeOptions {
   TORCH_ARG(int64_t, steps) = 5;
   TORCH_ARG(CoefficientTable, coefficients) = CoefficientTable::quintic();
   // Working dtype. Unset: float64 input stays float64, CPU computes in float32, every other device
-  // (CUDA, ...) in bfloat16.
+  // (CUDA, ...) in bfloat16. bfloat16 on CPU runs on bf16 dot products (AVX512_BF16 or AMX,
+  // through oneDNN: fp32 sums, the k×k matrices kept in fp32); elsewhere on CPU it is an error.
   TORCH_ARG(std::optional<at::ScalarType>, dtype) = std::nullopt;
   TORCH_ARG(NsMethod, method) = NsMethod::automatic;
   // gram only: the iteration counts after which W and its Gram matrix are formed afresh from the
@@ -105,6 +106,9 @@ std::string blas_backend();
 
 // The method `automatic` resolves to for x (or the requested one, checked to be available).
 NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options);
+// The same for matrices of `sizes` (…, rows, cols) of dtype `input` on `device`.
+NsMethod resolve_method(at::IntArrayRef sizes, at::ScalarType input, at::Device device,
+                        const OrthogonalizeOptions& options);
 
 // Throws muon::Error when the options cannot run (steps < 1, empty or non-finite table,
 // eps or safety ≤ 0, non-floating dtype).
@@ -112,6 +116,8 @@ void check_options(const OrthogonalizeOptions& options);
 
 // The dtype orthogonalize() computes in for x under `requested` (see OrthogonalizeOptions::dtype).
 at::ScalarType orthogonalize_dtype(const at::Tensor& x, std::optional<at::ScalarType> requested);
+at::ScalarType orthogonalize_dtype(at::ScalarType input, at::Device device,
+                                   std::optional<at::ScalarType> requested);
 
 // Quality of an orthogonalized result without an SVD: the largest, over the batch, of
 // ‖G − I‖_F / √k where G is the k×k Gram matrix on the smaller side. 0 for exact U·Vᵀ.

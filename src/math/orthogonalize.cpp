@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cpu/blas.h"
+#include "cpu/newton_schulz_bf16.h"
 #include "cpu/newton_schulz_blas.h"
 #include "muon/error.h"
 
@@ -91,11 +92,16 @@ at::Tensor OrthogonalizeWorkspace::get(size_t slot, at::IntArrayRef sizes,
 }
 
 at::ScalarType orthogonalize_dtype(const at::Tensor& x, std::optional<at::ScalarType> requested) {
+  return orthogonalize_dtype(x.scalar_type(), x.device(), requested);
+}
+
+at::ScalarType orthogonalize_dtype(at::ScalarType input, at::Device device,
+                                   std::optional<at::ScalarType> requested) {
   if (requested) return *requested;
-  if (x.scalar_type() == at::kDouble) return at::kDouble;
+  if (input == at::kDouble) return at::kDouble;
   // CPU bf16 GEMMs are far slower than fp32 ones; GPUs (and other accelerators) are fastest in
   // bf16, which torch.optim.Muon and Keller Jordan's Muon use everywhere.
-  return x.device().is_cpu() ? at::kFloat : at::kBFloat16;
+  return device.is_cpu() ? at::kFloat : at::kBFloat16;
 }
 
 namespace {
@@ -160,9 +166,8 @@ bool gram_is_cheaper(int64_t rows, int64_t cols, const OrthogonalizeOptions& opt
          detail::symmetric_flops(k, m, options.steps());
 }
 
-bool blas_eligible(const at::Tensor& x, at::ScalarType dtype) {
-  return detail::have_blas() && x.device().is_cpu() &&
-         (dtype == at::kFloat || dtype == at::kDouble);
+bool blas_eligible(at::Device device, at::ScalarType dtype) {
+  return detail::have_blas() && device.is_cpu() && (dtype == at::kFloat || dtype == at::kDouble);
 }
 
 // The plain reference: three batched GEMMs per iteration on the smaller side. For tall X,
@@ -186,17 +191,31 @@ std::string blas_backend() {
 }
 
 NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options) {
-  const auto dtype = orthogonalize_dtype(x, options.dtype());
+  return resolve_method(x.sizes(), x.scalar_type(), x.device(), options);
+}
+
+NsMethod resolve_method(at::IntArrayRef sizes, at::ScalarType input, at::Device device,
+                        const OrthogonalizeOptions& options) {
+  const auto dtype = orthogonalize_dtype(input, device, options.dtype());
   const auto method = options.method();
+  const int64_t rows = sizes[sizes.size() - 2], cols = sizes.back();
+  if (device.is_cpu() && dtype == at::kBFloat16) {  // bf16 products through oneDNN
+    check(detail::bf16_products_available(),
+          "orthogonalize: bfloat16 on CPU runs on bf16 dot products, and ",
+          detail::bf16_products_unavailable_reason(), "; use float32 (the CPU default)");
+    if (method != NsMethod::automatic) return method;
+    return gram_is_cheaper(rows, cols, options) ? NsMethod::gram : NsMethod::symmetric;
+  }
   if (method == NsMethod::plain) return method;
-  const bool eligible = blas_eligible(x, dtype);
+  const bool eligible = blas_eligible(device, dtype);
   if (method == NsMethod::automatic) {
     if (!eligible) return NsMethod::plain;
-    return gram_is_cheaper(x.size(-2), x.size(-1), options) ? NsMethod::gram : NsMethod::symmetric;
+    return gram_is_cheaper(rows, cols, options) ? NsMethod::gram : NsMethod::symmetric;
   }
   check(eligible, "orthogonalize: method '", to_string(method), "' runs on CPU float32/float64 ",
-        "with BLIS or a CBLAS; got a ", dtype, " computation on ", x.device(),
-        (detail::have_blas() ? "" : " in a build without either"), " (use 'automatic' or 'plain')");
+        "with BLIS or a CBLAS, or on CPU bfloat16 with bf16 dot products; got a ", dtype,
+        " computation on ", device, (detail::have_blas() ? "" : " in a build without either"),
+        " (use 'automatic' or 'plain')");
   return method;
 }
 
@@ -210,6 +229,14 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
   const int64_t cols = x.size(-1);
   const auto& table = options.coefficients();
 
+  if (x.device().is_cpu() && orthogonalize_dtype(x, options.dtype()) == at::kBFloat16) {
+    // Normalized in fp32; the iterations round to bf16 where their products need it.
+    const auto batch = x.reshape({-1, rows, cols}).to(at::kFloat);
+    const auto norm = at::linalg_vector_norm(batch, 2, at::IntArrayRef{-2, -1}, true);
+    const auto X = detail::bf16_iterations(batch / (norm * table.safety + table.eps), method, table,
+                                           options.steps(), gram_restart_points(options));
+    return X.to(x.scalar_type()).reshape(x.sizes());
+  }
   // X is a fresh tensor (or workspace buffer) from the division on, so x — possibly aliased by
   // the reshape/cast — is never written.
   const auto batch = x.reshape({-1, rows, cols}).to(orthogonalize_dtype(x, options.dtype()));

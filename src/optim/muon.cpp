@@ -235,6 +235,9 @@ void Muon::check_step() const {
       check(p.grad().sizes() == p.sizes(), "Muon: ", param_label(gi, i),
             " has a gradient of shape ", p.grad().sizes(), " for a parameter of shape ", p.sizes());
       detail::check_kernels(o.fused(), p, "Muon", param_label(gi, i));
+      // The orthogonalization can run (a bf16 dtype on CPU needs bf16 dot products): checked
+      // before anything changes, not in the middle of the step.
+      resolve_method(matrix_view(p), p.scalar_type(), p.device(), orthogonalize_options(o));
     }
   }
 }

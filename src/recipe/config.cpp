@@ -191,6 +191,11 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   if (const auto n = s.find("ns_coefficients"); n && !n.IsNull()) {
     h.muon.coefficients(read_table(n, s.key_path("ns_coefficients")));
   }
+  if (const auto v = s.text("ns_dtype")) {  // null: per device (float32 on CPU, bf16 elsewhere)
+    check(*v == "float32" || *v == "bfloat16" || *v == "float64", s.key_path("ns_dtype"),
+          ": expected float32, bfloat16 or float64 (or null: per device), got '", *v, "'");
+    h.muon.ns_dtype(*v == "bfloat16" ? at::kBFloat16 : *v == "float64" ? at::kDouble : at::kFloat);
+  }
   if (const auto v = s.text("ns_method")) {
     h.muon.ns_method(one_of<NsMethod>(s.key_path("ns_method"), *v, ns_method_from_string));
   }
@@ -541,6 +546,12 @@ std::string OptimConfig::to_yaml() const {
     out << h.muon.coefficients().name;
   }
   out << YAML::Key << "ns_method" << YAML::Value << to_string(h.muon.ns_method());
+  out << YAML::Key << "ns_dtype" << YAML::Value;
+  if (const auto d = h.muon.ns_dtype()) {
+    out << (*d == at::kBFloat16 ? "bfloat16" : *d == at::kDouble ? "float64" : "float32");
+  } else {
+    out << YAML::Null;
+  }
   out << YAML::Key << "adjust_lr" << YAML::Value << to_string(h.muon.adjust_lr());
   out << YAML::Key << "muon_plus" << YAML::Value << YAML::BeginMap << YAML::Key << "mode"
       << YAML::Value << to_string(h.muon.post_norm()) << YAML::Key << "eps" << YAML::Value

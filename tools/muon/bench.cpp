@@ -446,8 +446,7 @@ void bench_load(BenchReport& report, std::ostream& log) {
     CompetingProcess busy;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     std::tie(r.loaded_median_ms, r.loaded_max_ms) = median_and_max(r.steps, ours_step);
-    std::tie(r.plain_loaded_median_ms, r.plain_loaded_max_ms) =
-        median_and_max(r.steps, plain_step);
+    std::tie(r.plain_loaded_median_ms, r.plain_loaded_max_ms) = median_and_max(r.steps, plain_step);
   }
   char line[640];
   std::snprintf(line, sizeof line,
@@ -466,7 +465,8 @@ void bench_load(BenchReport& report, std::ostream& log) {
 std::string openblas_environment() {
   std::string out;
   for (const char* name : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"}) {
-    if (const char* v = std::getenv(name)) out += (out.empty() ? "" : " ") + std::string(name) + "=" + v;
+    if (const char* v = std::getenv(name))
+      out += (out.empty() ? "" : " ") + std::string(name) + "=" + v;
   }
   return out.empty() ? "unset" : out;
 }
@@ -493,8 +493,8 @@ void bench_machine(BenchReport& report, std::ostream& log) {
   auto c = at::empty({n});
   report.copy_gbs = 8.0 * n / best_seconds(5, [&] { c.copy_(a); }) / 1e9;
   report.triad_gbs = 12.0 * n / best_seconds(5, [&] { at::add_out(c, a, b, 0.5); }) / 1e9;
-  log << "machine: " << report.cpu << "\n" << report.threads
-      << " threads for every library (LibTorch's intra-op pool and OpenBLAS's); "
+  log << "machine: " << report.cpu << "\n"
+      << report.threads << " threads for every library (LibTorch's intra-op pool and OpenBLAS's); "
       << report.openblas_env << "\nfp32 GEMM 2048³, best of 5:";
   char line[256];
   for (const auto& g : report.gemms) {
@@ -502,7 +502,8 @@ void bench_machine(BenchReport& report, std::ostream& log) {
                   g.bf16 ? " → fp32" : "", g.kernels.c_str(), g.gflops);
     log << line;
   }
-  std::snprintf(line, sizeof line, "\nbest fp32 GEMM %.1f GFLOP/s%s; copy %.1f GB/s, triad %.1f GB/s\n",
+  std::snprintf(line, sizeof line,
+                "\nbest fp32 GEMM %.1f GFLOP/s%s; copy %.1f GB/s, triad %.1f GB/s\n",
                 report.gemm_gflops,
                 report.bf16_gflops > 0 ? "" : " (no bf16 GEMM: this CPU has no bf16 dot products)",
                 report.copy_gbs, report.triad_gbs);
@@ -549,8 +550,8 @@ std::string BenchReport::to_json() const {
   std::ostringstream out;
   out.precision(6);
   out << "{\n  \"threads\": " << threads << ",\n  \"cpu\": " << quoted(cpu)
-      << ",\n  \"openblas_env\": " << quoted(openblas_env) << ",\n  \"products\": "
-      << quoted(products) << ",\n  \"gemms\": [";
+      << ",\n  \"openblas_env\": " << quoted(openblas_env)
+      << ",\n  \"products\": " << quoted(products) << ",\n  \"gemms\": [";
   for (size_t i = 0; i < gemms.size(); ++i) {
     out << (i ? ", " : "") << "{\"name\": " << quoted(gemms[i].name)
         << ", \"kernels\": " << quoted(gemms[i].kernels)
@@ -615,8 +616,8 @@ void compare_openblas_settings(const BenchReport& as_set, const std::string& uns
     at = unset_json.find("\"of_gemm\": ", at);
     if (at == std::string::npos) break;
     std::snprintf(line, sizeof line, "| %lldx%lld %s, of the best GEMM rate | %.2f | %.2f |\n",
-                  static_cast<long long>(r.rows), static_cast<long long>(r.cols),
-                  r.method.c_str(), r.of_gemm, number_after(unset_json, "of_gemm", at));
+                  static_cast<long long>(r.rows), static_cast<long long>(r.cols), r.method.c_str(),
+                  r.of_gemm, number_after(unset_json, "of_gemm", at));
     log << line;
     ++at;
   }
@@ -625,12 +626,12 @@ void compare_openblas_settings(const BenchReport& as_set, const std::string& uns
     const double ours_unset = number_after(unset_json, "ours_ms");
     const double plain_best = plain_unset > 0 ? std::min(as_set.muon_step.plain_ms, plain_unset)
                                               : as_set.muon_step.plain_ms;
-    std::snprintf(line, sizeof line,
-                  "| Muon step, ms: ours / plain ATen | %.0f / %.0f | %.0f / %.0f |\n"
-                  "| Muon step speed-up against plain ATen at its best (%.0f ms) | %.2fx | %.2fx |\n",
-                  as_set.muon_step.ours_ms, as_set.muon_step.plain_ms, ours_unset, plain_unset,
-                  plain_best, plain_best / as_set.muon_step.ours_ms,
-                  ours_unset > 0 ? plain_best / ours_unset : 0.0);
+    std::snprintf(
+        line, sizeof line,
+        "| Muon step, ms: ours / plain ATen | %.0f / %.0f | %.0f / %.0f |\n"
+        "| Muon step speed-up against plain ATen at its best (%.0f ms) | %.2fx | %.2fx |\n",
+        as_set.muon_step.ours_ms, as_set.muon_step.plain_ms, ours_unset, plain_unset, plain_best,
+        plain_best / as_set.muon_step.ours_ms, ours_unset > 0 ? plain_best / ours_unset : 0.0);
     log << line;
   }
   log << std::flush;

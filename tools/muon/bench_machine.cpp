@@ -66,10 +66,10 @@ GemmBench::GemmBench(int64_t n) : n_(n), buffers_(new Buffers) {
   }
   using detail::dnnl::Type;
   if (detail::dnnl::available()) {
-    gemms_.push_back({"oneDNN", detail::dnnl::kernel(Type::f32, Type::f32), false, [=] {
-                        detail::dnnl::matmul(n, n, n, Type::f32, {a, n, 1}, {b, n, 1}, Type::f32,
-                                             c, n, 1);
-                      }});
+    gemms_.push_back(
+        {"oneDNN", detail::dnnl::kernel(Type::f32, Type::f32), false, [=] {
+           detail::dnnl::matmul(n, n, n, Type::f32, {a, n, 1}, {b, n, 1}, Type::f32, c, n, 1);
+         }});
     const auto bf16_kernel = detail::dnnl::kernel(Type::bf16, Type::f32);
     if (detail::has_bf16_products(detail::cpu_features()) && !bf16_kernel.empty()) {
       t.a16 = t.a.to(at::kBFloat16);

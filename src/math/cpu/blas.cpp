@@ -105,8 +105,8 @@ void gemm(int m, int n, int k, float alpha, View<float> a, View<float> b, float 
   bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, in(a.data), a.rs, a.cs,
                in(b.data), b.rs, b.cs, &beta, c, rsc, csc, nullptr, &r.rntm);
 }
-void gemm(int m, int n, int k, double alpha, View<double> a, View<double> b, double beta,
-          double* c, int64_t rsc, int64_t csc) {
+void gemm(int m, int n, int k, double alpha, View<double> a, View<double> b, double beta, double* c,
+          int64_t rsc, int64_t csc) {
   SingleThreaded r;
   bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, in(a.data), a.rs, a.cs,
                in(b.data), b.rs, b.cs, &beta, c, rsc, csc, nullptr, &r.rntm);

@@ -90,8 +90,9 @@ void matmul(int64_t m, int64_t n, int64_t k, Type in, Operand a, Operand b, Type
   const auto a_md = descriptor(m, k, in, a.rs, a.cs);
   const auto b_md = descriptor(k, n, in, b.rs, b.cs);
   const auto c_md = descriptor(m, n, out, rsc, csc);
-  const Key key{m, n, k, static_cast<int>(in), static_cast<int>(out), a.rs, a.cs, b.rs, b.cs,
-                rsc, csc, accumulate};
+  const Key key{
+      m,   n,   k,         static_cast<int>(in), static_cast<int>(out), a.rs, a.cs, b.rs, b.cs,
+      rsc, csc, accumulate};
   const auto& p = product(key, a_md, b_md, c_md, accumulate);
   memory a_mem(a_md, engine(), const_cast<void*>(a.data));
   memory b_mem(b_md, engine(), const_cast<void*>(b.data));

@@ -57,8 +57,8 @@ CpuFeatures detect() {
   const auto leaf1 = cpuid(1);
   if (!bit(leaf1.ecx, 27)) return f;  // no OSXSAVE: no AVX state either
   const uint64_t xcr0 = saved_state();
-  const bool ymm = (xcr0 & 0x6) == 0x6;           // SSE and AVX state
-  const bool zmm = ymm && (xcr0 & 0xE0) == 0xE0;  // opmask, ZMM_Hi256, Hi16_ZMM
+  const bool ymm = (xcr0 & 0x6) == 0x6;            // SSE and AVX state
+  const bool zmm = ymm && (xcr0 & 0xE0) == 0xE0;   // opmask, ZMM_Hi256, Hi16_ZMM
   const bool tiles = (xcr0 & 0x60000) == 0x60000;  // XTILECFG, XTILEDATA
   const bool max7 = cpuid(0).eax >= 7;
   const auto leaf7 = max7 ? cpuid(7, 0) : Registers{};

@@ -1,0 +1,32 @@
+// Internal: Newton–Schulz in bfloat16 on CPU. Every matrix product takes bf16 operands and
+// accumulates in fp32 (oneDNN's bf16 kernels on CPUs with bf16 dot products, AVX512_BF16 or AMX:
+// about twice the fp32 rate); the k×k matrices (A, the polynomial Q, Gram's R) stay fp32 between
+// products and are rounded to bf16 only as operands; W is kept in bf16, as Keller Jordan's
+// formulation keeps X.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "muon/orthogonalize.h"
+
+namespace muon::detail {
+
+// Where the bf16 products run: oneDNN, or emulated by fp32 products of the bf16-rounded operands
+// (exact products, fp32 sums: the same arithmetic, in another summation order) — what the tests
+// measure bf16 accuracy with on a CPU without bf16 dot products.
+enum class Bf16Products { onednn, emulated };
+
+// Whether this CPU and build run bf16 products in hardware; else why not.
+bool bf16_products_available();
+std::string bf16_products_unavailable_reason();
+
+// X: (batch, rows, cols) float32, already normalized. Iterates each matrix on its smaller side by
+// `method` (plain, symmetric or gram, as the fp32 methods) and returns the results in float32.
+at::Tensor bf16_iterations(const at::Tensor& X, NsMethod method, const CoefficientTable& table,
+                           int64_t steps, const std::vector<int64_t>& restarts,
+                           Bf16Products products = Bf16Products::onednn);
+
+}  // namespace muon::detail

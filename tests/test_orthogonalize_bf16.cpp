@@ -1,0 +1,141 @@
+// bf16 Newton–Schulz on CPU: its accuracy against the fp64 polar factor and against Keller
+// Jordan's formulation computed in bf16, on random, condition-1e4 and low-rank inputs. The bf16
+// products are emulated (fp32 products of bf16-rounded operands: the same arithmetic as oneDNN's
+// bf16 kernels, summed in another order), so this runs on any CPU; where the CPU has bf16 dot
+// products the same iterations run on oneDNN and are compared with the emulation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "helpers.h"
+#include "math/cpu/newton_schulz_bf16.h"
+#include "muon/error.h"
+#include "muon/orthogonalize.h"
+
+namespace muon::detail {
+namespace {
+
+using testing::seeded;
+
+// U·Vᵀ over the singular values above fp32 rounding noise (Newton–Schulz maps zero ones to
+// zero), in fp64.
+at::Tensor polar_factor(const at::Tensor& x) {
+  const auto [U, S, Vh] = at::linalg_svd(x.to(at::kDouble), /*full_matrices=*/false);
+  const auto kept = (S > S.max() * 1e-5).to(at::kDouble);
+  return at::matmul(U * kept, Vh);
+}
+
+// Keller Jordan's zeropower_via_newtonschulz5 in bf16 (its arithmetic: every tensor bf16).
+at::Tensor keller_jordan_bf16(const at::Tensor& g, const CoefficientTable& table, int64_t steps) {
+  auto X = g.to(at::kBFloat16);
+  const bool tall = X.size(0) > X.size(1);
+  if (tall) X = X.t();
+  X = X / (X.norm() * table.safety + table.eps);  // the table's normalization
+  for (int64_t t = 0; t < steps; ++t) {
+    const auto& [a, b, c] = table.row(t);
+    const auto A = at::mm(X, X.t());
+    const auto B = A * b + at::mm(A, A) * c;
+    X = X * a + at::mm(B, X);
+  }
+  return (tall ? X.t() : X).to(at::kDouble);
+}
+
+// Ours in bf16 by `method`, normalized as orthogonalize() normalizes.
+at::Tensor ours_bf16(const at::Tensor& g, NsMethod method, const CoefficientTable& table,
+                     int64_t steps, Bf16Products products = Bf16Products::emulated) {
+  const auto x = g.to(at::kFloat).unsqueeze(0);
+  const auto normalized = x / (x.norm() * table.safety + table.eps);
+  const auto options = OrthogonalizeOptions().steps(steps).coefficients(table);
+  return bf16_iterations(normalized, method, table, steps, gram_restart_points(options),
+                         products)[0]
+      .to(at::kDouble);
+}
+
+double distance(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).norm().item<double>() / b.norm().item<double>();
+}
+
+struct Input {
+  std::string name;
+  at::Tensor x;
+};
+
+std::vector<Input> inputs() {
+  auto gen = seeded(1);
+  std::vector<Input> out;
+  out.push_back({"random 192x192", at::randn({192, 192}, gen)});
+  out.push_back({"random 96x288", at::randn({96, 288}, gen)});
+  out.push_back({"random 288x96", at::randn({288, 96}, gen)});
+  out.push_back(
+      {"condition 1e4, 192x192", testing::with_singular_values(192, 192, 1e-4, at::kFloat, gen)});
+  out.push_back(
+      {"condition 1e4, 96x288", testing::with_singular_values(96, 288, 1e-4, at::kFloat, gen)});
+  const auto U = testing::orthonormal_columns(192, 8, gen);
+  const auto V = testing::orthonormal_columns(192, 8, gen);
+  out.push_back({"rank 8, 192x192", at::matmul(U, V.t()).to(at::kFloat)});
+  return out;
+}
+
+// ours at least as close as Keller Jordan's bf16 formulation with the same table, both to the fp64
+// polar factor and to the same iterations in fp64 (which isolates rounding from the polynomial's
+// own distance to the polar factor).
+void expect_at_least_as_accurate(NsMethod method) {
+  for (const auto& table : {CoefficientTable::quintic(), CoefficientTable::polar_express()}) {
+    for (const auto& input : inputs()) {
+      SCOPED_TRACE(table.name + " " + input.name + " " + to_string(method));
+      const auto options = OrthogonalizeOptions().coefficients(table);
+      const auto polar = polar_factor(input.x);
+      const auto fp64 = orthogonalize(input.x.to(at::kDouble), options);
+      const auto kj = keller_jordan_bf16(input.x, table, 5);
+      const auto ours = ours_bf16(input.x, method, table, 5);
+      const auto fp32 = orthogonalize(input.x, options).to(at::kDouble);
+      std::cout << table.name << " | " << input.name << " | " << to_string(method)
+                << " | to the polar factor: ours bf16 " << distance(ours, polar)
+                << ", Keller Jordan bf16 " << distance(kj, polar) << ", fp32 "
+                << distance(fp32, polar) << " | to fp64 iterations: ours bf16 "
+                << distance(ours, fp64) << ", Keller Jordan bf16 " << distance(kj, fp64)
+                << ", fp32 " << distance(fp32, fp64) << "\n";
+      EXPECT_LE(distance(ours, polar), distance(kj, polar));
+      EXPECT_LE(distance(ours, fp64), distance(kj, fp64));
+      EXPECT_GT(distance(ours, fp64), distance(fp32, fp64));  // bf16 shows: the test is sound
+    }
+  }
+}
+
+TEST(OrthogonalizeBf16, PlainIsAtLeastAsAccurateAsKellerJordansBf16) {
+  expect_at_least_as_accurate(NsMethod::plain);
+}
+
+TEST(OrthogonalizeBf16, SymmetricIsAtLeastAsAccurateAsKellerJordansBf16) {
+  expect_at_least_as_accurate(NsMethod::symmetric);
+}
+
+TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16) {
+  expect_at_least_as_accurate(NsMethod::gram);
+}
+
+TEST(OrthogonalizeBf16, WithoutBf16DotProductsCpuBf16IsAClearError) {
+  if (bf16_products_available()) {
+    // The hardware path and the emulation: the same arithmetic, summed in another order.
+    auto gen = seeded(2);
+    const auto x = at::randn({128, 384}, gen);
+    for (auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
+      const auto table = CoefficientTable::quintic();
+      EXPECT_LT(distance(ours_bf16(x, method, table, 5, Bf16Products::onednn),
+                         ours_bf16(x, method, table, 5)),
+                2e-2)
+          << to_string(method);
+    }
+    EXPECT_EQ(resolve_method(x, OrthogonalizeOptions().dtype(at::kBFloat16)), NsMethod::gram);
+    return;
+  }
+  testing::expect_error<Error>(
+      [] {
+        orthogonalize(at::randn({8, 8}), OrthogonalizeOptions().dtype(at::kBFloat16));
+      },
+      {"bfloat16 on CPU runs on bf16 dot products", "AVX512_BF16 or AMX",
+       "use float32 (the CPU default)"});
+}
+
+}  // namespace
+}  // namespace muon::detail
