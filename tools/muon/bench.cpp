@@ -25,6 +25,7 @@
 #include "muon/muon.h"
 #include "muon/orthogonalize.h"
 #include "muon/routing.h"
+#include "math/cpu/newton_schulz_bf16.h"
 
 namespace muon::demo {
 namespace {
@@ -79,17 +80,35 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
       << "|---|---|---|---|---|---|---|---|\n";
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1024, 1024}, {1024, 4096}, {4096, 1024}, {768, 768}, {768, 3072}};
-  const NsMethod methods[] = {NsMethod::plain, NsMethod::symmetric, NsMethod::gram,
-                              NsMethod::automatic};
+  // Each method in fp32, and in bf16 where the CPU has bf16 dot products.
+  struct Variant {
+    NsMethod method;
+    std::optional<at::ScalarType> dtype;
+  };
+  std::vector<Variant> variants = {{NsMethod::plain, std::nullopt},
+                                   {NsMethod::symmetric, std::nullopt},
+                                   {NsMethod::gram, std::nullopt},
+                                   {NsMethod::automatic, std::nullopt}};
+  if (detail::bf16_products_available()) {
+    for (auto m : {NsMethod::symmetric, NsMethod::gram, NsMethod::automatic}) {
+      variants.push_back({m, at::kBFloat16});
+    }
+  } else {
+    log << "(no bf16 rows: " << detail::bf16_products_unavailable_reason() << ")\n\n";
+  }
+  const auto options_of = [](const Variant& v) {
+    return OrthogonalizeOptions().method(v.method).dtype(v.dtype);
+  };
   GemmBench gemm(2048);
   for (const auto& [rows, cols] : shapes) {
     const auto x = at::randn({rows, cols});
     const auto plain = orthogonalize(x, OrthogonalizeOptions().method(NsMethod::plain));
-    std::vector<OrthogonalizeWorkspace> workspaces(std::size(methods));
-    std::vector<at::Tensor> outs(std::size(methods));
-    std::vector<double> best(std::size(methods), 1e300);
-    for (size_t i = 0; i < std::size(methods); ++i) {  // warm-up, sizes the workspaces
-      outs[i] = orthogonalize(x, OrthogonalizeOptions().method(methods[i]), &workspaces[i]);
+    const size_t n = variants.size();
+    std::vector<OrthogonalizeWorkspace> workspaces(n);
+    std::vector<at::Tensor> outs(n);
+    std::vector<double> best(n, 1e300);
+    for (size_t i = 0; i < n; ++i) {  // warm-up, sizes the workspaces
+      outs[i] = orthogonalize(x, options_of(variants[i]), &workspaces[i]);
     }
     double gemm_gflops = 0;
     // Each library's work is timed apart from the other's: after a call, the workers of either
@@ -98,23 +117,25 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
     // the library's products, then `plain` and the GEMMs, then pauses. (The Muon step below keeps
     // that hand-over: it happens once per optimizer step.)
     for (int round = 0; round < std::max(config.reps, 1); ++round) {
-      for (size_t i = std::size(methods); i-- > 0;) {  // automatic, gram, symmetric, plain
-        const auto options = OrthogonalizeOptions().method(methods[i]);
+      for (size_t i = n; i-- > 0;) {  // bf16, then automatic, gram, symmetric, plain
+        const auto options = options_of(variants[i]);
         best[i] = std::min(best[i],
                            seconds([&] { outs[i] = orthogonalize(x, options, &workspaces[i]); }));
       }
       gemm_gflops = std::max(gemm_gflops, GemmBench::best_fp32(gemm.gemms(), gemm.round()));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    for (size_t i = 0; i < std::size(methods); ++i) {
-      const auto method = methods[i];
+    for (size_t i = 0; i < n; ++i) {
+      const auto& v = variants[i];
       const double gflops = plain_flops(rows, cols, 5) / best[i] / 1e9;
+      std::string name = (v.dtype ? "bf16 " : "") + to_string(v.method);
+      if (v.method == NsMethod::automatic) {
+        name += "→" + to_string(resolve_method(x, options_of(v)));
+      }
       BenchReport::Orthogonalization row{
           rows,
           cols,
-          to_string(method) + (method == NsMethod::automatic
-                                   ? "→" + to_string(resolve_method(x, OrthogonalizeOptions()))
-                                   : ""),
+          name,
           best[i] * 1e3,
           gflops,
           gemm_gflops,
@@ -133,6 +154,18 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
 }
 
 // ---- a whole Muon step vs the same math in plain ATen ----
+
+// LibTorch's intra-op threads set to `threads` for a scope. The plain ATen step runs fastest with
+// one (its GEMMs are OpenBLAS's, on OpenBLAS's own threads; an OpenMP team of LibTorch's spinning
+// beside them halves their rate on 2 cores), so it is timed with one and with every thread, and
+// the better counts: the baseline at its best.
+struct ScopedThreads {
+  explicit ScopedThreads(int threads) : before(at::get_num_threads()) {
+    at::set_num_threads(threads);
+  }
+  ~ScopedThreads() { at::set_num_threads(before); }
+  int before;
+};
 
 // torch.optim.Muon's formulation: EMA momentum with Nesterov, the quintic on the transposed tall
 // matrix, decoupled decay, √max(1, rows/cols).
@@ -166,54 +199,85 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
     shapes.push_back({4 * w, w});
     shapes.push_back({w, 4 * w});
   }
-  std::vector<at::Tensor> ours, theirs, buffers;
+  std::vector<at::Tensor> ours, ours16, theirs, buffers;
+  const auto copy = [](const at::Tensor& p, const at::Tensor& g) {
+    auto c = p.clone().requires_grad_(true);
+    c.mutable_grad() = g.clone();
+    return c;
+  };
   for (const auto& s : shapes) {
-    auto p = at::randn(s).mul_(0.02);
+    const auto p = at::randn(s).mul_(0.02);
     const auto g = at::randn(s);
-    ours.push_back(p.clone().requires_grad_(true));
-    ours.back().mutable_grad() = g.clone();
-    theirs.push_back(p.clone().requires_grad_(true));
-    theirs.back().mutable_grad() = g.clone();
+    ours.push_back(copy(p, g));
+    ours16.push_back(copy(p, g));
+    theirs.push_back(copy(p, g));
     buffers.push_back(at::zeros(s));
     report.muon_step.parameters += p.numel();
   }
   report.muon_step.matrices = static_cast<int64_t>(shapes.size());
   std::vector<at::Tensor> before;
   for (const auto& p : ours) before.push_back(p.detach().clone());
-  Muon opt(ours, MuonOptions(0.02).weight_decay(0.01));
+  const auto options = MuonOptions(0.02).weight_decay(0.01);
+  Muon opt(ours, options);
+  const bool bf16 = detail::bf16_products_available();
+  Muon opt16(ours16, MuonOptions(options).ns_dtype(at::kBFloat16));
   // One step each from the same state: compare the updates, then time further steps.
   const double first_ours = seconds([&] { opt.step(); });
-  const double first_plain = seconds([&] { plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01); });
-  double worst = 0;
-  for (size_t i = 0; i < ours.size(); ++i) {
-    const auto theirs_delta = theirs[i].detach() - before[i];
-    const auto ours_delta = ours[i].detach() - before[i];
-    worst = std::max(
-        worst, ((ours_delta - theirs_delta).abs().max() / theirs_delta.abs().max()).item<double>());
-  }
-  report.muon_step.max_rel_diff = worst;
-  // Alternating steps, so that both see the same phases of a noisy machine.
-  double ours_s = first_ours, plain_s = first_plain;
-  for (int r = 0; r < config.reps; ++r) {
+  const auto plain_step = [&] { plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01); };
+  const auto plain_one_thread = [&] {
+    ScopedThreads one(1);
+    plain_step();
+  };
+  const double first_plain = seconds(plain_step);
+  const double first_bf16 = bf16 ? seconds([&] { opt16.step(); }) : 0.0;
+  const auto worst_difference = [&](const std::vector<at::Tensor>& mine) {
+    double worst = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const auto theirs_delta = theirs[i].detach() - before[i];
+      const auto mine_delta = mine[i].detach() - before[i];
+      worst = std::max(worst, ((mine_delta - theirs_delta).abs().max() / theirs_delta.abs().max())
+                                  .item<double>());
+    }
+    return worst;
+  };
+  auto& r = report.muon_step;
+  r.max_rel_diff = worst_difference(ours);
+  if (bf16) r.bf16_max_rel_diff = worst_difference(ours16);
+  // Alternating steps, so that all see the same phases of a noisy machine.
+  double ours_s = first_ours, plain_s = first_plain, plain_one_s = 1e300, bf16_s = first_bf16;
+  for (int rep = 0; rep < config.reps; ++rep) {
     ours_s = std::min(ours_s, seconds([&] { opt.step(); }));
-    plain_s =
-        std::min(plain_s, seconds([&] { plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01); }));
+    plain_s = std::min(plain_s, seconds(plain_step));
+    plain_one_s = std::min(plain_one_s, seconds(plain_one_thread));
+    if (bf16) bf16_s = std::min(bf16_s, seconds([&] { opt16.step(); }));
   }
-  report.muon_step.ours_ms = 1e3 * ours_s;
-  report.muon_step.plain_ms = 1e3 * plain_s;
-  report.muon_step.speedup = report.muon_step.plain_ms / report.muon_step.ours_ms;
-  char line[512];
+  r.plain_threads = plain_one_s < plain_s ? 1 : report.threads;
+  plain_s = std::min(plain_s, plain_one_s);
+  r.ours_ms = 1e3 * ours_s;
+  r.plain_ms = 1e3 * plain_s;
+  r.speedup = r.plain_ms / r.ours_ms;
+  char line[768];
   std::snprintf(line, sizeof line,
                 "\n## Muon step: %lld matrices (%lld layers at width %lld, %.1fM parameters)\n\n"
-                "| implementation | ms/step | speed-up |\n|---|---|---|\n"
-                "| plain ATen (torch.optim.Muon's math) | %.0f | 1.00x |\n"
-                "| muon::Muon | %.0f | %.2fx |\n\n"
-                "largest difference of one step's update, relative to its largest entry: %.1e\n",
-                static_cast<long long>(report.muon_step.matrices),
-                static_cast<long long>(config.muon_layers), static_cast<long long>(w),
-                report.muon_step.parameters / 1e6, report.muon_step.plain_ms,
-                report.muon_step.ours_ms, report.muon_step.speedup, report.muon_step.max_rel_diff);
-  log << line << std::flush;
+                "| implementation | ms/step | speed-up | largest difference of one step's update "
+                "from plain ATen's, relative to its largest entry |\n|---|---|---|---|\n"
+                "| plain ATen (torch.optim.Muon's math; at its best, %d LibTorch threads) | %.0f | "
+                "1.00x | |\n"
+                "| muon::Muon | %.0f | %.2fx | %.1e |\n",
+                static_cast<long long>(r.matrices), static_cast<long long>(config.muon_layers),
+                static_cast<long long>(w), r.parameters / 1e6, r.plain_threads, r.plain_ms,
+                r.ours_ms, r.speedup, r.max_rel_diff);
+  log << line;
+  if (bf16) {
+    r.bf16_ms = 1e3 * bf16_s;
+    r.bf16_speedup = r.plain_ms / r.bf16_ms;
+    std::snprintf(line, sizeof line, "| muon::Muon, bf16 Newton–Schulz | %.0f | %.2fx | %.1e |\n",
+                  r.bf16_ms, r.bf16_speedup, r.bf16_max_rel_diff);
+    log << line;
+  } else {
+    log << "\n(no bf16 row: " << detail::bf16_products_unavailable_reason() << ")\n";
+  }
+  log << std::flush;
 }
 
 // ---- AdamW ----
@@ -439,7 +503,10 @@ void bench_load(BenchReport& report, std::ostream& log) {
   }
   Muon opt(ours, MuonOptions(0.02).weight_decay(0.01));
   const auto ours_step = [&] { opt.step(); };
-  const auto plain_step = [&] { plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01); };
+  const auto plain_step = [&] {
+    ScopedThreads one(1);  // its best setting (bench_muon_step)
+    plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01);
+  };
   ours_step();
   std::tie(r.quiet_median_ms, r.quiet_max_ms) = median_and_max(r.steps, ours_step);
   {
@@ -454,7 +521,7 @@ void bench_load(BenchReport& report, std::ostream& log) {
                 "process on the machine\n\n| step | median ms | max ms | max / median |\n"
                 "|---|---|---|---|\n| muon::Muon, alone | %.1f | %.1f | %.2f |\n"
                 "| muon::Muon, loaded | %.1f | %.1f | %.2f |\n"
-                "| plain ATen, loaded | %.1f | %.1f | %.2f |\n",
+                "| plain ATen (1 LibTorch thread, its best), loaded | %.1f | %.1f | %.2f |\n",
                 r.steps, report.threads, r.quiet_median_ms, r.quiet_max_ms,
                 r.quiet_max_ms / r.quiet_median_ms, r.loaded_median_ms, r.loaded_max_ms,
                 r.loaded_max_ms / r.loaded_median_ms, r.plain_loaded_median_ms,
@@ -572,7 +639,8 @@ std::string BenchReport::to_json() const {
       << ", \"parameters\": " << muon_step.parameters << ", \"plain_ms\": " << muon_step.plain_ms
       << ", \"ours_ms\": " << muon_step.ours_ms << ", \"speedup\": " << muon_step.speedup
       << ", \"max_rel_diff\": " << muon_step.max_rel_diff
-      << "},\n  \"adamw_parameters\": " << adamw_parameters << ",\n  \"adamw\": [";
+      << ", \"bf16_ms\": " << muon_step.bf16_ms << ", \"bf16_speedup\": " << muon_step.bf16_speedup
+      << ", \"bf16_max_rel_diff\": " << muon_step.bf16_max_rel_diff << "},\n  \"adamw_parameters\": " << adamw_parameters << ",\n  \"adamw\": [";
   for (size_t i = 0; i < adamw.size(); ++i) {
     const auto& r = adamw[i];
     out << (i ? "," : "") << "\n    {\"name\": \"" << r.name << "\", \"ms\": " << r.ms

@@ -51,6 +51,9 @@ struct BenchReport {
   struct MuonStep {
     int64_t matrices = 0, parameters = 0;
     double plain_ms = 0, ours_ms = 0, speedup = 0, max_rel_diff = 0;
+    int plain_threads = 0;  // the LibTorch threads the plain step ran fastest with
+    // With bf16 Newton–Schulz (0 where the CPU has no bf16 dot products).
+    double bf16_ms = 0, bf16_speedup = 0, bf16_max_rel_diff = 0;
   } muon_step;
 
   struct AdamW {
