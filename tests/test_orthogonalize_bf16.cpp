@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "helpers.h"
 #include "math/cpu/newton_schulz_bf16.h"
@@ -25,7 +26,14 @@ at::Tensor polar_factor(const at::Tensor& x) {
   return at::matmul(U * kept, Vh);
 }
 
-// Keller Jordan's zeropower_via_newtonschulz5 in bf16 (its arithmetic: every tensor bf16).
+// A bf16 matrix product as GPUs compute it: bf16 operands, fp32 sums, the result rounded to
+// bf16. (LibTorch's own CPU bf16 matmul sums in bf16 in some versions: 1.13 on AVX2.)
+at::Tensor mm_bf16(const at::Tensor& a, const at::Tensor& b) {
+  return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);
+}
+
+// Keller Jordan's zeropower_via_newtonschulz5 in bf16: every tensor bf16, every elementwise
+// operation rounded to bf16, products summed in fp32.
 at::Tensor keller_jordan_bf16(const at::Tensor& g, const CoefficientTable& table, int64_t steps) {
   auto X = g.to(at::kBFloat16);
   const bool tall = X.size(0) > X.size(1);
@@ -33,9 +41,9 @@ at::Tensor keller_jordan_bf16(const at::Tensor& g, const CoefficientTable& table
   X = X / (X.norm() * table.safety + table.eps);  // the table's normalization
   for (int64_t t = 0; t < steps; ++t) {
     const auto& [a, b, c] = table.row(t);
-    const auto A = at::mm(X, X.t());
-    const auto B = A * b + at::mm(A, A) * c;
-    X = X * a + at::mm(B, X);
+    const auto A = mm_bf16(X, X.t());
+    const auto B = A * b + mm_bf16(A, A) * c;
+    X = X * a + mm_bf16(B, X);
   }
   return (tall ? X.t() : X).to(at::kDouble);
 }
@@ -79,7 +87,9 @@ std::vector<Input> inputs() {
 // ours at least as close as Keller Jordan's bf16 formulation with the same table, both to the fp64
 // polar factor and to the same iterations in fp64 (which isolates rounding from the polynomial's
 // own distance to the polar factor).
-void expect_at_least_as_accurate(NsMethod method) {
+// `bounded(input)`: whether the bound is asserted for that input (else only reported).
+void expect_at_least_as_accurate(NsMethod method,
+                                 const std::function<bool(const at::Tensor&)>& bounded = nullptr) {
   for (const auto& table : {CoefficientTable::quintic(), CoefficientTable::polar_express()}) {
     for (const auto& input : inputs()) {
       SCOPED_TRACE(table.name + " " + input.name + " " + to_string(method));
@@ -95,6 +105,7 @@ void expect_at_least_as_accurate(NsMethod method) {
                 << distance(fp32, polar) << " | to fp64 iterations: ours bf16 "
                 << distance(ours, fp64) << ", Keller Jordan bf16 " << distance(kj, fp64)
                 << ", fp32 " << distance(fp32, fp64) << "\n";
+      if (bounded && !bounded(input.x)) continue;
       EXPECT_LE(distance(ours, polar), distance(kj, polar));
       EXPECT_LE(distance(ours, fp64), distance(kj, fp64));
       EXPECT_GT(distance(ours, fp64), distance(fp32, fp64));  // bf16 shows: the test is sound
@@ -110,8 +121,13 @@ TEST(OrthogonalizeBf16, SymmetricIsAtLeastAsAccurateAsKellerJordansBf16) {
   expect_at_least_as_accurate(NsMethod::symmetric);
 }
 
-TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16) {
-  expect_at_least_as_accurate(NsMethod::gram);
+// Gram in bf16 multiplies the polynomials' products together in bf16 operands: at least as
+// accurate where the matrix is long (what `automatic` uses it for in bf16), not on square
+// Polar Express inputs (reported above; docs/algorithms.md).
+TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16OnLongMatrices) {
+  expect_at_least_as_accurate(NsMethod::gram, [](const at::Tensor& x) {
+    return std::max(x.size(0), x.size(1)) >= 3 * std::min(x.size(0), x.size(1));
+  });
 }
 
 TEST(OrthogonalizeBf16, WithoutBf16DotProductsCpuBf16IsAClearError) {
@@ -127,6 +143,8 @@ TEST(OrthogonalizeBf16, WithoutBf16DotProductsCpuBf16IsAClearError) {
           << to_string(method);
     }
     EXPECT_EQ(resolve_method(x, OrthogonalizeOptions().dtype(at::kBFloat16)), NsMethod::gram);
+    EXPECT_EQ(resolve_method(at::zeros({128, 256}), OrthogonalizeOptions().dtype(at::kBFloat16)),
+              NsMethod::symmetric);
     return;
   }
   testing::expect_error<Error>(

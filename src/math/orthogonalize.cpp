@@ -204,7 +204,11 @@ NsMethod resolve_method(at::IntArrayRef sizes, at::ScalarType input, at::Device 
           "orthogonalize: bfloat16 on CPU runs on bf16 dot products, and ",
           detail::bf16_products_unavailable_reason(), "; use float32 (the CPU default)");
     if (method != NsMethod::automatic) return method;
-    return gram_is_cheaper(rows, cols, options) ? NsMethod::gram : NsMethod::symmetric;
+    // Gram in bf16 holds the accuracy bound (docs/algorithms.md) on inputs at least 3 times as
+    // long as wide, not on square ones.
+    const bool long_enough = std::max(rows, cols) >= 3 * std::min(rows, cols);
+    return long_enough && gram_is_cheaper(rows, cols, options) ? NsMethod::gram
+                                                               : NsMethod::symmetric;
   }
   if (method == NsMethod::plain) return method;
   const bool eligible = blas_eligible(device, dtype);

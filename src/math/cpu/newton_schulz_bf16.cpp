@@ -74,26 +74,32 @@ at::Tensor gram(const at::Tensor& W, bool symmetric, Bf16Products products) {
                    : product(W, W.t(), at::kFloat, products);
 }
 
+// W (k×m) is kept in fp32 between iterations and rounded to bf16 once per iteration as the
+// operand of its products: the products' inputs are bf16, nothing else is.
+
 // Keller Jordan's chain with fp32 sums: A = W·Wᵀ, B = b·A + c·A², W ← a·W + B·W.
 at::Tensor plain_one(at::Tensor W, const CoefficientTable& table, int64_t steps,
                      Bf16Products products) {
   for (int64_t t = 0; t < steps; ++t) {
     const auto& abc = table.row(t);
-    const auto A = gram(W, false, products);
+    const auto W16 = bf16(W);
+    const auto A = gram(W16, false, products);
     const auto A16 = bf16(A);
     const auto B = A * abc[1] + product(A16, A16, at::kFloat, products) * abc[2];
-    W = bf16(product(bf16(B), W, at::kFloat, products).add_(W.to(at::kFloat), abc[0]));
+    W = product(bf16(B), W16, at::kFloat, products).add_(W, abc[0]);
   }
   return W;
 }
 
-// The symmetric method: A and A² by block rows, a·W folded into Q's diagonal, W ← Q·W written as
-// bf16 by the product itself.
+// The symmetric method: A and A² by block rows; a·W is added in fp32 rather than folded into the
+// polynomial's diagonal, where bf16 would round a (≈ 3.4) to 2⁻⁸ of itself.
 at::Tensor symmetric_one(at::Tensor W, const CoefficientTable& table, int64_t steps,
                          Bf16Products products) {
   for (int64_t t = 0; t < steps; ++t) {
-    const auto Q = polynomial(gram(W, true, products), table.row(t), true, products);
-    W = product(bf16(Q), W, at::kBFloat16, products);
+    const auto& abc = table.row(t);
+    const auto W16 = bf16(W);
+    const auto B = polynomial(gram(W16, true, products), {0.0, abc[1], abc[2]}, true, products);
+    W = product(bf16(B), W16, at::kFloat, products).add_(W, abc[0]);
   }
   return W;
 }
@@ -102,7 +108,7 @@ at::Tensor symmetric_one(at::Tensor W, const CoefficientTable& table, int64_t st
 // W and A formed afresh at each restart, W_T = R·W.
 at::Tensor gram_one(at::Tensor W, const CoefficientTable& table, int64_t steps,
                     const std::vector<int64_t>& restarts, Bf16Products products) {
-  auto A = gram(W, true, products);
+  auto A = gram(bf16(W), true, products);
   at::Tensor R;  // undefined: the identity
   for (int64_t t = 0; t < steps; ++t) {
     const auto Q = polynomial(A, table.row(t), true, products);
@@ -111,14 +117,14 @@ at::Tensor gram_one(at::Tensor W, const CoefficientTable& table, int64_t steps,
     const int64_t done = t + 1;
     if (done == steps) break;
     if (std::binary_search(restarts.begin(), restarts.end(), done)) {
-      W = product(bf16(R), W, at::kBFloat16, products);
-      A = gram(W, true, products);
+      W = product(bf16(R), bf16(W), at::kFloat, products);
+      A = gram(bf16(W), true, products);
       R = at::Tensor();
       continue;
     }
     A = symmetric_product(bf16(A), bf16(symmetric_product(Q16, Q16, products)), products);
   }
-  return product(bf16(R), W, at::kBFloat16, products);
+  return product(bf16(R), bf16(W), at::kFloat, products);
 }
 
 }  // namespace
@@ -134,8 +140,8 @@ at::Tensor bf16_iterations(const at::Tensor& X, NsMethod method, const Coefficie
   const bool tall = X.size(1) > X.size(2);
   auto out = at::empty_like(X);
   for (int64_t i = 0; i < X.size(0); ++i) {
-    // Each matrix on its smaller side, k×m with k ≤ m, contiguous in bf16.
-    const auto W = bf16(tall ? X[i].t() : X[i]).contiguous();
+    // Each matrix on its smaller side, k×m with k ≤ m.
+    const auto W = (tall ? X[i].t() : X[i]).contiguous();
     at::Tensor result;
     if (method == NsMethod::plain) {
       result = plain_one(W, table, steps, products);

@@ -1,8 +1,7 @@
 // Internal: Newton–Schulz in bfloat16 on CPU. Every matrix product takes bf16 operands and
 // accumulates in fp32 (oneDNN's bf16 kernels on CPUs with bf16 dot products, AVX512_BF16 or AMX:
-// about twice the fp32 rate); the k×k matrices (A, the polynomial Q, Gram's R) stay fp32 between
-// products and are rounded to bf16 only as operands; W is kept in bf16, as Keller Jordan's
-// formulation keeps X.
+// about twice the fp32 rate); everything else — W between iterations, the k×k matrices (A, the
+// polynomial Q, Gram's R) — stays fp32 and is rounded to bf16 only as a product's operand.
 #pragma once
 
 #include <ATen/ATen.h>
