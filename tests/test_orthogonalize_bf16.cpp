@@ -32,20 +32,26 @@ at::Tensor mm_bf16(const at::Tensor& a, const at::Tensor& b) {
   return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);
 }
 
-// Keller Jordan's zeropower_via_newtonschulz5 in bf16: every tensor bf16, every elementwise
-// operation rounded to bf16, products summed in fp32.
+// Keller Jordan's zeropower_via_newtonschulz5 in bf16 as PyTorch 2.x on a GPU computes it: every
+// tensor bf16, each operation's arithmetic in fp32 (scalars too) and its result rounded to bf16,
+// products summed in fp32. (LibTorch 1.13's CPU kernels differ: a bf16 norm summed in bf16,
+// scalars rounded to bf16, bf16 products summed in bf16 on AVX2 — spelled out here so that the
+// reference is the same on every version.)
 at::Tensor keller_jordan_bf16(const at::Tensor& g, const CoefficientTable& table, int64_t steps) {
-  auto X = g.to(at::kBFloat16);
+  const auto f = [](const at::Tensor& t) { return t.to(at::kFloat); };
+  const auto r = [](const at::Tensor& t) { return t.to(at::kBFloat16); };
+  auto X = r(g);
   const bool tall = X.size(0) > X.size(1);
   if (tall) X = X.t();
-  X = X / (X.norm() * table.safety + table.eps);  // the table's normalization
+  const auto norm = r(f(X).norm());
+  X = r(f(X) / f(r(f(norm) * table.safety + table.eps)));  // the table's normalization
   for (int64_t t = 0; t < steps; ++t) {
     const auto& [a, b, c] = table.row(t);
     const auto A = mm_bf16(X, X.t());
-    const auto B = A * b + mm_bf16(A, A) * c;
-    X = X * a + mm_bf16(B, X);
+    const auto B = r(f(r(f(A) * b)) + f(r(f(mm_bf16(A, A)) * c)));
+    X = r(f(r(f(X) * a)) + f(mm_bf16(B, X)));
   }
-  return (tall ? X.t() : X).to(at::kDouble);
+  return f(tall ? X.t() : X).to(at::kDouble);
 }
 
 // Ours in bf16 by `method`, normalized as orthogonalize() normalizes.
@@ -86,7 +92,7 @@ std::vector<Input> inputs() {
 
 // ours at least as close as Keller Jordan's bf16 formulation with the same table, both to the fp64
 // polar factor and to the same iterations in fp64 (which isolates rounding from the polynomial's
-// own distance to the polar factor).
+// own distance to the polar factor, which dominates the first).
 // `bounded(input)`: whether the bound is asserted for that input (else only reported).
 void expect_at_least_as_accurate(NsMethod method,
                                  const std::function<bool(const at::Tensor&)>& bounded = nullptr) {
@@ -106,7 +112,9 @@ void expect_at_least_as_accurate(NsMethod method,
                 << distance(ours, fp64) << ", Keller Jordan bf16 " << distance(kj, fp64)
                 << ", fp32 " << distance(fp32, fp64) << "\n";
       if (bounded && !bounded(input.x)) continue;
-      EXPECT_LE(distance(ours, polar), distance(kj, polar));
+      // To the polar factor, at least as close up to 0.1% of the distance: the spread that the
+      // order of the products' sums alone gives (the emulation's against oneDNN's).
+      EXPECT_LE(distance(ours, polar), distance(kj, polar) * (1 + 1e-3));
       EXPECT_LE(distance(ours, fp64), distance(kj, fp64));
       EXPECT_GT(distance(ours, fp64), distance(fp32, fp64));  // bf16 shows: the test is sound
     }
