@@ -210,7 +210,7 @@ py::dict to_dict(const Options& o) {
   d["betas"] = py::make_tuple(std::get<0>(o.betas()), std::get<1>(o.betas()));
   d["eps"] = o.eps();
   d["weight_decay"] = o.weight_decay();
-  if constexpr (!std::is_same_v<Options, LambOptions>) {
+  if constexpr (Options::rule != AdamRule::lamb) {
     d["nesterov"] = o.nesterov();
     d["cautious"] = o.cautious();
   }
@@ -226,7 +226,7 @@ void update(Options& o, const py::dict& d) {
   read(d, "betas", [&](S k, py::handle v) { o.betas(betas(k, v)); });
   read(d, "eps", [&](S k, py::handle v) { o.eps(number(k, v)); });
   read(d, "weight_decay", [&](S k, py::handle v) { o.weight_decay(number(k, v)); });
-  if constexpr (!std::is_same_v<Options, LambOptions>) {
+  if constexpr (Options::rule != AdamRule::lamb) {
     read(d, "nesterov", [&](S k, py::handle v) { o.nesterov(boolean(k, v)); });
     read(d, "cautious", [&](S k, py::handle v) { o.cautious(boolean(k, v)); });
   }
@@ -393,7 +393,6 @@ class Engine {
       update_options(*updated.back(), py::reinterpret_borrow<py::dict>(options[i]));
     }
     for (size_t i = 0; i < groups.size(); ++i) groups[i].set_options(std::move(updated[i]));
-    if (hybrid_ != nullptr) hybrid_->sync_branch_options();
   }
 
   void step() {
@@ -407,7 +406,7 @@ class Engine {
 
   // {'step': int, tensor name: tensor} or None before the parameter's first update.
   py::object state(const at::Tensor& param) {
-    const auto entry = read_param_state(holder(param), param);
+    const auto entry = read_param_state(*optimizer_, param);
     if (!entry) return py::none();
     py::dict d;
     d["step"] = entry->step;
@@ -442,15 +441,15 @@ class Engine {
             entry.tensors[key] = value.cast<at::Tensor>();
           }
         }
-        check_param_state(holder(param), param, entry, where);
+        check_param_state(*optimizer_, param, entry, where);
         entries.emplace_back(param, std::move(entry));
       }
     } catch (...) {
       restore_options(previous);
       throw;
     }
-    for (auto* branch : branches()) branch->state().clear();
-    for (const auto& [param, entry] : entries) write_param_state(holder(param), param, entry);
+    optimizer_->state().clear();
+    for (const auto& [param, entry] : entries) write_param_state(*optimizer_, param, entry);
   }
 
   HybridOptimizer& hybrid() {
@@ -476,25 +475,9 @@ class Engine {
   }
 
  private:
-  // The optimizer that keeps `param`'s state: a hybrid's Muon or AdamW branch, else ours.
-  torch::optim::Optimizer& holder(const at::Tensor& param) {
-    if (hybrid_ == nullptr) return *optimizer_;
-    if (hybrid_->role_of(param) == Role::muon) return *hybrid_->muon();
-    return *hybrid_->adamw();
-  }
-
-  std::vector<torch::optim::Optimizer*> branches() {
-    if (hybrid_ == nullptr) return {optimizer_.get()};
-    std::vector<torch::optim::Optimizer*> out;
-    if (hybrid_->muon() != nullptr) out.push_back(hybrid_->muon());
-    if (hybrid_->adamw() != nullptr) out.push_back(hybrid_->adamw());
-    return out;
-  }
-
   void restore_options(std::vector<std::unique_ptr<torch::optim::OptimizerOptions>>& previous) {
     auto& groups = optimizer_->param_groups();
     for (size_t i = 0; i < groups.size(); ++i) groups[i].set_options(std::move(previous[i]));
-    if (hybrid_ != nullptr) hybrid_->sync_branch_options();
   }
 
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

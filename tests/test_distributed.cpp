@@ -1,27 +1,27 @@
-// Data-parallel training (SPEC §13) on loopback Gloo, ranks as threads of this process: N ranks
-// equal one process with the whole batch, each Muon matrix is orthogonalized on exactly one rank,
-// checkpoints move between world sizes, and collectives fail cleanly.
+// Data-parallel training (docs/design.md, "Data parallelism") on loopback Gloo, ranks as threads of
+// this process: N ranks equal one process with the whole batch, each Muon matrix is orthogonalized
+// on exactly one rank, checkpoints move between world sizes, and collectives fail cleanly.
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/embedding.h>
-
 
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "helpers.h"
+#include "launch.h"
 #include "muon/checkpoint.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
 #include "muon/param_state.h"
-#include "launch.h"
 #include "train.h"
 
 namespace muon {
@@ -147,7 +147,7 @@ struct Replica {
   torch::nn::Sequential model;
   std::unique_ptr<HybridOptimizer> optimizer;
 
-  explicit Replica(uint64_t seed) {
+  explicit Replica(uint64_t seed, std::optional<double> max_grad_norm = 0.5) {
     // Ranks are threads here: the global generator is seeded and drawn from by one at a time
     // (interleaved, another rank's seed would change rank 0's model mid-construction).
     static std::mutex global_generator;
@@ -159,7 +159,7 @@ struct Replica {
     HybridOptions options;
     options.muon = MuonOptions(0.02).weight_decay(0.1);
     options.adamw = AdamWOptions(0.01);
-    options.max_grad_norm = 0.5;  // the norm is of the averaged gradients, reduced across ranks
+    options.max_grad_norm = max_grad_norm;  // of the averaged gradients, reduced across ranks
     optimizer = std::make_unique<HybridOptimizer>(route(*model), options);
   }
   std::vector<at::Tensor> params() const { return model->parameters(); }
@@ -207,10 +207,7 @@ TEST(Distributed, EachParameterIsUpdatedByExactlyOneRank) {
     }
     for (const auto& [name, p] : replica.optimizer->named_trainable()) {
       auto& opt = *replica.optimizer;
-      torch::optim::Optimizer& branch = opt.role_of(p) == Role::muon
-                                            ? static_cast<torch::optim::Optimizer&>(*opt.muon())
-                                            : *opt.adamw();
-      const auto state = read_param_state(branch, p);
+      const auto state = read_param_state(opt, p);
       EXPECT_EQ(state.has_value(), opt.owns(p)) << name;
       if (state) steps_seen[rank][name] = state->step;
     }
@@ -237,6 +234,48 @@ TEST(Distributed, EachParameterIsUpdatedByExactlyOneRank) {
       EXPECT_TRUE(at::equal(finals[rank][i], finals[0][i])) << rank << " " << i;
       EXPECT_LT(testing::max_rel_diff(finals[rank][i], expected[i].detach()), 1e-5) << i;
     }
+  }
+}
+
+TEST(Distributed, OneAndTwoRanksLeaveTheSameGradientsAndParameters) {
+  // Both ranks get the same gradients, so their mean is that gradient exactly: two ranks must
+  // leave what one process leaves, in the parameters and in the caller's .grad. With clipping the
+  // norm is summed in another order (per rank, then across), so parameters agree to rounding.
+  constexpr int kSteps = 3;
+  for (const std::optional<double> clip : {std::optional<double>(), std::optional<double>(0.5)}) {
+    const std::string label = clip ? "clipped" : "unclipped";
+    Replica single(7, clip);
+    std::vector<std::vector<at::Tensor>> grads_after(kSteps);
+    for (int step = 0; step < kSteps; ++step) {
+      const auto g = gradients_for(single, 0, step);
+      const auto params = single.params();
+      for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i].clone();
+      single.optimizer->step();
+      for (const auto& p : params) grads_after[step].push_back(p.grad().clone());
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::equal(params[i].grad(), g[i]));
+    }
+    run_ranks(2, [&](std::shared_ptr<Communicator> communicator) {
+      Replica replica(7, clip);
+      replica.optimizer->set_communicator(communicator, /*bucket_numel=*/600);
+      for (int step = 0; step < kSteps; ++step) {
+        const auto g = gradients_for(replica, 0, step);  // rank 0's on both
+        const auto params = replica.params();
+        for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i].clone();
+        replica.optimizer->step();
+        for (size_t i = 0; i < params.size(); ++i) {
+          EXPECT_TRUE(at::equal(params[i].grad(), grads_after[step][i])) << label << " " << i;
+        }
+      }
+      const auto expected = single.params();
+      const auto params = replica.params();
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (clip) {
+          EXPECT_LT(testing::max_rel_diff(params[i], expected[i].detach()), 1e-6) << label << i;
+        } else {
+          EXPECT_TRUE(at::equal(params[i], expected[i])) << label << " " << i;
+        }
+      }
+    });
   }
 }
 
@@ -274,15 +313,18 @@ TEST(Distributed, AMissingRankIsAClearErrorWithinTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
 
   // Rank 1 leaves after one collective: rank 0's next collective fails, naming it.
-  run_ranks(2, [](std::shared_ptr<Communicator> communicator) {
-    auto t = at::ones({4});
-    communicator->all_reduce(t, ReduceOp::sum);
-    EXPECT_TRUE(at::equal(t, at::full({4}, 2.0f)));
-    if (communicator->rank() == 1) return;  // rank 1 stops taking part
-    testing::expect_error<DistributedError>(
-        [&] { communicator->all_reduce(t, ReduceOp::sum); },
-        {"distributed: all_reduce failed on rank 0 of 2", "another rank exited, hung"});
-  }, 2000ms);
+  run_ranks(
+      2,
+      [](std::shared_ptr<Communicator> communicator) {
+        auto t = at::ones({4});
+        communicator->all_reduce(t, ReduceOp::sum);
+        EXPECT_TRUE(at::equal(t, at::full({4}, 2.0f)));
+        if (communicator->rank() == 1) return;  // rank 1 stops taking part
+        testing::expect_error<DistributedError>(
+            [&] { communicator->all_reduce(t, ReduceOp::sum); },
+            {"distributed: all_reduce failed on rank 0 of 2", "another rank exited, hung"});
+      },
+      2000ms);
 }
 
 TEST(Distributed, CollectivesComputeWhatTheySay) {

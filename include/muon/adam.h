@@ -1,8 +1,9 @@
-// The Adam family as torch::optim::Optimizers with fused single-pass CPU steps and a
-// device-generic ATen form for every other device (docs/algorithms.md):
-// muon::AdamW (decoupled decay, exactly torch.optim.AdamW), muon::Adam (coupled L2 decay, torch
-// style), NAdam through nesterov(true) on either (optax's form), and muon::Lamb.
-// state_dtype(at::kBFloat16) stores both moments in bf16 with stochastic rounding.
+// The Adam family as torch::optim::Optimizers, one template over the update rule
+// (muon/rules.h): muon::AdamW (decoupled decay, exactly torch.optim.AdamW), muon::Adam (coupled
+// L2 decay, torch style), NAdam through nesterov(true) on either (optax's form), and muon::Lamb.
+// Each runs a fused single-pass kernel on CPU tensors and a device-generic ATen form elsewhere
+// (docs/algorithms.md). state_dtype(at::kBFloat16) stores both moments in bf16 with stochastic
+// rounding.
 //
 //   muon::AdamW opt(params, muon::AdamWOptions(3e-4).betas({0.9, 0.95}).weight_decay(0.1)
 //                               .state_dtype(at::kBFloat16));
@@ -18,52 +19,37 @@ namespace muon {
 
 using Betas = std::tuple<double, double>;
 
-// Options shared by the Adam family's update (see fused_adam_step for the formulas).
-#define MUON_ADAM_FAMILY_OPTIONS(Options, default_weight_decay)                                     \
-  Options(double lr = 1e-3) : lr_(lr) {} /* NOLINT: implicit, libtorch style */                     \
-  TORCH_ARG(double, lr) = 1e-3;                                                                     \
-  TORCH_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);                                            \
-  TORCH_ARG(double, eps) = 1e-8;                                                                    \
-  TORCH_ARG(double, weight_decay) = default_weight_decay;                                           \
-  /* NAdam (optax): β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ) replaces m/(1−β1ᵗ) */ \
-  TORCH_ARG(bool, nesterov) = false;                                                                \
-  /* at::kFloat (full precision; fp64 for fp64 parameters) or at::kBFloat16 */                      \
-  TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;                                              \
-  /* cautious optimizer: keep entries where (W_old − W_new)·g > 0, inside the pass */            \
-  TORCH_ARG(bool, cautious) = false;                                                                \
-  /* kernels: unset = fused on CPU tensors, the ATen form elsewhere; true / false force one */      \
-  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;                                             \
-                                                                                                    \
- public:                                                                                            \
-  double get_lr() const override {                                                                  \
-    return lr();                                                                                    \
-  }                                                                                                 \
-  void set_lr(const double lr) override {                                                           \
-    this->lr(lr);                                                                                   \
-  }
-
-// AdamW: W ← W·(1 − lr·weight_decay), then the Adam step. Default weight decay 1e-2 (torch's).
-struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOptions> {
-  MUON_ADAM_FAMILY_OPTIONS(AdamWOptions, 1e-2)
+enum class AdamRule {
+  adamw,  // W ← W·(1 − lr·weight_decay), then the Adam step
+  adam,   // g ← g + weight_decay·W before the moments (coupled L2)
+  lamb,   // the Adam direction plus weight_decay·W, scaled by the trust ratio ‖W‖/‖r‖
 };
 
-// Adam: g ← g + weight_decay·W before the moments (coupled L2, torch.optim.Adam). Default 0.
-struct AdamOptions : public torch::optim::OptimizerCloneableOptions<AdamOptions> {
-  MUON_ADAM_FAMILY_OPTIONS(AdamOptions, 0.0)
+// The defaults that differ between the members: torch's AdamW decays by 1e-2, LAMB's paper
+// uses eps 1e-6.
+template <AdamRule R>
+struct AdamDefaults {
+  static constexpr double weight_decay = R == AdamRule::adamw ? 1e-2 : 0.0;
+  static constexpr double eps = R == AdamRule::lamb ? 1e-6 : 1e-8;
 };
 
-#undef MUON_ADAM_FAMILY_OPTIONS
-
-// LAMB: the Adam direction plus weight_decay·W, scaled by the trust ratio ‖W‖/‖r‖.
-struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions> {
-  LambOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, libtorch style
+// The options of one member of the family. The formulas are fused_adam_step's and
+// fused_lamb_step's (muon/fused_update.h).
+template <AdamRule R>
+struct AdamFamilyOptions : public torch::optim::OptimizerCloneableOptions<AdamFamilyOptions<R>> {
+  static constexpr AdamRule rule = R;
+  AdamFamilyOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, libtorch style
   TORCH_ARG(double, lr) = 1e-3;
   TORCH_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);
-  TORCH_ARG(double, eps) = 1e-6;
-  TORCH_ARG(double, weight_decay) = 0.0;
-  // Only at::kFloat: an error names the optimizers that store bf16 state.
+  TORCH_ARG(double, eps) = AdamDefaults<R>::eps;
+  TORCH_ARG(double, weight_decay) = AdamDefaults<R>::weight_decay;
+  // NAdam (optax): β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ) replaces m/(1−β1ᵗ). Not for LAMB.
+  TORCH_ARG(bool, nesterov) = false;
+  // at::kFloat (full precision; fp64 for fp64 parameters) or at::kBFloat16 (not for LAMB).
   TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;
-  // Kernels: unset = fused on CPU tensors, the device-generic ATen form elsewhere.
+  // Cautious optimizer: keep entries where (W_old − W_new)·g > 0, inside the pass. Not for LAMB.
+  TORCH_ARG(bool, cautious) = false;
+  // Kernels: unset = fused on CPU tensors, the ATen form elsewhere; true / false force one.
   TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
 
  public:
@@ -71,37 +57,38 @@ struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
+using AdamWOptions = AdamFamilyOptions<AdamRule::adamw>;
+using AdamOptions = AdamFamilyOptions<AdamRule::adam>;
+using LambOptions = AdamFamilyOptions<AdamRule::lamb>;
+
 struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamParamState> {
   TORCH_ARG(int64_t, step) = 0;
   TORCH_ARG(at::Tensor, exp_avg);     // state_dtype
   TORCH_ARG(at::Tensor, exp_avg_sq);  // state_dtype
 };
 
-class AdamW : public torch::optim::Optimizer {
+// Owns groups and state and calls adam_update() (muon/rules.h) on them.
+template <AdamRule R>
+class AdamFamily : public torch::optim::Optimizer {
  public:
-  explicit AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults = {});
-  explicit AdamW(std::vector<at::Tensor> params, AdamWOptions defaults = {});
+  using Options = AdamFamilyOptions<R>;
+  explicit AdamFamily(std::vector<torch::optim::OptimizerParamGroup> groups, Options defaults = {});
+  explicit AdamFamily(std::vector<at::Tensor> params, Options defaults = {});
   at::Tensor step(LossClosure closure = nullptr) override;
   // Throws muon::Error for whatever would stop step(), changing nothing.
   void check_step() const;
+  // torch::save / torch::load: state and each group's lr, weight decay, betas and eps
+  // (save_optimizer_state in muon/param_state.h).
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
 };
 
-class Adam : public torch::optim::Optimizer {
- public:
-  explicit Adam(std::vector<torch::optim::OptimizerParamGroup> groups, AdamOptions defaults = {});
-  explicit Adam(std::vector<at::Tensor> params, AdamOptions defaults = {});
-  at::Tensor step(LossClosure closure = nullptr) override;
-  // Throws muon::Error for whatever would stop step(), changing nothing.
-  void check_step() const;
-};
+using AdamW = AdamFamily<AdamRule::adamw>;
+using Adam = AdamFamily<AdamRule::adam>;
+using Lamb = AdamFamily<AdamRule::lamb>;
 
-class Lamb : public torch::optim::Optimizer {
- public:
-  explicit Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, LambOptions defaults = {});
-  explicit Lamb(std::vector<at::Tensor> params, LambOptions defaults = {});
-  at::Tensor step(LossClosure closure = nullptr) override;
-  // Throws muon::Error for whatever would stop step(), changing nothing.
-  void check_step() const;
-};
+extern template class AdamFamily<AdamRule::adamw>;
+extern template class AdamFamily<AdamRule::adam>;
+extern template class AdamFamily<AdamRule::lamb>;
 
 }  // namespace muon

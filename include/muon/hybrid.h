@@ -1,11 +1,18 @@
-// muon::HybridOptimizer — one torch::optim::Optimizer over a whole model (SPEC §10): Muon for the
-// matrices routing picks, AdamW for every other trainable parameter, with parameter groups,
-// global-norm clipping and a policy for non-finite gradients.
+// muon::HybridOptimizer — one torch::optim::Optimizer over a whole model (docs/design.md, "Hybrid
+// optimizer"): Muon for the matrices routing picks, AdamW for every other trainable parameter, with
+// parameter groups, global-norm clipping and a policy for non-finite gradients.
 //
 // Its param_groups() hold one group per (parameter group, role), whose options are MuonOptions or
-// AdamWOptions — the options' type is the algorithm tag — so libtorch's LRScheduler and set_lr
-// reach every group. The state lives in the two branch optimizers (muon(), adamw()).
+// AdamWOptions — the options' type is the algorithm tag, as in optax's `partition` — so libtorch's
+// LRScheduler and set_lr reach every group. It owns every group and all state itself (state(),
+// save/load, checkpoints read the one copy) and calls the update rules (muon/rules.h) on them.
+//
+// step() reads .grad and never writes it: clipping scales internal copies, and on N ranks the
+// averaged gradients are internal too, so .grad after a step is the caller's own gradient
+// whatever the world size.
 #pragma once
+
+#include <torch/serialize/archive.h>
 
 #include <map>
 #include <memory>
@@ -68,7 +75,7 @@ struct ParameterReport {
   double weight_decay = 0;
 };
 
-class HybridOptimizer : public torch::optim::Optimizer {
+class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
  public:
   HybridOptimizer(const std::vector<RoutedParameter>& routes, const HybridOptions& options);
   // Muon and AdamW settings only: one group, no clipping.
@@ -76,11 +83,11 @@ class HybridOptimizer : public torch::optim::Optimizer {
                   AdamWOptions adamw_options);
   ~HybridOptimizer() override;
 
-  // Data-parallel training (SPEC §13) over `communicator`'s ranks: step() averages gradients
-  // across ranks, each parameter is updated by one owner rank (which alone keeps its state), and
-  // the new values are shared. Call on every rank, with the same model and options, before the
-  // first step; rank 0's parameter values are copied to all. A one-process communicator changes
-  // nothing. After a distributed step, .grad holds this rank's own gradient again.
+  // Data-parallel training (docs/design.md, "Data parallelism") over `communicator`'s ranks: step()
+  // averages gradients across ranks, each parameter is updated by one owner rank (which alone keeps
+  // its state), and the new values are shared. Call on every rank, with the same model and options,
+  // before the first step; rank 0's parameter values are copied to all. A one-process communicator
+  // changes nothing. .grad stays this rank's own gradient.
   void set_communicator(std::shared_ptr<Communicator> communicator,
                         int64_t bucket_numel = int64_t{1} << 23);
   Communicator* communicator() const { return communicator_.get(); }  // null when not set
@@ -88,15 +95,32 @@ class HybridOptimizer : public torch::optim::Optimizer {
   int owner_of(const at::Tensor& param) const;
   bool owns(const at::Tensor& param) const;
 
-  // Calls `closure` (if any) exactly once; checks both branches (and QK-clip's inputs); measures
-  // the global gradient norm (skipping or failing on a non-finite one) and clips; steps Muon and
-  // AdamW; then applies QK-clip.
+  // Calls `closure` (if any) exactly once; checks every group and gradient (and QK-clip's inputs);
+  // measures the global gradient norm (skipping or failing on a non-finite one) and clips; updates
+  // the Muon and AdamW groups; then applies QK-clip.
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  // Adds a group after construction. Its options' type picks the algorithm: MuonOptions for
+  // Muon (matrices only), AdamWOptions — or none: the hybrid's AdamW settings — for AdamW. Its
+  // parameters are named "param_groups.<group>.<index>" in reports and checkpoints; schedules
+  // scale its lr and weight decay like the others'. Throws muon::Error, adding nothing, for
+  // another options type, invalid options, a parameter already in a group or a Muon parameter
+  // that is not a matrix. A group added through the base class (torch::optim::Optimizer's
+  // add_param_group) is checked the same way by the next step().
+  void add_param_group(const torch::optim::OptimizerParamGroup& group);
+
+  // Writes / reads the state of every parameter, the step counters and each group's lr, weight
+  // decay and momentum or betas and eps (what schedules and schedulers change), by group and
+  // position: torch::save(optimizer, path) and torch::load(optimizer, path) round-trip. load
+  // checks everything (same groups and sizes, the state this optimizer keeps) before it changes
+  // anything.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
 
   // The model whose attention statistics QK-clip reads (options.qk_clip_tau); not owned.
   void set_qk_clip_source(QkClipSource* source) { qk_source_ = source; }
 
-  // Clears both branches' state (e.g. after an outer synchronization, DiLoCo style).
+  // Clears all optimizer state (e.g. after an outer synchronization, DiLoCo style).
   void reset_state();
 
   // Sets every group's lr to its construction-time lr × multiplier (for a caller's own schedule).
@@ -105,44 +129,49 @@ class HybridOptimizer : public torch::optim::Optimizer {
   // Updates done so far (the schedules' position).
   int64_t step_count() const { return step_count_; }
 
-  // For checkpoints: the trainable parameters by name (routing order), the branch that holds a
-  // parameter's state, and restoring the step counters.
+  // For checkpoints: the trainable parameters by name (sorted), the algorithm that updates a
+  // parameter (frozen: none), and restoring the step counters.
   std::vector<std::pair<std::string, at::Tensor>> named_trainable() const;
   Role role_of(const at::Tensor& param) const;
   void restore_counters(int64_t step_count, int64_t skipped_steps);
+
+  // The view a Muon parameter is orthogonalized in (routing's view, or its shape).
+  std::vector<int64_t> matrix_view(const at::Tensor& param) const override;
 
   const StepStats& last_step() const { return stats_; }
   const std::vector<ParameterReport>& report() const { return report_; }
   std::string report_text() const;  // an aligned table of report()
 
-  // Copies this optimizer's group options into the branches; step() does it first, call it
-  // after changing param_groups() options when reading the branches' options before a step.
-  void sync_branch_options();
-
-  Muon* muon() { return muon_.get(); }     // null without Muon parameters
-  AdamW* adamw() { return adamw_.get(); }  // null without AdamW parameters
+  // Gradients by the TensorImpl of their parameter.
+  using Gradients = std::map<const void*, at::Tensor>;
 
  private:
   struct Plan;
   static Plan make_plan(const std::vector<RoutedParameter>& routes, const HybridOptions& options);
   HybridOptimizer(Plan plan, const HybridOptions& options);
+  Role role_of_group(size_t g) const;
+  void check_group(size_t g, const std::string& who) const;
+  void adopt_group(size_t g, std::optional<LrSchedule> schedule);
+  void adopt_added_groups();
   void apply_schedules();
-  bool clip_gradients();  // false: skip this step
+  void check_step() const;
+  Gradients gradients() const;
+  bool clip_gradients(Gradients& grads);  // false: skip this step
+  void update(const Gradients& grads, const std::vector<at::Tensor>* only);
   std::string first_nonfinite_gradient() const;
 
   HybridOptions options_;
-  std::unique_ptr<Muon> muon_;
-  std::unique_ptr<AdamW> adamw_;
-  std::vector<std::pair<torch::optim::Optimizer*, size_t>> branch_group_;  // per hybrid group
   struct GroupBase {
     double lr, weight_decay, momentum;
     std::optional<LrSchedule> schedule;
   };
-  std::vector<GroupBase> base_;  // per hybrid group, as constructed
+  std::vector<GroupBase> base_;  // per group, as constructed or added
   int64_t step_count_ = 0;
   std::vector<ParameterReport> report_;
   std::map<const void*, std::string> names_;
   std::map<const void*, Role> roles_;
+  std::map<const void*, std::vector<int64_t>> views_;  // Muon views other than the shape
+  MuonWorkspaces workspaces_;
   StepStats stats_;
   QkClipSource* qk_source_ = nullptr;
   std::shared_ptr<Communicator> communicator_;

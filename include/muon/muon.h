@@ -1,4 +1,5 @@
-// muon::Muon — orthogonalized momentum for matrix parameters (SPEC §2), a torch::optim::Optimizer.
+// muon::Muon — orthogonalized momentum for matrix parameters (docs/design.md, "Muon update"), a
+// torch::optim::Optimizer.
 //
 //   auto opt = muon::Muon(params, muon::MuonOptions(0.02).momentum(0.95).weight_decay(0.01));
 //   loss.backward(); opt.step(); opt.zero_grad();
@@ -6,6 +7,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -97,7 +99,33 @@ struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonPa
 // another (batch..., rows, cols) view first, e.g. a conv kernel (out, in, kh, kw) → (out,
 // in·kh·kw). Matrices of one shape and settings are orthogonalized together in one batched call, in
 // buffers kept across steps.
-class Muon : public torch::optim::Optimizer {
+// An optimizer that orthogonalizes some parameters in a (batch..., rows, cols) view of their own.
+class MatrixViews {
+ public:
+  virtual ~MatrixViews() = default;
+  // The view `param` is orthogonalized in (its own shape unless set).
+  virtual std::vector<int64_t> matrix_view(const at::Tensor& param) const = 0;
+};
+
+// The buffers of Muon's batched orthogonalizations, kept across steps by the optimizer that owns
+// them: one workspace per matrix shape, dtype, device and orthogonalization setting.
+class MuonWorkspaces {
+ public:
+  OrthogonalizeWorkspace& get(int64_t rows, int64_t cols, at::ScalarType dtype, at::Device device,
+                              const OrthogonalizeOptions& options);
+
+ private:
+  struct Entry {
+    int64_t rows, cols;
+    at::ScalarType dtype;
+    at::Device device;
+    OrthogonalizeOptions options;
+    OrthogonalizeWorkspace workspace;
+  };
+  std::deque<Entry> entries_;  // a deque: get()'s references stay valid as entries are added
+};
+
+class Muon : public torch::optim::Optimizer, public MatrixViews {
  public:
   explicit Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups,
                 MuonOptions defaults = {});
@@ -115,20 +143,26 @@ class Muon : public torch::optim::Optimizer {
   // (same element count, at least 2 dims).
   void set_matrix_view(const at::Tensor& param, std::vector<int64_t> view);
   // The view `param` is orthogonalized in (its own shape unless set).
-  std::vector<int64_t> matrix_view(const at::Tensor& param) const;
+  std::vector<int64_t> matrix_view(const at::Tensor& param) const override;
+
+  // torch::save / torch::load: state and each group's lr, weight decay and momentum
+  // (save_optimizer_state in muon/param_state.h).
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
 
  private:
-  struct Pending;
-  MuonParamState& state_of(const at::Tensor& p, const MuonOptions& o);
-  void finish(Pending& item, const at::Tensor& U);
-
   std::map<const void*, std::vector<int64_t>> views_;
-  std::map<std::string, OrthogonalizeWorkspace> workspaces_;  // per batch key
+  MuonWorkspaces workspaces_;
 };
 
 // Throws muon::Error unless `options` are valid (lr ≥ 0, momentum in [0, 1), weight_decay ≥ 0,
 // ns_steps ≥ 1, a usable coefficient table, state_dtype Float or BFloat16).
 void check_options(const MuonOptions& options);
+
+// Throws muon::Error, prefixed by `who`, unless `view` is a (batch..., rows, cols) view of `param`:
+// at least 2 dims, all positive, the parameter's element count.
+void check_matrix_view(const at::Tensor& param, const std::vector<int64_t>& view,
+                       const std::string& who);
 
 // Throws muon::Error unless `p` can be optimized by Muon: a real floating-point tensor of rank ≥ 2.
 // `name` is used in the message.

@@ -63,11 +63,19 @@ NsMethod ns_method_from_string(const std::string& name);  // error lists the val
 // is overwritten by the next call with the same workspace.
 class OrthogonalizeWorkspace {
  public:
-  // Slot `slot` resized to `sizes`/`options` only when they differ from the last call's.
-  at::Tensor get(size_t slot, at::IntArrayRef sizes, const at::TensorOptions& options);
+  // What each buffer holds.
+  enum class Slot {
+    normalized,  // X / (‖X‖_F·safety + eps): the iterate the methods start from
+    iterate,     // the methods' second iterate buffer (they alternate between the two)
+    squares,     // the k×k matrices of the symmetric and Gram methods
+    directions,  // Muon: the stacked momentum directions of one batch
+    count,
+  };
+  // Buffer `slot` resized to `sizes`/`options` only when they differ from the last call's.
+  at::Tensor get(Slot slot, at::IntArrayRef sizes, const at::TensorOptions& options);
 
  private:
-  std::vector<at::Tensor> slots_;
+  std::array<at::Tensor, static_cast<size_t>(Slot::count)> slots_;
 };
 
 struct OrthogonalizeOptions {
@@ -84,6 +92,11 @@ struct OrthogonalizeOptions {
   // Unset: gram_restart_points() derives them from the table.
   TORCH_ARG(std::optional<std::vector<int64_t>>, gram_restarts) = std::nullopt;
 };
+
+// Every field equal (the table's name included). Muon orthogonalizes matrices together only under
+// equal options, so a field added to either struct must be compared here.
+bool operator==(const CoefficientTable& a, const CoefficientTable& b);
+bool operator==(const OrthogonalizeOptions& a, const OrthogonalizeOptions& b);
 
 // Returns a tensor of x's shape and dtype whose last two dims hold, per matrix of the leading
 // batch dims, the Newton–Schulz approximation of U·Vᵀ. x itself is never modified. Without a

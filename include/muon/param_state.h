@@ -4,6 +4,7 @@
 #pragma once
 
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
 
 #include <map>
 #include <optional>
@@ -42,5 +43,15 @@ void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tenso
 // check_param_state first: this only writes.
 void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                        const ParamStateEntry& entry);
+
+// What torch::save(optimizer, ...) writes for Muon, the Adam family and the hybrid: every
+// parameter's state and each group's lr, weight_decay and momentum (Muon) or betas and eps (the
+// Adam family) — the settings schedules and schedulers change — by group and position.
+void save_optimizer_state(const torch::optim::Optimizer& optimizer,
+                          torch::serialize::OutputArchive& archive);
+// Reads what save_optimizer_state wrote into an optimizer with the same groups: throws muon::Error
+// (changing nothing) unless the group count, group sizes, options and every state entry fit.
+void load_optimizer_state(torch::optim::Optimizer& optimizer,
+                          torch::serialize::InputArchive& archive);
 
 }  // namespace muon

@@ -3,15 +3,11 @@
 #include <algorithm>
 #include <numeric>
 
+#include "muon/dtypes.h"
 #include "muon/error.h"
 
 namespace muon::detail {
 namespace {
-
-// Gradients are averaged in float32 (float64 for float64 parameters), whatever the parameter dtype.
-at::ScalarType gradient_dtype(const at::Tensor& p) {
-  return p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
 
 // Parameter values travel as raw bytes: any dtype, copied bit for bit.
 at::Tensor as_bytes(const at::Tensor& t) {
@@ -48,8 +44,8 @@ void DataParallel::assign_owners(const std::vector<Param>& params) {
     std::vector<std::pair<double, size_t>> costs;
     for (size_t i = 0; i < params.size(); ++i) {
       if (params[i].role != role) continue;
-      const double cost = role == Role::muon ? muon_cost(params[i])
-                                             : static_cast<double>(params[i].tensor.numel());
+      const double cost =
+          role == Role::muon ? muon_cost(params[i]) : static_cast<double>(params[i].tensor.numel());
       costs.emplace_back(cost, i);
     }
     std::stable_sort(costs.begin(), costs.end(),
@@ -100,23 +96,23 @@ void DataParallel::broadcast_parameters() {
   }
 }
 
-void DataParallel::average_gradients() {
+Gradients DataParallel::average_gradients() {
   const int world = communicator_->world_size();
   // Which parameters have a gradient anywhere.
   auto present = at::zeros({static_cast<int64_t>(params_.size())}, at::kFloat);
-  saved_grads_.clear();
   for (size_t i = 0; i < params_.size(); ++i) {
-    saved_grads_.push_back(params_[i].grad());
     if (params_[i].grad().defined()) present[static_cast<int64_t>(i)] = 1.0f;
   }
   communicator_->all_reduce(present, ReduceOp::max);
   const auto anywhere = present.accessor<float, 1>();
 
-  averaged_.clear();
+  Gradients averaged;
   size_t index = 0;
   for (const auto& bucket : buckets_) {
     const auto& first = bucket.slots.front().param;
-    auto flat = at::zeros({bucket.chunk * world}, first.options().dtype(gradient_dtype(first)));
+    // Averaged in full precision, whatever the parameter dtype.
+    const auto dtype = full_precision(first.scalar_type());
+    auto flat = at::zeros({bucket.chunk * world}, first.options().dtype(dtype));
     for (const auto& slot : bucket.slots) {
       const auto& g = slot.param.grad();
       if (!g.defined()) continue;
@@ -127,30 +123,25 @@ void DataParallel::average_gradients() {
     for (const auto& slot : bucket.slots) {
       const bool keep = anywhere[static_cast<int64_t>(index++)] > 0;
       if (slot.owner != communicator_->rank() || !keep) continue;
-      averaged_[slot.param.unsafeGetTensorImpl()] =
-          mine.narrow(0, slot.offset, slot.param.numel())
-              .view(slot.param.sizes())
-              .to(slot.param.scalar_type());
+      averaged[slot.param.unsafeGetTensorImpl()] = mine.narrow(0, slot.offset, slot.param.numel())
+                                                       .view(slot.param.sizes())
+                                                       .to(slot.param.scalar_type());
     }
   }
-  for (auto& p : params_) {
-    const auto it = averaged_.find(p.unsafeGetTensorImpl());
-    p.mutable_grad() = it == averaged_.end() ? at::Tensor() : it->second;
-  }
+  return averaged;
 }
 
-void DataParallel::update_and_gather(const std::function<void()>& update) {
+void DataParallel::update_and_gather(
+    const std::function<void(const std::vector<at::Tensor>& owned)>& update) {
   const int world = communicator_->world_size();
   const int rank = communicator_->rank();
   std::vector<std::pair<at::Tensor, Communicator::Pending>> gathers;
   for (const auto& bucket : buckets_) {
-    // Only this bucket's owned gradients are visible to the update.
-    for (auto& p : params_) p.mutable_grad() = at::Tensor();
+    std::vector<at::Tensor> owned;
     for (const auto& slot : bucket.slots) {
-      const auto it = averaged_.find(slot.param.unsafeGetTensorImpl());
-      if (it != averaged_.end()) slot.param.mutable_grad() = it->second;
+      if (slot.owner == rank) owned.push_back(slot.param);
     }
-    update();
+    update(owned);
     const auto& first = bucket.slots.front().param;
     auto shard = at::zeros({bucket.chunk}, first.options());
     for (const auto& slot : bucket.slots) {
@@ -174,14 +165,6 @@ void DataParallel::update_and_gather(const std::function<void()>& update) {
               .view(slot.param.sizes()));
     }
   }
-}
-
-void DataParallel::restore_gradients() {
-  for (size_t i = 0; i < params_.size() && i < saved_grads_.size(); ++i) {
-    params_[i].mutable_grad() = saved_grads_[i];
-  }
-  saved_grads_.clear();
-  averaged_.clear();
 }
 
 }  // namespace muon::detail

@@ -1,7 +1,8 @@
-// Data parallelism inside the hybrid optimizer (SPEC §13), ZeRO-1 style: every trainable tensor has
-// one owner rank, which alone keeps its optimizer state and computes its update. Gradients arrive
-// averaged by reduce-scatter, new values leave by all-gather, both over flat buckets laid out by
-// owner (chunk r of a bucket holds what rank r owns, padded to equal chunks).
+// Data parallelism inside the hybrid optimizer (docs/design.md, "Data parallelism"), ZeRO-1 style:
+// every trainable tensor has one owner rank, which alone keeps its optimizer state and computes its
+// update. Gradients arrive averaged by reduce-scatter, new values leave by all-gather, both over
+// flat buckets laid out by owner (chunk r of a bucket holds what rank r owns, padded to equal
+// chunks).
 //
 // Owners are chosen size-balanced and identically on every rank: Muon matrices by their
 // orthogonalization cost (so same-shape matrices spread evenly, each orthogonalized whole on one
@@ -18,6 +19,9 @@
 #include "muon/routing.h"
 
 namespace muon::detail {
+
+// Gradients by the TensorImpl of their parameter.
+using Gradients = std::map<const void*, at::Tensor>;
 
 class DataParallel {
  public:
@@ -38,16 +42,14 @@ class DataParallel {
   // Makes every rank's parameters equal rank 0's.
   void broadcast_parameters();
 
-  // Replaces each owned parameter's gradient with the mean over ranks (a rank without a gradient
-  // contributes zeros; a parameter no rank has a gradient for keeps none) and hides the others'.
-  // The callers' gradients come back with restore_gradients().
-  void average_gradients();
+  // The mean over ranks of the gradient of each parameter this rank owns, by TensorImpl (a rank
+  // without a gradient contributes zeros; a parameter no rank has a gradient for has none). The
+  // parameters' .grad are only read.
+  Gradients average_gradients();
 
-  // Runs `update` once per bucket with only that bucket's owned, averaged gradients visible, and
+  // Runs `update` once per bucket with the parameters of that bucket this rank owns, and
   // all-gathers the bucket's new values while the next bucket updates.
-  void update_and_gather(const std::function<void()>& update);
-
-  void restore_gradients();
+  void update_and_gather(const std::function<void(const std::vector<at::Tensor>& owned)>& update);
 
  private:
   struct Slot {
@@ -66,9 +68,7 @@ class DataParallel {
   std::shared_ptr<Communicator> communicator_;
   std::map<const void*, int> owners_;
   std::vector<Bucket> buckets_;
-  std::vector<at::Tensor> params_;           // every trainable tensor, in the given order
-  std::vector<at::Tensor> saved_grads_;      // the callers' gradients, per params_
-  std::map<const void*, at::Tensor> averaged_;  // owned parameters' mean gradients
+  std::vector<at::Tensor> params_;  // every trainable tensor, in the given order
 };
 
 }  // namespace muon::detail

@@ -1,17 +1,15 @@
 #include "muon/hybrid.h"
 
-#include <torch/csrc/autograd/grad_mode.h>
-
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <map>
 #include <sstream>
 
 #include "data_parallel.h"
 #include "muon/compat.h"
-#include "muon/distributed.h"
 #include "muon/error.h"
+#include "muon/param_state.h"
+#include "muon/rules.h"
 #include "table.h"
 
 namespace muon {
@@ -19,30 +17,13 @@ namespace muon {
 // The groups the hybrid optimizer is built from, decided before its base class exists.
 struct HybridOptimizer::Plan {
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  std::vector<Role> group_roles;
   std::vector<ParameterReport> report;
   std::vector<std::pair<at::Tensor, std::vector<int64_t>>> views;  // Muon views to declare
   std::map<const void*, std::string> names;
-  std::map<const void*, Role> roles;
   std::vector<std::optional<LrSchedule>> group_schedules;
 };
 
 namespace {
-
-// The values of 0-d tensors on any devices, in order, with one transfer per device.
-std::vector<double> host_values(const std::vector<at::Tensor>& scalars) {
-  std::map<std::string, std::vector<size_t>> by_device;
-  for (size_t i = 0; i < scalars.size(); ++i) by_device[scalars[i].device().str()].push_back(i);
-  std::vector<double> out(scalars.size());
-  for (const auto& [device, indices] : by_device) {
-    std::vector<at::Tensor> same;
-    for (const size_t i : indices) same.push_back(scalars[i]);
-    const auto host = at::stack(same).to(at::kCPU, at::kDouble);
-    const auto values = host.accessor<double, 1>();
-    for (size_t j = 0; j < indices.size(); ++j) out[indices[j]] = values[static_cast<int64_t>(j)];
-  }
-  return out;
-}
 
 std::vector<ParamGroupSpec> groups_or_default(const HybridOptions& options) {
   if (!options.groups.empty()) return options.groups;
@@ -129,12 +110,10 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
         group_options = std::make_unique<AdamWOptions>(o);
       }
       plan.groups.emplace_back(std::vector<at::Tensor>{}, std::move(group_options));
-      plan.group_roles.push_back(role);
       plan.group_schedules.push_back(spec.schedule);
     }
     plan.groups[it->second].params().push_back(r.tensor);
     plan.names[r.tensor.unsafeGetTensorImpl()] = r.name;
-    plan.roles[r.tensor.unsafeGetTensorImpl()] = role;
     if (role == Role::muon && !r.view.empty()) plan.views.emplace_back(r.tensor, r.view);
     plan.report.push_back(row);
   }
@@ -149,34 +128,81 @@ HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
     : Optimizer(std::move(plan.groups), std::make_unique<AdamWOptions>(options.adamw)),
       options_(options),
       report_(std::move(plan.report)),
-      names_(std::move(plan.names)),
-      roles_(std::move(plan.roles)) {
-  // The branches get copies of the groups of their role; sync_branch_options() keeps their
-  // options equal to ours, so a scheduler acting on this optimizer drives them.
-  std::vector<torch::optim::OptimizerParamGroup> muon_groups, adamw_groups;
-  for (size_t i = 0; i < param_groups_.size(); ++i) {
-    auto& target = plan.group_roles[i] == Role::muon ? muon_groups : adamw_groups;
-    target.emplace_back(param_groups_[i].params(), param_groups_[i].options().clone());
+      names_(std::move(plan.names)) {
+  for (size_t g = 0; g < param_groups_.size(); ++g) adopt_group(g, plan.group_schedules[g]);
+  for (auto& [tensor, view] : plan.views) {
+    check_matrix_view(tensor, view, "routing");
+    views_[tensor.unsafeGetTensorImpl()] = std::move(view);
   }
-  if (!muon_groups.empty()) muon_ = std::make_unique<Muon>(std::move(muon_groups), options.muon);
-  if (!adamw_groups.empty()) {
-    adamw_ = std::make_unique<AdamW>(std::move(adamw_groups), options.adamw);
-  }
-  size_t next_muon = 0, next_adamw = 0;
-  for (size_t i = 0; i < param_groups_.size(); ++i) {
-    if (plan.group_roles[i] == Role::muon) {
-      branch_group_.emplace_back(muon_.get(), next_muon++);
-    } else {
-      branch_group_.emplace_back(adamw_.get(), next_adamw++);
+}
+
+Role HybridOptimizer::role_of_group(size_t g) const {
+  return dynamic_cast<const MuonOptions*>(&param_groups_[g].options()) != nullptr ? Role::muon
+                                                                                  : Role::adamw;
+}
+
+void HybridOptimizer::check_group(size_t g, const std::string& who) const {
+  const auto& group = param_groups_[g];
+  const auto& o = group.options();
+  const auto* muon = dynamic_cast<const MuonOptions*>(&o);
+  check(muon != nullptr || dynamic_cast<const AdamWOptions*>(&o) != nullptr, who, ": param group ",
+        g,
+        " has options of another optimizer; the hybrid runs groups with MuonOptions (Muon) or "
+        "AdamWOptions (AdamW)");
+  if (muon != nullptr) check_options(*muon);
+  if (muon == nullptr) check_adam_options(static_cast<const AdamWOptions&>(o));
+  for (size_t i = 0; i < group.params().size(); ++i) {
+    const auto& p = group.params()[i];
+    const auto where = detail::concat("parameter ", i, " of param group ", g);
+    if (muon != nullptr) check_muon_param(p, where);
+    for (size_t other = 0; other < param_groups_.size(); ++other) {
+      for (size_t j = 0; j < param_groups_[other].params().size(); ++j) {
+        check((other == g && j == i) || !param_groups_[other].params()[j].is_same(p), who, ": ",
+              where, " is also parameter ", j, " of param group ", other,
+              "; a parameter belongs to one group");
+      }
     }
-    const auto& o = param_groups_[i].options();
-    const auto* muon_options = dynamic_cast<const MuonOptions*>(&o);
-    const auto* adamw_options = dynamic_cast<const AdamWOptions*>(&o);
-    base_.push_back({o.get_lr(),
-                     muon_options ? muon_options->weight_decay() : adamw_options->weight_decay(),
-                     muon_options ? muon_options->momentum() : 0.0, plan.group_schedules[i]});
   }
-  for (const auto& [tensor, view] : plan.views) muon_->set_matrix_view(tensor, view);
+}
+
+// Records what the schedules, reports and checkpoints need of group g.
+void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) {
+  const auto role = role_of_group(g);
+  const auto& o = param_groups_[g].options();
+  const auto* muon = dynamic_cast<const MuonOptions*>(&o);
+  const double wd =
+      muon ? muon->weight_decay() : static_cast<const AdamWOptions&>(o).weight_decay();
+  base_.push_back({o.get_lr(), wd, muon ? muon->momentum() : 0.0, std::move(schedule)});
+  const auto& params = param_groups_[g].params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto* impl = params[i].unsafeGetTensorImpl();
+    roles_[impl] = role;
+    if (names_.count(impl) != 0) continue;  // named by routing
+    const auto name = detail::concat("param_groups.", g, ".", i);
+    names_[impl] = name;
+    report_.push_back({name, params[i].sizes().vec(), params[i].scalar_type(), role,
+                       "added with add_param_group", name, o.get_lr(), wd});
+  }
+}
+
+// Groups torch::optim::Optimizer::add_param_group added behind our back.
+void HybridOptimizer::adopt_added_groups() {
+  for (size_t g = base_.size(); g < param_groups_.size(); ++g) {
+    check_group(g, "HybridOptimizer::step");
+    adopt_group(g, std::nullopt);
+  }
+}
+
+void HybridOptimizer::add_param_group(const torch::optim::OptimizerParamGroup& group) {
+  adopt_added_groups();
+  Optimizer::add_param_group(group);
+  try {
+    check_group(param_groups_.size() - 1, "HybridOptimizer::add_param_group");
+  } catch (...) {
+    param_groups_.pop_back();
+    throw;
+  }
+  adopt_group(param_groups_.size() - 1, std::nullopt);
 }
 
 void HybridOptimizer::apply_schedules() {
@@ -205,156 +231,7 @@ void HybridOptimizer::apply_schedules() {
   }
 }
 
-void HybridOptimizer::sync_branch_options() {
-  for (size_t i = 0; i < param_groups_.size(); ++i) {
-    auto& [branch, index] = branch_group_[i];
-    branch->param_groups()[index].set_options(param_groups_[i].options().clone());
-  }
-}
-
-std::string HybridOptimizer::first_nonfinite_gradient() const {
-  for (const auto& group : param_groups_) {
-    for (const auto& p : group.params()) {
-      if (p.grad().defined() && !at::isfinite(p.grad()).all().item<bool>()) {
-        return names_.at(p.unsafeGetTensorImpl());
-      }
-    }
-  }
-  return "?";
-}
-
-bool HybridOptimizer::clip_gradients() {
-  // Each gradient's norm in fp64 on its device, fetched once per device, summed in order.
-  std::vector<at::Tensor> norms;
-  for (const auto& group : param_groups_) {
-    for (const auto& p : group.params()) {
-      if (p.grad().defined()) {
-        norms.push_back(at::linalg_vector_norm(p.grad(), 2, {}, false, at::kDouble));
-      }
-    }
-  }
-  double sum = 0;
-  for (const double n : host_values(norms)) sum += n * n;
-  if (parallel_ != nullptr) {  // each rank holds the gradients it owns
-    auto total = at::full({1}, sum, at::kDouble);
-    parallel_->communicator().all_reduce(total, ReduceOp::sum);
-    sum = total.item<double>();
-  }
-  stats_.grad_norm = std::sqrt(sum);
-  stats_.clip_factor = 1;
-  stats_.skipped = false;
-  if (!std::isfinite(stats_.grad_norm)) {
-    if (options_.nonfinite == NonfinitePolicy::error) {
-      throw Error(detail::concat("non-finite gradient norm (", stats_.grad_norm, "): parameter '",
-                                 first_nonfinite_gradient(),
-                                 "' has NaN or Inf gradients; nothing was changed (nonfinite: "
-                                 "error; `skip` drops such steps instead)"));
-    }
-    stats_.skipped = true;
-    ++stats_.skipped_steps;
-    std::cerr << "muon: skipped a step: the gradient norm is " << stats_.grad_norm
-              << " (nonfinite policy: skip; " << stats_.skipped_steps << " skipped so far)\n";
-    return false;
-  }
-  if (options_.max_grad_norm && stats_.grad_norm > *options_.max_grad_norm) {
-    stats_.clip_factor = *options_.max_grad_norm / stats_.grad_norm;
-    for (auto& group : param_groups_) {
-      for (auto& p : group.params()) {
-        if (p.grad().defined()) p.mutable_grad().mul_(stats_.clip_factor);
-      }
-    }
-  }
-  return true;
-}
-
-at::Tensor HybridOptimizer::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  at::NoGradGuard no_grad;
-  apply_schedules();
-  sync_branch_options();
-  if (muon_) muon_->check_step();
-  if (adamw_) adamw_->check_step();
-  std::vector<QkClipTarget> qk_targets;
-  std::map<std::string, at::Tensor> qk_logits;
-  const bool clipping_qk = options_.qk_clip_tau && qk_source_ != nullptr;
-  if (clipping_qk) {
-    qk_targets = qk_source_->qk_clip_targets();
-    qk_logits = qk_source_->qk_max_logits();
-    if (parallel_ != nullptr) {  // the largest logit seen by any rank
-      for (auto& [layer, logits] : qk_logits) {
-        auto reduced = logits.to(at::kFloat).contiguous().clone();
-        parallel_->communicator().all_reduce(reduced, ReduceOp::max);
-        logits = reduced;
-      }
-    }
-    check_qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
-  }
-  stats_.qk_clip.clear();
-  const auto update = [this] {
-    if (muon_) muon_->step();
-    if (adamw_) adamw_->step();
-  };
-  if (parallel_ == nullptr) {
-    if (!clip_gradients()) return loss;
-    update();
-  } else {
-    parallel_->average_gradients();
-    try {
-      const bool proceed = clip_gradients();
-      if (proceed) parallel_->update_and_gather(update);
-      parallel_->restore_gradients();
-      if (!proceed) return loss;
-    } catch (...) {
-      parallel_->restore_gradients();
-      throw;
-    }
-  }
-  if (clipping_qk) stats_.qk_clip = qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
-  ++step_count_;
-  return loss;
-}
-
 HybridOptimizer::~HybridOptimizer() = default;
-
-void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicator,
-                                       int64_t bucket_numel) {
-  check(communicator != nullptr, "set_communicator: the communicator is null");
-  std::vector<detail::DataParallel::Param> params;
-  for (const auto& [name, p] : named_trainable()) {
-    const auto role = role_of(p);
-    params.push_back(
-        {p, role, role == Role::muon ? muon_->matrix_view(p) : std::vector<int64_t>{}});
-  }
-  auto parallel = communicator->world_size() > 1
-                      ? std::make_unique<detail::DataParallel>(communicator, params, bucket_numel)
-                      : nullptr;
-  communicator_ = std::move(communicator);
-  parallel_ = std::move(parallel);
-  if (parallel_ == nullptr) return;
-  parallel_->broadcast_parameters();
-  // State of parameters another rank owns (e.g. loaded before) is not this rank's to keep.
-  for (auto* branch : {static_cast<torch::optim::Optimizer*>(muon_.get()),
-                       static_cast<torch::optim::Optimizer*>(adamw_.get())}) {
-    if (branch == nullptr) continue;
-    for (const auto& group : branch->param_groups()) {
-      for (const auto& p : group.params()) {
-        if (!owns(p)) branch->state().erase(compat::param_state_key(p));
-      }
-    }
-  }
-}
-
-int HybridOptimizer::owner_of(const at::Tensor& param) const {
-  return parallel_ == nullptr ? 0 : parallel_->owner(param);
-}
-
-bool HybridOptimizer::owns(const at::Tensor& param) const {
-  return parallel_ == nullptr || parallel_->owns(param);
-}
 
 std::vector<std::pair<std::string, at::Tensor>> HybridOptimizer::named_trainable() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -375,9 +252,34 @@ void HybridOptimizer::restore_counters(int64_t step_count, int64_t skipped_steps
   stats_.skipped_steps = skipped_steps;
 }
 
+void HybridOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  save_optimizer_state(*this, archive);
+  archive.write("hybrid/step_count", c10::IValue(step_count_));
+  archive.write("hybrid/skipped_steps", c10::IValue(stats_.skipped_steps));
+}
+
+void HybridOptimizer::load(torch::serialize::InputArchive& archive) {
+  adopt_added_groups();
+  c10::IValue steps, skipped;
+  check(archive.try_read("hybrid/step_count", steps) &&
+            archive.try_read("hybrid/skipped_steps", skipped),
+        "optimizer archive: no step counters; it was not written by a HybridOptimizer");
+  load_optimizer_state(*this, archive);
+  restore_counters(steps.toInt(), skipped.toInt());
+  for (const auto& group : param_groups_) {  // on N ranks each keeps the state it owns
+    for (const auto& p : group.params()) {
+      if (!owns(p)) state_.erase(compat::param_state_key(p));
+    }
+  }
+}
+
 void HybridOptimizer::reset_state() {
-  if (muon_) muon_->state().clear();
-  if (adamw_) adamw_->state().clear();
+  state_.clear();
+}
+
+std::vector<int64_t> HybridOptimizer::matrix_view(const at::Tensor& param) const {
+  const auto it = views_.find(param.unsafeGetTensorImpl());
+  return it != views_.end() ? it->second : param.sizes().vec();
 }
 
 void HybridOptimizer::set_lr_multiplier(double multiplier) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "muon/dtypes.h"
 #include "muon/error.h"
 #include "muon/stochastic_rounding.h"
 #include "update_constants.h"
@@ -20,7 +21,7 @@ using TensorList = std::vector<at::Tensor>;
 constexpr int64_t kChunkElements = int64_t{1} << 24;
 
 at::ScalarType compute_dtype(const at::Tensor& param) {
-  return param.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return full_precision(param.scalar_type());
 }
 
 // `t` in dtype `dtype`: t itself when it already is (updated in place), else a copy that

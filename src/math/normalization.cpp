@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "muon/dtypes.h"
 #include "muon/error.h"
 
 namespace muon {
@@ -55,7 +56,7 @@ NorMuonAxis normuon_axis_from_string(const std::string& name) {
 namespace {
 
 at::ScalarType float_type(const at::Tensor& t) {
-  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return full_precision(t.scalar_type());
 }
 
 // Divides each slice along `dim` (−1: rows, −2: columns) by √(Σ x² + eps).

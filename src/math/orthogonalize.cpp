@@ -80,15 +80,24 @@ NsMethod ns_method_from_string(const std::string& name) {
               "'; valid methods are automatic, plain, symmetric, gram");
 }
 
-at::Tensor OrthogonalizeWorkspace::get(size_t slot, at::IntArrayRef sizes,
+at::Tensor OrthogonalizeWorkspace::get(Slot slot, at::IntArrayRef sizes,
                                        const at::TensorOptions& options) {
-  if (slots_.size() <= slot) slots_.resize(slot + 1);
-  auto& t = slots_[slot];
+  auto& t = slots_[static_cast<size_t>(slot)];
   if (!t.defined() || t.sizes() != sizes || t.dtype() != options.dtype() ||
       t.device() != options.device()) {
     t = at::empty(sizes, options);
   }
   return t;
+}
+
+bool operator==(const CoefficientTable& a, const CoefficientTable& b) {
+  return a.name == b.name && a.rows == b.rows && a.safety == b.safety && a.eps == b.eps &&
+         a.gram_restart_interval == b.gram_restart_interval;
+}
+
+bool operator==(const OrthogonalizeOptions& a, const OrthogonalizeOptions& b) {
+  return a.steps() == b.steps() && a.coefficients() == b.coefficients() && a.dtype() == b.dtype() &&
+         a.method() == b.method() && a.gram_restarts() == b.gram_restarts();
 }
 
 at::ScalarType orthogonalize_dtype(const at::Tensor& x, std::optional<at::ScalarType> requested) {
@@ -255,7 +264,8 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
   } else {
     OrthogonalizeWorkspace local;
     auto& ws = workspace != nullptr ? *workspace : local;
-    auto normalized = ws.get(0, batch.sizes(), batch.options());
+    auto normalized =
+        ws.get(OrthogonalizeWorkspace::Slot::normalized, batch.sizes(), batch.options());
     at::div_out(normalized, batch, denominator);
     X = method == NsMethod::symmetric
             ? detail::symmetric_iterations(normalized, table, options.steps(), ws)

@@ -1,12 +1,15 @@
 #include "muon/param_state.h"
 
 #include <set>
+#include <string>
 #include <vector>
 
 #include "muon/adam.h"
 #include "muon/compat.h"
+#include "muon/dtypes.h"
 #include "muon/error.h"
 #include "muon/muon.h"
+#include "muon/rules.h"
 
 namespace muon {
 namespace {
@@ -21,10 +24,8 @@ const torch::optim::OptimizerOptions& group_options(const torch::optim::Optimize
   throw Error("the parameter is not one of this optimizer's");
 }
 
-// Full precision state is fp32, fp64 for fp64 parameters; bf16 when configured.
 at::ScalarType stored_dtype(const at::Tensor& p, at::ScalarType configured) {
-  if (configured == at::kBFloat16) return at::kBFloat16;
-  return p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return state_storage_dtype(p.scalar_type(), configured);
 }
 
 template <class Options>
@@ -47,7 +48,8 @@ std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optim
   if (const auto* m = options_as<MuonOptions>(options)) {
     std::vector<StateSlot> slots{{"momentum_buffer", shape, stored_dtype(param, m->state_dtype())}};
     if (m->normuon()) {
-      const auto view = static_cast<const Muon&>(optimizer).matrix_view(param);
+      const auto* views = dynamic_cast<const MatrixViews*>(&optimizer);
+      const auto view = views != nullptr ? views->matrix_view(param) : shape;
       slots.push_back({"normuon_second_moment", normuon_state_shape(view, m->normuon()->axis),
                        stored_dtype(param, at::kFloat)});
     }
@@ -98,8 +100,8 @@ void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tenso
     check(it != entry.tensors.end(), where, " lacks '", slot.name, "'");
     const auto& t = it->second;
     check(t.defined(), where, ".", slot.name, " is not a tensor");
-    check(t.sizes() == at::IntArrayRef(slot.shape), where, ".", slot.name, " has shape ",
-          t.sizes(), ", this optimizer needs ", at::IntArrayRef(slot.shape));
+    check(t.sizes() == at::IntArrayRef(slot.shape), where, ".", slot.name, " has shape ", t.sizes(),
+          ", this optimizer needs ", at::IntArrayRef(slot.shape));
     check(t.scalar_type() == slot.dtype, where, ".", slot.name, " has dtype ", t.scalar_type(),
           ", this optimizer stores ", slot.dtype);
     check(t.layout() == at::kStrided, where, ".", slot.name, " is sparse; state is dense");
@@ -118,8 +120,7 @@ void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& par
   const auto copy = [&](const std::string& name) {
     const auto it = entry.tensors.find(name);
     if (it == entry.tensors.end()) return at::Tensor();
-    return it->second.to(param.device(), /*non_blocking=*/false, /*copy=*/true)
-        .contiguous();
+    return it->second.to(param.device(), /*non_blocking=*/false, /*copy=*/true).contiguous();
   };
   std::unique_ptr<torch::optim::OptimizerParamState> state;
   if (options_as<MuonOptions>(group_options(optimizer, param)) != nullptr) {
@@ -136,6 +137,138 @@ void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& par
     state = std::move(a);
   }
   optimizer.state()[compat::param_state_key(param)] = std::move(state);
+}
+
+namespace {
+
+constexpr int64_t kArchiveVersion = 1;
+
+// The settings of a group that change during training, by name.
+template <class O>
+std::map<std::string, double> adam_settings(const O& o) {
+  return {{"lr", o.lr()},
+          {"weight_decay", o.weight_decay()},
+          {"beta1", std::get<0>(o.betas())},
+          {"beta2", std::get<1>(o.betas())},
+          {"eps", o.eps()}};
+}
+
+template <class O>
+void set_adam_settings(O& o, std::map<std::string, double> v) {
+  o.lr(v["lr"]).weight_decay(v["weight_decay"]).betas({v["beta1"], v["beta2"]}).eps(v["eps"]);
+}
+
+std::map<std::string, double> settings_of(const torch::optim::OptimizerOptions& options) {
+  if (const auto* m = options_as<MuonOptions>(options)) {
+    return {{"lr", m->lr()}, {"weight_decay", m->weight_decay()}, {"momentum", m->momentum()}};
+  }
+  if (const auto* o = options_as<AdamWOptions>(options)) return adam_settings(*o);
+  if (const auto* o = options_as<AdamOptions>(options)) return adam_settings(*o);
+  if (const auto* o = options_as<LambOptions>(options)) return adam_settings(*o);
+  throw Error("optimizer state: only Muon, AdamW, Adam and Lamb groups can be saved or loaded");
+}
+
+void set_settings(torch::optim::OptimizerOptions& options, const std::map<std::string, double>& v) {
+  if (auto* m = dynamic_cast<MuonOptions*>(&options)) {
+    m->lr(v.at("lr")).weight_decay(v.at("weight_decay")).momentum(v.at("momentum"));
+  } else if (auto* o = dynamic_cast<AdamWOptions*>(&options)) {
+    set_adam_settings(*o, v);
+  } else if (auto* o = dynamic_cast<AdamOptions*>(&options)) {
+    set_adam_settings(*o, v);
+  } else if (auto* o = dynamic_cast<LambOptions*>(&options)) {
+    set_adam_settings(*o, v);
+  }
+}
+
+void check_settings(const torch::optim::OptimizerOptions& options, size_t g) {
+  try {
+    if (const auto* m = options_as<MuonOptions>(options)) check_options(*m);
+    if (const auto* o = options_as<AdamWOptions>(options)) check_adam_options(*o);
+    if (const auto* o = options_as<AdamOptions>(options)) check_adam_options(*o);
+    if (const auto* o = options_as<LambOptions>(options)) check_adam_options(*o);
+  } catch (const Error& e) {
+    throw Error(detail::concat("optimizer archive: param group ", g, ": ", e.what()));
+  }
+}
+
+std::string group_key(size_t g) {
+  return detail::concat("param_groups/", g, "/");
+}
+
+std::string state_key(size_t g, size_t i) {
+  return detail::concat("state/", g, "/", i, "/");
+}
+
+c10::IValue read_value(torch::serialize::InputArchive& archive, const std::string& key) {
+  c10::IValue value;
+  check(archive.try_read(key, value), "optimizer archive: '", key,
+        "' is missing; it was not written by this optimizer's save()");
+  return value;
+}
+
+}  // namespace
+
+void save_optimizer_state(const torch::optim::Optimizer& optimizer,
+                          torch::serialize::OutputArchive& archive) {
+  archive.write("muon_optimizer_archive", c10::IValue(kArchiveVersion));
+  const auto& groups = optimizer.param_groups();
+  archive.write("param_groups/count", c10::IValue(static_cast<int64_t>(groups.size())));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& params = groups[g].params();
+    archive.write(group_key(g) + "size", c10::IValue(static_cast<int64_t>(params.size())));
+    for (const auto& [name, value] : settings_of(groups[g].options())) {
+      archive.write(group_key(g) + name, c10::IValue(value));
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto entry = read_param_state(optimizer, params[i]);
+      if (!entry) continue;
+      archive.write(state_key(g, i) + "step", c10::IValue(entry->step));
+      for (const auto& [name, t] : entry->tensors) archive.write(state_key(g, i) + name, t);
+    }
+  }
+}
+
+void load_optimizer_state(torch::optim::Optimizer& optimizer,
+                          torch::serialize::InputArchive& archive) {
+  c10::IValue version;
+  check(archive.try_read("muon_optimizer_archive", version) && version.isInt() &&
+            version.toInt() == kArchiveVersion,
+        "optimizer archive: not written by a muon-cpp optimizer's save() (format ", kArchiveVersion,
+        ")");
+  auto& groups = optimizer.param_groups();
+  const auto count = read_value(archive, "param_groups/count").toInt();
+  check(count == static_cast<int64_t>(groups.size()), "optimizer archive: it has ", count,
+        " param groups, this optimizer ", groups.size());
+  // Everything is read and checked before anything is written.
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;
+  std::vector<std::pair<at::Tensor, ParamStateEntry>> states;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& params = groups[g].params();
+    const auto size = read_value(archive, group_key(g) + "size").toInt();
+    check(size == static_cast<int64_t>(params.size()), "optimizer archive: param group ", g,
+          " has ", size, " parameters, this optimizer's ", params.size());
+    auto values = settings_of(groups[g].options());
+    for (auto& [name, value] : values) value = read_value(archive, group_key(g) + name).toDouble();
+    options.push_back(groups[g].options().clone());
+    set_settings(*options.back(), values);
+    check_settings(*options.back(), g);
+    for (size_t i = 0; i < params.size(); ++i) {
+      c10::IValue step;
+      if (!archive.try_read(state_key(g, i) + "step", step)) continue;
+      ParamStateEntry entry;
+      entry.step = step.toInt();
+      for (const auto& slot : expected_state_slots(optimizer, params[i])) {
+        at::Tensor t;
+        if (archive.try_read(state_key(g, i) + slot.name, t)) entry.tensors[slot.name] = t;
+      }
+      check_param_state(optimizer, params[i], entry,
+                        detail::concat("parameter ", i, " of param group ", g));
+      states.emplace_back(params[i], std::move(entry));
+    }
+  }
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].set_options(std::move(options[g]));
+  optimizer.state().clear();
+  for (const auto& [param, entry] : states) write_param_state(optimizer, param, entry);
 }
 
 }  // namespace muon

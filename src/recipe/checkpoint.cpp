@@ -35,12 +35,6 @@ c10::impl::GenericDict new_dict() {
   return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
 }
 
-// The branch optimizer (Muon or AdamW) that holds `p`'s state.
-torch::optim::Optimizer& branch_of(HybridOptimizer& opt, const at::Tensor& p) {
-  if (opt.role_of(p) == Role::muon) return *opt.muon();
-  return *opt.adamw();
-}
-
 // `p`'s state as its owner rank keeps it, on every rank (a collective: all ranks call it for the
 // same parameters in the same order).
 std::optional<ParamStateEntry> from_owner(Communicator& communicator, HybridOptimizer& opt,
@@ -57,7 +51,7 @@ std::optional<ParamStateEntry> from_owner(Communicator& communicator, HybridOpti
   if (header[0].item<int64_t>() == 0) return std::nullopt;
   ParamStateEntry entry;
   entry.step = header[1].item<int64_t>();
-  for (const auto& slot : expected_state_slots(branch_of(opt, p), p)) {
+  for (const auto& slot : expected_state_slots(opt, p)) {
     auto t = mine ? local->tensors.at(slot.name).contiguous()
                   : at::empty(slot.shape, at::TensorOptions().dtype(slot.dtype));
     auto bytes = t.reshape(-1).view(at::kByte);  // any dtype, bit for bit
@@ -197,7 +191,7 @@ void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
     auto entry = new_dict();
     const auto role = optimizer.role_of(p);
     entry.insert("role", to_string(role));
-    auto saved = read_param_state(branch_of(optimizer, p), p);
+    auto saved = read_param_state(optimizer, p);
     if (distributed) saved = from_owner(*communicator, optimizer, p, std::move(saved));
     entry.insert("has_state", saved.has_value());
     if (saved) {
@@ -286,7 +280,7 @@ LoadPlan plan_load(const c10::IValue& loaded, const std::string& path, HybridOpt
         saved.tensors[key] = file_tensor(item.value(), entry_name + "." + key);
       }
     }
-    check_param_state(branch_of(optimizer, p), p, saved, where);
+    check_param_state(optimizer, p, saved, where);
     restores.emplace_back(p, std::move(saved));
   }
   const auto lrs = field(root, "group_lrs", path).toDoubleList();
@@ -347,7 +341,7 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
   at::NoGradGuard no_grad;
   for (const auto& [p, saved] : plan.restores) {
     // With ranks, each keeps the state of the parameters it owns: N ranks' file resumes on M.
-    if (optimizer.owns(p)) write_param_state(branch_of(optimizer, p), p, saved);
+    if (optimizer.owns(p)) write_param_state(optimizer, p, saved);
   }
   for (size_t g = 0; g < plan.lrs.size(); ++g) {
     optimizer.param_groups()[g].options().set_lr(plan.lrs[g]);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../update_constants.h"
+#include "muon/dtypes.h"
 #include "muon/error.h"
 #include "muon/stochastic_rounding.h"
 
@@ -120,7 +121,7 @@ void check_same_layout(const at::Tensor& param, const at::Tensor& grad,
         " differs from the parameter's ", param.scalar_type());
   check(grad.numel() == param.numel(), kernel, ": gradient has ", grad.numel(),
         " elements, the parameter ", param.numel());
-  const auto compute = param.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto compute = full_precision(param.scalar_type());
   for (const auto* t : state) {
     check(t->is_contiguous() && t->numel() == param.numel(), kernel,
           ": state must be contiguous with the parameter's element count");

@@ -171,12 +171,14 @@ at::Tensor for_each_matrix(at::Tensor& X, at::Tensor& other, One one) {
   return result == X[X.size(0) - 1].data_ptr<T>() ? X : other;
 }
 
+using Slot = OrthogonalizeWorkspace::Slot;
+
 template <class T>
 at::Tensor run_symmetric(at::Tensor& X, const CoefficientTable& table, int64_t steps,
                          OrthogonalizeWorkspace& ws) {
   const auto p = panel_of(X.size(1), X.size(2));
-  auto other = ws.get(1, X.sizes(), X.options());
-  auto squares = ws.get(2, {2, p.k, p.k}, X.options());  // A, Q
+  auto other = ws.get(Slot::iterate, X.sizes(), X.options());
+  auto squares = ws.get(Slot::squares, {2, p.k, p.k}, X.options());  // A, Q
   T* A = squares[0].data_ptr<T>();
   T* Q = squares[1].data_ptr<T>();
   return for_each_matrix<T>(
@@ -187,8 +189,8 @@ template <class T>
 at::Tensor run_gram(at::Tensor& X, const CoefficientTable& table, int64_t steps,
                     const std::vector<int64_t>& restarts, OrthogonalizeWorkspace& ws) {
   const auto p = panel_of(X.size(1), X.size(2));
-  auto other = ws.get(1, X.sizes(), X.options());
-  auto squares = ws.get(2, {4, p.k, p.k}, X.options());  // A, Q, R, scratch
+  auto other = ws.get(Slot::iterate, X.sizes(), X.options());
+  auto squares = ws.get(Slot::squares, {4, p.k, p.k}, X.options());  // A, Q, R, scratch
   return for_each_matrix<T>(X, other, [&](T* W, T* W2) {
     return gram_one(W, W2, squares[0].data_ptr<T>(), squares[1].data_ptr<T>(),
                     squares[2].data_ptr<T>(), squares[3].data_ptr<T>(), p, table, steps, restarts);

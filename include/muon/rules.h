@@ -1,0 +1,82 @@
+// The update rules: Muon (with NorMuon and Muon+), the Adam family (AdamW, Adam, NAdam) and LAMB
+// as functions of an explicit list of (parameter, gradient, state, options). They hold no groups
+// and no torch::optim machinery; the optimizers (muon::Muon, muon::AdamW, ..., the hybrid) own
+// groups and state and hand the rules what to update — on N ranks, only what a rank owns.
+//
+// Each rule runs the fused CPU kernels (muon/fused_update.h) on CPU tensors and their
+// device-generic ATen form (muon/generic_update.h) elsewhere, as the options' `fused` says.
+// Rules read the gradient they are given, never `.grad`. The formulas are in docs/design.md.
+//
+// The cautious mask (option `cautious`) is the same rule as muon::Cautious without rescaling,
+// applied inside the update pass.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "muon/adam.h"
+#include "muon/dtypes.h"
+#include "muon/muon.h"
+
+namespace muon {
+
+// ---- Muon -------------------------------------------------------------------------------------
+
+// One parameter of a Muon update.
+struct MuonItem {
+  at::Tensor param;       // updated in place
+  at::Tensor grad;        // the parameter's shape
+  MuonParamState* state;  // from muon_state()
+  const MuonOptions* options;
+  std::vector<int64_t> view;  // the (batch..., rows, cols) view it is orthogonalized in
+  int64_t index;              // its position among the owner's Muon parameters: seeds bf16 rounding
+};
+
+// Throws muon::Error, naming `where` (e.g. "parameter 2 of param group 0"), unless `param` with
+// gradient `grad` can take a Muon update under `options` in `view` — before anything changes.
+void check_muon_item(const at::Tensor& param, const at::Tensor& grad, const MuonOptions& options,
+                     const std::vector<int64_t>& view, const std::string& where);
+
+// The state in `slot`, created (zeros) on first use; NorMuon's statistic is added when NorMuon is
+// switched on later.
+MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
+                           const at::Tensor& param, const MuonOptions& options,
+                           const std::vector<int64_t>& view);
+
+// One Muon step of every item (checked by check_muon_item): matrices of one shape, dtype, device
+// and orthogonalization setting are orthogonalized together in one batched call.
+void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces);
+
+// The orthogonalization settings of `options` (fused: false makes `automatic` mean plain).
+OrthogonalizeOptions orthogonalize_options(const MuonOptions& options);
+
+// ---- The Adam family and LAMB -----------------------------------------------------------------
+
+struct AdamItem {
+  at::Tensor param;       // updated in place
+  at::Tensor grad;        // the parameter's shape
+  AdamParamState* state;  // from adam_state()
+  int64_t index;  // its position among the owner's parameters of the rule: seeds bf16 rounding
+};
+
+// Throws muon::Error unless `options` are valid for rule R (LAMB: no nesterov, cautious or bf16
+// state).
+template <AdamRule R>
+void check_adam_options(const AdamFamilyOptions<R>& options);
+// As check_muon_item, for rule R.
+template <AdamRule R>
+void check_adam_item(const at::Tensor& param, const at::Tensor& grad,
+                     const AdamFamilyOptions<R>& options, const std::string& where);
+
+AdamParamState& adam_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
+                           const at::Tensor& param, at::ScalarType state_dtype);
+
+// One step of rule R for every item, all under `options` (one parameter group).
+template <AdamRule R>
+void adam_update(const AdamFamilyOptions<R>& options, const std::vector<AdamItem>& items);
+
+// The name a rule's messages use: "AdamW", "Adam" or "Lamb".
+const char* rule_name(AdamRule rule);
+
+}  // namespace muon

@@ -1,0 +1,226 @@
+// HybridOptimizer::step and data parallelism: checks, the global gradient norm and clipping, the
+// update rules over every group, QK-clip.
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "data_parallel.h"
+#include "muon/compat.h"
+#include "muon/distributed.h"
+#include "muon/error.h"
+#include "muon/hybrid.h"
+#include "muon/rules.h"
+
+namespace muon {
+namespace {
+
+// The values of 0-d tensors on any devices, in order, with one transfer per device.
+std::vector<double> host_values(const std::vector<at::Tensor>& scalars) {
+  std::map<std::string, std::vector<size_t>> by_device;
+  for (size_t i = 0; i < scalars.size(); ++i) by_device[scalars[i].device().str()].push_back(i);
+  std::vector<double> out(scalars.size());
+  for (const auto& [device, indices] : by_device) {
+    std::vector<at::Tensor> same;
+    for (const size_t i : indices) same.push_back(scalars[i]);
+    const auto host = at::stack(same).to(at::kCPU, at::kDouble);
+    const auto values = host.accessor<double, 1>();
+    for (size_t j = 0; j < indices.size(); ++j) out[indices[j]] = values[static_cast<int64_t>(j)];
+  }
+  return out;
+}
+
+}  // namespace
+
+void HybridOptimizer::check_step() const {
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto& group = param_groups_[g];
+    const auto* muon = dynamic_cast<const MuonOptions*>(&group.options());
+    const auto* adamw = dynamic_cast<const AdamWOptions*>(&group.options());
+    if (muon != nullptr) check_options(*muon);
+    if (adamw != nullptr) check_adam_options(*adamw);
+    for (size_t i = 0; i < group.params().size(); ++i) {
+      const auto& p = group.params()[i];
+      if (!p.grad().defined()) continue;
+      const auto where = detail::concat("parameter ", i, " of param group ", g);
+      if (muon != nullptr) check_muon_item(p, p.grad(), *muon, matrix_view(p), where);
+      if (adamw != nullptr) check_adam_item(p, p.grad(), *adamw, where);
+    }
+  }
+}
+
+// The caller's gradients, or on N ranks the averages of those this rank owns.
+HybridOptimizer::Gradients HybridOptimizer::gradients() const {
+  if (parallel_ != nullptr) return parallel_->average_gradients();
+  Gradients grads;
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) {
+      if (p.grad().defined()) grads[p.unsafeGetTensorImpl()] = p.grad();
+    }
+  }
+  return grads;
+}
+
+std::string HybridOptimizer::first_nonfinite_gradient() const {
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) {
+      if (p.grad().defined() && !at::isfinite(p.grad()).all().item<bool>()) {
+        return names_.at(p.unsafeGetTensorImpl());
+      }
+    }
+  }
+  return "?";
+}
+
+bool HybridOptimizer::clip_gradients(Gradients& grads) {
+  // Each gradient's norm in fp64 on its device, fetched once per device, summed in group order.
+  std::vector<at::Tensor> norms;
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) {
+      const auto it = grads.find(p.unsafeGetTensorImpl());
+      if (it != grads.end()) {
+        norms.push_back(at::linalg_vector_norm(it->second, 2, {}, false, at::kDouble));
+      }
+    }
+  }
+  double sum = 0;
+  for (const double n : host_values(norms)) sum += n * n;
+  if (parallel_ != nullptr) {  // each rank holds the gradients it owns
+    auto total = at::full({1}, sum, at::kDouble);
+    parallel_->communicator().all_reduce(total, ReduceOp::sum);
+    sum = total.item<double>();
+  }
+  stats_.grad_norm = std::sqrt(sum);
+  stats_.clip_factor = 1;
+  stats_.skipped = false;
+  if (!std::isfinite(stats_.grad_norm)) {
+    if (options_.nonfinite == NonfinitePolicy::error) {
+      throw Error(detail::concat("non-finite gradient norm (", stats_.grad_norm, "): parameter '",
+                                 first_nonfinite_gradient(),
+                                 "' has NaN or Inf gradients; nothing was changed (nonfinite: "
+                                 "error; `skip` drops such steps instead)"));
+    }
+    stats_.skipped = true;
+    ++stats_.skipped_steps;
+    std::cerr << "muon: skipped a step: the gradient norm is " << stats_.grad_norm
+              << " (nonfinite policy: skip; " << stats_.skipped_steps << " skipped so far)\n";
+    return false;
+  }
+  if (options_.max_grad_norm && stats_.grad_norm > *options_.max_grad_norm) {
+    stats_.clip_factor = *options_.max_grad_norm / stats_.grad_norm;
+    // The caller's .grad stays as it is: clipped copies (averages on N ranks are ours already).
+    for (auto& [param, grad] : grads) {
+      grad = parallel_ != nullptr ? grad.mul_(stats_.clip_factor) : grad * stats_.clip_factor;
+    }
+  }
+  return true;
+}
+
+// Runs the rules over every parameter with a gradient in `grads` (only those in `only`, if given).
+// Seeds count a parameter's position among the parameters of its algorithm, in group order.
+void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tensor>* only) {
+  std::set<const void*> selected;
+  if (only != nullptr) {
+    for (const auto& p : *only) selected.insert(p.unsafeGetTensorImpl());
+  }
+  std::vector<MuonItem> muon_items;
+  int64_t muon_index = 0, adamw_index = 0;
+  for (auto& group : param_groups_) {
+    const auto* muon = dynamic_cast<const MuonOptions*>(&group.options());
+    std::vector<AdamItem> adamw_items;
+    for (auto& p : group.params()) {
+      const int64_t position = muon != nullptr ? muon_index++ : adamw_index++;
+      const auto* impl = p.unsafeGetTensorImpl();
+      const auto grad = grads.find(impl);
+      if (grad == grads.end() || (only != nullptr && selected.count(impl) == 0)) continue;
+      auto& slot = state_[compat::param_state_key(p)];
+      if (muon != nullptr) {
+        auto view = matrix_view(p);
+        auto& state = muon_state(slot, p, *muon, view);
+        muon_items.push_back({p, grad->second, &state, muon, std::move(view), position});
+      } else {
+        const auto& o = static_cast<const AdamWOptions&>(group.options());
+        adamw_items.push_back({p, grad->second, &adam_state(slot, p, o.state_dtype()), position});
+      }
+    }
+    if (!adamw_items.empty()) {
+      adam_update(static_cast<const AdamWOptions&>(group.options()), adamw_items);
+    }
+  }
+  muon_update(muon_items, workspaces_);
+}
+
+at::Tensor HybridOptimizer::step(LossClosure closure) {
+  at::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  at::NoGradGuard no_grad;
+  adopt_added_groups();
+  apply_schedules();
+  check_step();
+  std::vector<QkClipTarget> qk_targets;
+  std::map<std::string, at::Tensor> qk_logits;
+  const bool clipping_qk = options_.qk_clip_tau && qk_source_ != nullptr;
+  if (clipping_qk) {
+    qk_targets = qk_source_->qk_clip_targets();
+    qk_logits = qk_source_->qk_max_logits();
+    if (parallel_ != nullptr) {  // the largest logit seen by any rank
+      for (auto& [layer, logits] : qk_logits) {
+        auto reduced = logits.to(at::kFloat).contiguous().clone();
+        parallel_->communicator().all_reduce(reduced, ReduceOp::max);
+        logits = reduced;
+      }
+    }
+    check_qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
+  }
+  stats_.qk_clip.clear();
+  auto grads = gradients();
+  if (!clip_gradients(grads)) return loss;
+  if (parallel_ == nullptr) {
+    update(grads, nullptr);
+  } else {
+    parallel_->update_and_gather(
+        [&](const std::vector<at::Tensor>& owned) { update(grads, &owned); });
+  }
+  if (clipping_qk) stats_.qk_clip = qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
+  ++step_count_;
+  return loss;
+}
+
+void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicator,
+                                       int64_t bucket_numel) {
+  check(communicator != nullptr, "set_communicator: the communicator is null");
+  adopt_added_groups();
+  std::vector<detail::DataParallel::Param> params;
+  for (const auto& [name, p] : named_trainable()) {
+    const auto role = role_of(p);
+    params.push_back({p, role, role == Role::muon ? matrix_view(p) : std::vector<int64_t>{}});
+  }
+  auto parallel = communicator->world_size() > 1
+                      ? std::make_unique<detail::DataParallel>(communicator, params, bucket_numel)
+                      : nullptr;
+  communicator_ = std::move(communicator);
+  parallel_ = std::move(parallel);
+  if (parallel_ == nullptr) return;
+  parallel_->broadcast_parameters();
+  // State of parameters another rank owns (e.g. loaded before) is not this rank's to keep.
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) {
+      if (!owns(p)) state_.erase(compat::param_state_key(p));
+    }
+  }
+}
+
+int HybridOptimizer::owner_of(const at::Tensor& param) const {
+  return parallel_ == nullptr ? 0 : parallel_->owner(param);
+}
+
+bool HybridOptimizer::owns(const at::Tensor& param) const {
+  return parallel_ == nullptr || parallel_->owns(param);
+}
+
+}  // namespace muon

@@ -1,0 +1,140 @@
+// The Adam-family and LAMB update rules (docs/design.md, "Adam family" and "LAMB").
+#include <cmath>
+#include <string>
+
+#include "in_place.h"
+#include "muon/error.h"
+#include "muon/fused_update.h"
+#include "muon/generic_update.h"
+#include "muon/rules.h"
+#include "muon/stochastic_rounding.h"
+
+namespace muon {
+
+const char* rule_name(AdamRule rule) {
+  switch (rule) {
+    case AdamRule::adamw:
+      return "AdamW";
+    case AdamRule::adam:
+      return "Adam";
+    case AdamRule::lamb:
+      return "Lamb";
+  }
+  return "?";
+}
+
+template <AdamRule R>
+void check_adam_options(const AdamFamilyOptions<R>& o) {
+  const char* name = rule_name(R);
+  const auto [beta1, beta2] = o.betas();
+  check(std::isfinite(o.lr()) && o.lr() >= 0, name, ": lr must be >= 0, got ", o.lr());
+  check(beta1 >= 0 && beta1 < 1, name, ": betas[0] must be in [0, 1), got ", beta1);
+  check(beta2 >= 0 && beta2 < 1, name, ": betas[1] must be in [0, 1), got ", beta2);
+  check(std::isfinite(o.eps()) && o.eps() > 0, name, ": eps must be > 0, got ", o.eps());
+  check(std::isfinite(o.weight_decay()) && o.weight_decay() >= 0, name,
+        ": weight_decay must be >= 0, got ", o.weight_decay());
+  if constexpr (R == AdamRule::lamb) {
+    check(o.state_dtype() == at::kFloat, "Lamb: state_dtype ", o.state_dtype(),
+          " is not supported; LAMB keeps float32 state (bfloat16 state is available for Adam, "
+          "AdamW and Muon)");
+    check(!o.nesterov(),
+          "Lamb: nesterov is not supported; LAMB's trust ratio is defined for the "
+          "Adam direction (use Adam or AdamW with nesterov for NAdam)");
+    check(!o.cautious(),
+          "Lamb: cautious is not supported; the trust ratio rescales the whole "
+          "update (wrap the optimizer in muon::Cautious to mask after the step)");
+  } else {
+    check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, name, ": state_dtype ",
+          o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
+  }
+}
+
+template <AdamRule R>
+void check_adam_item(const at::Tensor& p, const at::Tensor& grad, const AdamFamilyOptions<R>& o,
+                     const std::string& where) {
+  const char* name = rule_name(R);
+  check(!p.is_complex(), name, ": ", where, " is complex (", p.scalar_type(),
+        "); the Adam family here supports real floating-point parameters only");
+  check(p.is_floating_point(), name, ": ", where, " has dtype ", p.scalar_type(),
+        "; expected float32, float64, bfloat16 or float16");
+  detail::check_kernels(o.fused(), p, name, where);
+  if (grad.defined()) {
+    check(!grad.is_sparse(), name, " does not support sparse gradients (", where, ")");
+    check(grad.sizes() == p.sizes(), name, ": ", where, " has a gradient of shape ", grad.sizes(),
+          " for a parameter of shape ", p.sizes());
+  }
+}
+
+AdamParamState& adam_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
+                           const at::Tensor& p, at::ScalarType state_dtype) {
+  if (!slot) {
+    const auto dtype = state_storage_dtype(p.scalar_type(), state_dtype);
+    auto state = std::make_unique<AdamParamState>();
+    state->exp_avg(at::zeros(p.sizes(), p.options().dtype(dtype)));  // contiguous, whatever p is
+    state->exp_avg_sq(at::zeros(p.sizes(), p.options().dtype(dtype)));
+    slot = std::move(state);
+  }
+  return static_cast<AdamParamState&>(*slot);
+}
+
+namespace {
+
+template <AdamRule R>
+AdamStepScalars scalars_of(const AdamFamilyOptions<R>& o, const AdamItem& item) {
+  const uint32_t salt = sr::tensor_salt(sr::step_seed(item.state->step()), item.index);
+  AdamStepScalars s;
+  s.lr = o.lr();
+  s.beta1 = std::get<0>(o.betas());
+  s.beta2 = std::get<1>(o.betas());
+  s.eps = o.eps();
+  s.decoupled_weight_decay = R == AdamRule::adamw ? o.weight_decay() : 0.0;
+  s.l2_weight_decay = R == AdamRule::adam ? o.weight_decay() : 0.0;
+  s.nesterov = o.nesterov();
+  s.cautious = o.cautious();
+  s.step = item.state->step() + 1;
+  s.seed_exp_avg = salt;
+  s.seed_exp_avg_sq = sr::second_moment_salt(salt);
+  return s;
+}
+
+}  // namespace
+
+template <AdamRule R>
+void adam_update(const AdamFamilyOptions<R>& o, const std::vector<AdamItem>& items) {
+  std::vector<AdamTensors> generic;  // parameters for the device-generic form, in one call
+  for (const auto& item : items) {
+    const auto s = scalars_of(o, item);
+    auto& state = *item.state;
+    state.step(s.step);
+    auto param = item.param;
+    if (!detail::runs_fused(o.fused(), param)) {
+      generic.push_back({param, item.grad, state.exp_avg(), state.exp_avg_sq(), s});
+      continue;
+    }
+    const auto grad = item.grad.contiguous();
+    detail::update_in_place(param, [&](at::Tensor& dense) {
+      if constexpr (R == AdamRule::lamb) {
+        fused_lamb_step(dense, grad, state.exp_avg(), state.exp_avg_sq(), s, o.weight_decay());
+      } else {
+        fused_adam_step(dense, grad, state.exp_avg(), state.exp_avg_sq(), s);
+      }
+    });
+  }
+  if constexpr (R == AdamRule::lamb) {
+    generic_lamb_step(generic, o.weight_decay());
+  } else {
+    generic_adam_step(generic);
+  }
+}
+
+#define MUON_ADAM_RULE(R)                                                            \
+  template void check_adam_options<R>(const AdamFamilyOptions<R>&);                  \
+  template void check_adam_item<R>(const at::Tensor&, const at::Tensor&,             \
+                                   const AdamFamilyOptions<R>&, const std::string&); \
+  template void adam_update<R>(const AdamFamilyOptions<R>&, const std::vector<AdamItem>&);
+MUON_ADAM_RULE(AdamRule::adamw)
+MUON_ADAM_RULE(AdamRule::adam)
+MUON_ADAM_RULE(AdamRule::lamb)
+#undef MUON_ADAM_RULE
+
+}  // namespace muon

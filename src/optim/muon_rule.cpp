@@ -1,0 +1,183 @@
+// The Muon update rule (docs/design.md, "Muon update"; NorMuon and Muon+ there too).
+#include <algorithm>
+#include <cmath>
+
+#include "in_place.h"
+#include "muon/error.h"
+#include "muon/fused_update.h"
+#include "muon/generic_update.h"
+#include "muon/rules.h"
+#include "muon/stochastic_rounding.h"
+
+namespace muon {
+
+OrthogonalizeOptions orthogonalize_options(const MuonOptions& o) {
+  const bool plain_only = o.fused() == false && o.ns_method() == NsMethod::automatic;
+  return OrthogonalizeOptions()
+      .steps(o.ns_steps())
+      .coefficients(o.coefficients())
+      .dtype(o.ns_dtype())
+      .method(plain_only ? NsMethod::plain : o.ns_method())
+      .gram_restarts(o.gram_restarts());
+}
+
+OrthogonalizeWorkspace& MuonWorkspaces::get(int64_t rows, int64_t cols, at::ScalarType dtype,
+                                            at::Device device,
+                                            const OrthogonalizeOptions& options) {
+  for (auto& e : entries_) {
+    if (e.rows == rows && e.cols == cols && e.dtype == dtype && e.device == device &&
+        e.options == options) {
+      return e.workspace;
+    }
+  }
+  entries_.push_back(Entry{rows, cols, dtype, device, options, {}});
+  return entries_.back().workspace;
+}
+
+void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOptions& o,
+                     const std::vector<int64_t>& view, const std::string& where) {
+  check(!grad.is_sparse(), "Muon does not support sparse gradients (", where, ")");
+  check_muon_param(p, where);
+  check(grad.sizes() == p.sizes(), "Muon: ", where, " has a gradient of shape ", grad.sizes(),
+        " for a parameter of shape ", p.sizes());
+  detail::check_kernels(o.fused(), p, "Muon", where);
+  // The orthogonalization can run (a bf16 dtype on CPU needs bf16 dot products): checked before
+  // anything changes, not in the middle of the step.
+  resolve_method(view, p.scalar_type(), p.device(), orthogonalize_options(o));
+}
+
+MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
+                           const at::Tensor& p, const MuonOptions& o,
+                           const std::vector<int64_t>& view) {
+  if (!slot) {
+    auto state = std::make_unique<MuonParamState>();
+    const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
+    state->momentum_buffer(at::zeros(p.sizes(), p.options().dtype(dtype)));
+    slot = std::move(state);
+  }
+  auto& state = static_cast<MuonParamState&>(*slot);
+  if (o.normuon() && !state.normuon_second_moment().defined()) {
+    // NorMuon can be switched on between steps: its statistic starts at 0 then.
+    state.normuon_second_moment(at::zeros(normuon_state_shape(view, o.normuon()->axis),
+                                          p.options().dtype(full_precision(p.scalar_type()))));
+  }
+  return state;
+}
+
+namespace {
+
+// Updates the momentum buffer and writes the direction Q to orthogonalize into `direction`: one
+// fused pass on CPU, the same formulas in ATen operations elsewhere (any buffer dtype in both).
+void momentum_direction(const at::Tensor& grad, at::Tensor& B, at::Tensor& direction,
+                        const MuonOptions& o, uint32_t seed) {
+  const MomentumScalars k{o.momentum(), o.momentum_form() == MomentumForm::ema, o.nesterov(), seed};
+  if (detail::runs_fused(o.fused(), grad)) {
+    fused_momentum(grad.contiguous(), B, direction, k);
+  } else {
+    generic_momentum(grad, B, direction, k);
+  }
+}
+
+// W ← W·(1 − lr·λ) − lr·factor·U (decay masked to U·W ≥ 0 with cautious weight decay), computed in
+// U's dtype and rounded once into W. With `cautious`, entries where (W_old − W_new)·g ≤ 0 keep
+// W_old.
+void apply_update(at::Tensor& p, const at::Tensor& grad, const at::Tensor& U, const MuonOptions& o,
+                  double factor) {
+  const double decay = 1.0 - o.lr() * o.weight_decay();
+  const double scale = o.lr() * factor;
+  const bool masked = o.cautious();
+  if (!detail::runs_fused(o.fused(), p)) {
+    generic_apply_update(p, U, decay, scale, o.cautious_weight_decay(), masked ? &grad : nullptr);
+    return;
+  }
+  const auto dense_grad = masked ? grad.contiguous() : at::Tensor();
+  detail::update_in_place(p, [&](at::Tensor& dense) {
+    fused_apply_update(dense, U.contiguous(), decay, scale, o.cautious_weight_decay(),
+                       masked ? &dense_grad : nullptr);
+  });
+}
+
+// Everything after orthogonalization: Muon+, NorMuon, shape factor, decay and the update.
+void finish(const MuonItem& item, const at::Tensor& U_view) {
+  const auto& o = *item.options;
+  auto U = U_view;
+  if (o.post_norm() != PostNorm::none) U = post_normalize(U, o.post_norm(), o.post_norm_eps());
+  if (o.normuon()) {
+    U = normuon_scale(U, item.state->normuon_second_moment(), o.normuon()->beta2,
+                      o.normuon()->axis);
+  }
+  const auto rows = item.view[item.view.size() - 2];
+  const auto cols = item.view.back();
+  auto param = item.param;
+  apply_update(param, item.grad, U.reshape(param.sizes()), o,
+               shape_factor(o.adjust_lr(), rows, cols));
+  item.state->step(item.state->step() + 1);
+}
+
+int64_t matrices_in(const std::vector<int64_t>& view) {
+  int64_t n = 1;
+  for (size_t i = 0; i + 2 < view.size(); ++i) n *= view[i];
+  return n;
+}
+
+// Items whose matrices can share one orthogonalize() call: same matrix shape, dtype, device and
+// settings.
+struct Batch {
+  const MuonItem* first;
+  OrthogonalizeOptions options;
+  std::vector<const MuonItem*> items;
+  std::vector<int64_t> offsets;  // each item's first matrix in the stack
+  int64_t total = 0;             // matrices
+};
+
+bool same_batch(const Batch& batch, const MuonItem& item, const OrthogonalizeOptions& options) {
+  const auto& a = *batch.first;
+  return a.view[a.view.size() - 2] == item.view[item.view.size() - 2] &&
+         a.view.back() == item.view.back() &&
+         full_precision(a.param.scalar_type()) == full_precision(item.param.scalar_type()) &&
+         a.param.device() == item.param.device() && batch.options == options;
+}
+
+std::vector<Batch> batches_of(const std::vector<MuonItem>& items) {
+  std::vector<Batch> batches;
+  for (const auto& item : items) {
+    const auto options = orthogonalize_options(*item.options);
+    auto it = std::find_if(batches.begin(), batches.end(),
+                           [&](const Batch& b) { return same_batch(b, item, options); });
+    if (it == batches.end()) it = batches.insert(batches.end(), Batch{&item, options, {}, {}, 0});
+    it->items.push_back(&item);
+    it->offsets.push_back(it->total);
+    it->total += matrices_in(item.view);
+  }
+  return batches;
+}
+
+}  // namespace
+
+// Per batch: momentum into one stacked direction tensor, one orthogonalization, then each
+// parameter's own finish.
+void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces) {
+  for (const auto& batch : batches_of(items)) {
+    const auto& first = *batch.first;
+    const auto rows = first.view[first.view.size() - 2];
+    const auto cols = first.view.back();
+    const auto dtype = full_precision(first.param.scalar_type());
+    auto& workspace = workspaces.get(rows, cols, dtype, first.param.device(), batch.options);
+    auto directions = workspace.get(OrthogonalizeWorkspace::Slot::directions,
+                                    {batch.total, rows, cols}, first.param.options().dtype(dtype));
+    for (size_t i = 0; i < batch.items.size(); ++i) {
+      const auto& item = *batch.items[i];
+      auto Q =
+          directions.narrow(0, batch.offsets[i], matrices_in(item.view)).view(item.param.sizes());
+      const uint32_t seed = sr::tensor_salt(sr::step_seed(item.state->step()), item.index);
+      momentum_direction(item.grad, item.state->momentum_buffer(), Q, *item.options, seed);
+    }
+    const auto U = orthogonalize(directions, batch.options, &workspace);
+    for (size_t i = 0; i < batch.items.size(); ++i) {
+      const auto& item = *batch.items[i];
+      finish(item, U.narrow(0, batch.offsets[i], matrices_in(item.view)).view(item.view));
+    }
+  }
+}
+
+}  // namespace muon
