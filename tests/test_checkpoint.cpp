@@ -1,4 +1,5 @@
-// Checkpoints: bit-exact resume, validation before any change, crash safety (SPEC §12).
+// Checkpoints: bit-exact resume, validation before any change, crash safety
+// (docs/design.md §Checkpoints).
 #include "muon/checkpoint.h"
 
 #include "archive_check.h"

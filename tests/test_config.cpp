@@ -1,5 +1,6 @@
 // The YAML configuration: resolution, aliases, round trip, build_optimizer and a table of invalid
-// configs, each asserting the key path its error names (SPEC §11).
+// configs, each asserting the key path its error names (docs/design.md §Configuration,
+// docs/config.md).
 #include "muon/config.h"
 
 #include <gtest/gtest.h>

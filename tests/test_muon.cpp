@@ -1,4 +1,5 @@
-// muon::Muon against a straightforward implementation of SPEC §2 written here with plain ops.
+// muon::Muon against a straightforward implementation of docs/design.md §Muon update written here
+// with plain ops.
 #include "muon/muon.h"
 
 #include <gtest/gtest.h>

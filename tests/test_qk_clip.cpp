@@ -1,4 +1,4 @@
-// QK-clip against scalings computed by hand for each attention kind (SPEC §9).
+// QK-clip against scalings computed by hand for each attention kind (docs/design.md §QK-clip).
 #include "muon/qk_clip.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Routing of the demo GPT and of hand-made modules (SPEC §4, rules 1, 2 and 5).
+// Routing of the demo GPT and of hand-made modules (docs/design.md §Routing, rules 1, 2 and 5).
 #include "muon/routing.h"
 
 #include <gtest/gtest.h>

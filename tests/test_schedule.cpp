@@ -1,4 +1,5 @@
-// Schedules against values computed independently here at their boundary steps (SPEC §6).
+// Schedules against values computed independently here at their boundary steps
+// (docs/design.md §Schedules).
 #include "muon/schedule.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
-// Stochastic rounding against an independent scalar implementation of SPEC §3 written here.
+// Stochastic rounding against an independent scalar implementation of
+// docs/design.md §Stochastic rounding written here.
 #include "muon/stochastic_rounding.h"
 
 #include <ATen/Parallel.h>
@@ -13,7 +14,7 @@
 namespace muon {
 namespace {
 
-// SPEC §3, spelled out independently of the library.
+// docs/design.md §Stochastic rounding, spelled out independently of the library.
 uint32_t spec_fmix32(uint32_t h) {
   h = h ^ (h >> 16);
   h = static_cast<uint32_t>(static_cast<uint64_t>(h) * 0x85EBCA6Bull);

@@ -1,5 +1,6 @@
-// The cautious wrapper (SPEC §8; Liang et al., "Cautious Optimizers", arXiv 2411.16085): after any
-// optimizer's step, keep each entry's change only where it agrees in sign with the gradient.
+// The cautious wrapper (docs/design.md §Cautious masking; Liang et al., "Cautious Optimizers",
+// arXiv 2411.16085): after any optimizer's step, keep each entry's change only where it agrees in
+// sign with the gradient.
 //
 //   torch::optim::SGD sgd(params, 0.1);
 //   muon::Cautious cautious(sgd);

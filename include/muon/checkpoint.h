@@ -1,6 +1,7 @@
-// Checkpoints (SPEC §12): optimizer state keyed by parameter name, the step counters (schedule
-// position, stochastic-rounding seeds follow from them), the resolved config and, optionally, the
-// model's weights — one file, written atomically, validated completely before anything changes.
+// Checkpoints (docs/design.md §Checkpoints): optimizer state keyed by parameter name, the step
+// counters (schedule position, stochastic-rounding seeds follow from them), the resolved config
+// and, optionally, the model's weights — one file, written atomically, validated completely before
+// anything changes.
 //
 // The file is a torch pickle archive: Python reads it with `torch.load(path)` as a dict.
 #pragma once

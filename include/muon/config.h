@@ -1,5 +1,6 @@
-// The optimizer's YAML configuration (SPEC §11) and build_optimizer (SPEC §10): the one source of
-// truth from which the hybrid optimizer, its groups, routing overrides and schedules are built.
+// The optimizer's YAML configuration and build_optimizer (docs/design.md §Configuration; keys in
+// docs/config.md): the one source of truth from which the hybrid optimizer, its groups, routing
+// overrides and schedules are built.
 //
 //   auto config = muon::OptimConfig::from_yaml_file("optim.yaml");
 //   auto optimizer = muon::build_optimizer(config, *model, total_steps);

@@ -1,8 +1,8 @@
-// Data-parallel communication (SPEC §13) on PyTorch's c10d: the collectives the hybrid optimizer
-// needs, over a c10d::ProcessGroup the caller made or one built from torchrun's variables (Gloo on
-// CPU). A one-process Communicator makes every collective the identity, so one code path
-// serves 1..N ranks. Every collective waits at most the timeout; a rank that exits or hangs becomes
-// a muon::DistributedError on the others, never a hang.
+// Data-parallel communication (docs/design.md §Data parallelism) on PyTorch's c10d: the collectives
+// the hybrid optimizer needs, over a c10d::ProcessGroup the caller made or one built from
+// torchrun's variables (Gloo on CPU). A one-process Communicator makes every collective the
+// identity, so one code path serves 1..N ranks. Every collective waits at most the timeout; a rank
+// that exits or hangs becomes a muon::DistributedError on the others, never a hang.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,5 +1,5 @@
-// Post-orthogonalization normalizations of Muon's update (SPEC §2 items 4–5). Pure functions of
-// tensors shaped (..., rows, cols); computed in float32 (float64 stays float64).
+// Post-orthogonalization normalizations of Muon's update (docs/design.md §NorMuon and Muon+). Pure
+// functions of tensors shaped (..., rows, cols); computed in float32 (float64 stays float64).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,5 +1,6 @@
-// Orthogonalization of matrices by Newton–Schulz iteration (SPEC §1): maps each matrix of a batch
-// to approximately U·Vᵀ of its SVD without computing an SVD.
+// Orthogonalization of matrices by Newton–Schulz iteration
+// (docs/design.md §Newton–Schulz orthogonalization): maps each matrix of a batch to approximately
+// U·Vᵀ of its SVD without computing an SVD.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,5 +1,6 @@
-// Parameter groups (SPEC §5): which hyperparameters a parameter gets, by fnmatch patterns over its
-// dotted name. Orthogonal to routing: the role picks the algorithm, the group its settings.
+// Parameter groups (docs/design.md §Parameter groups): which hyperparameters a parameter gets, by
+// fnmatch patterns over its dotted name. Orthogonal to routing: the role picks the algorithm, the
+// group its settings.
 #pragma once
 
 #include <optional>

@@ -1,5 +1,6 @@
-// QK-clip (MuonClip, Kimi K2, arXiv 2507.20534; SPEC §9): after the optimizer step, shrink the
-// query and key projections of every attention head whose largest pre-softmax logit exceeded tau.
+// QK-clip (MuonClip, Kimi K2, arXiv 2507.20534; docs/design.md §QK-clip): after the optimizer step,
+// shrink the query and key projections of every attention head whose largest pre-softmax logit
+// exceeded tau.
 //
 // Weights use libtorch's Linear layout (out, in): head h owns output rows [h·d, (h+1)·d).
 #pragma once

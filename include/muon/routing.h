@@ -1,4 +1,5 @@
-// Routing: which parameter each algorithm optimizes (SPEC §4), with a reason for every decision.
+// Routing: which parameter each algorithm optimizes (docs/design.md §Routing), with a reason for
+// every decision.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -49,13 +50,14 @@ struct RoutedParameter {
   std::vector<int64_t> view;  // Muon's (batch..., rows, cols) view; empty: the tensor's shape
 };
 
-// Biases and norm weights: no weight decay unless their parameter group sets one (SPEC §3).
+// Biases and norm weights: no weight decay unless their parameter group sets one
+// (docs/design.md §Parameter groups).
 bool is_no_decay(const RoutedParameter& p);
 
 // Every parameter of `model` in registration order, with its owning module's type name.
 std::vector<NamedParameter> named_parameters_of(const torch::nn::Module& model);
 
-// Everything beyond the heuristics that steers routing (SPEC §4 rules 3–4).
+// Everything beyond the heuristics that steers routing (docs/design.md §Routing, rules 3–4).
 struct RoutingRules {
   std::vector<std::string> muon_patterns;   // fnmatch over names: force Muon (config routing.muon)
   std::vector<std::string> adamw_patterns;  // force AdamW (config routing.adamw)

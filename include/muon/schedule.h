@@ -1,6 +1,6 @@
-// Learning-rate, momentum and weight-decay schedules (SPEC §6). A learning-rate schedule gives a
-// multiplier of a group's peak rate for update `step` (0-based) of a `total_steps` run; a
-// `decay_steps` left unset means the run's length.
+// Learning-rate, momentum and weight-decay schedules (docs/design.md §Schedules). A learning-rate
+// schedule gives a multiplier of a group's peak rate for update `step` (0-based) of a `total_steps`
+// run; a `decay_steps` left unset means the run's length.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // Stochastic rounding of fp32 to bfloat16 as a pure function of (seed, flat element index)
-// (SPEC §3; Dew's stochastic_round_bf16). No RNG state: the same bits whatever the thread count.
+// (docs/design.md §Stochastic rounding; Dew's stochastic_round_bf16). No RNG state: the same bits
+// whatever the thread count.
 //
 // Why: round-to-nearest drops every second-moment increment smaller than half a bf16 spacing —
 // most of them at β2 = 0.999 — while stochastic rounding keeps each one in expectation.

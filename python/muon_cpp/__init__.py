@@ -198,8 +198,8 @@ def _split_state_dict(state_dict):
 
 
 class Muon(_EngineOptimizer):
-    """Muon (SPEC §2): momentum, then Newton–Schulz orthogonalization, for parameters of rank ≥ 2
-    (each matrix of a (batch..., rows, cols) tensor separately).
+    """Muon (docs/design.md §Muon update): momentum, then Newton–Schulz orthogonalization, for
+    parameters of rank ≥ 2 (each matrix of a (batch..., rows, cols) tensor separately).
 
     ``coefficients``: 'quintic', 'polar_express', 'dion' or rows [[a, b, c], ...];
     ``ns_method``: 'automatic', 'plain', 'symmetric', 'gram'; ``gram_restarts``: None (the
@@ -273,8 +273,8 @@ class Lamb(_EngineOptimizer):
 
 class HybridOptimizer(_EngineOptimizer):
     """Muon for the hidden matrices of a model, AdamW for everything else, routed automatically
-    (SPEC §4), with the parameter groups, clipping, schedules and QK-clip of a YAML configuration
-    (SPEC §11; docs/config.md).
+    (docs/design.md §Routing), with the parameter groups, clipping, schedules and QK-clip of a YAML
+    configuration (docs/design.md §Configuration; docs/config.md).
 
     ``model_or_named_parameters``: an nn.Module or (name, tensor) pairs. ``config``: YAML text, a
     path to a .yaml/.yml file, a dict, or None for the defaults. ``total_steps``: the run's length,
@@ -401,12 +401,13 @@ def _config_text(config):
 
 def orthogonalize(x, coefficients="quintic", steps=5, *, method="automatic", dtype=None,
                   gram_restarts=None):
-    """Newton–Schulz orthogonalization (SPEC §1) of each matrix in the last two dims of ``x``:
-    approximately U·Vᵀ of its SVD. ``x`` is not modified. ``coefficients``: 'quintic',
-    'polar_express', 'dion' or [[a, b, c], ...]; ``method``: 'automatic', 'plain', 'symmetric',
-    'gram'; ``dtype``: the working dtype (default float32 on CPU, float64 stays float64);
-    ``gram_restarts``: the iteration counts after which 'gram' forms W and its Gram matrix
-    afresh (strictly increasing, each >= 1; () for never; None: the table's default)."""
+    """Newton–Schulz orthogonalization (docs/design.md §Newton–Schulz orthogonalization) of each
+    matrix in the last two dims of ``x``: approximately U·Vᵀ of its SVD. ``x`` is not modified.
+    ``coefficients``: 'quintic', 'polar_express', 'dion' or [[a, b, c], ...]; ``method``:
+    'automatic', 'plain', 'symmetric', 'gram'; ``dtype``: the working dtype (default float32 on
+    CPU, float64 stays float64); ``gram_restarts``: the iteration counts after which 'gram' forms
+    W and its Gram matrix afresh (strictly increasing, each >= 1; () for never; None: the table's
+    default)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if isinstance(steps, bool) or not isinstance(steps, int):

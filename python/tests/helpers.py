@@ -68,7 +68,7 @@ def max_rel_diff(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
 
 
-# ---- Muon as SPEC §2 writes it (quintic Newton–Schulz, no fast paths) ----
+# ---- Muon as docs/design.md §Muon update states it (quintic Newton–Schulz, no fast paths) ----
 
 def reference_newton_schulz(X, steps=5, abc=(3.4445, -4.7750, 2.0315), eps=1e-7):
     tall = X.shape[0] > X.shape[1]

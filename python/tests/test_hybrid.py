@@ -1,4 +1,5 @@
-"""HybridOptimizer / build_optimizer on nn.Modules: routing (SPEC §4), configs, schedules, QK-clip."""
+"""HybridOptimizer / build_optimizer on nn.Modules: routing (docs/design.md §Routing), configs,
+schedules, QK-clip."""
 import pathlib
 
 import pytest

@@ -1,4 +1,5 @@
-"""muon_cpp.Muon and orthogonalize against SPEC §1–§2 written out in Python."""
+"""muon_cpp.Muon and orthogonalize against docs/design.md §Newton–Schulz orthogonalization and
+§Muon update, written out in Python."""
 import pytest
 import torch
 

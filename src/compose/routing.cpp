@@ -129,7 +129,7 @@ std::string join(const std::vector<std::string>& parts, const char* separator) {
   return out;
 }
 
-// Dew's rules on declared logical axes (SPEC §4 rule 4).
+// Dew's rules on declared logical axes (docs/design.md §Routing, rule 4).
 Decision decide_declared(const NamedParameter& p, const std::vector<std::string>& axes) {
   const auto& t = p.tensor;
   check(static_cast<int64_t>(axes.size()) == t.dim(), "routing: parameter '", p.name,
@@ -173,7 +173,7 @@ Decision decide_declared(const NamedParameter& p, const std::vector<std::string>
           view};
 }
 
-// Speedtronic's heuristics (SPEC §4 rule 5) with the higher_rank policy.
+// Speedtronic's heuristics (docs/design.md §Routing, rule 5) with the higher_rank policy.
 Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank) {
   const auto& t = p.tensor;
   if (!t.is_floating_point()) {
@@ -217,7 +217,7 @@ Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank)
   return {Role::muon, "hidden 2-D matrix", {}};
 }
 
-// An explicit override, if any applies (SPEC §4 rule 3).
+// An explicit override, if any applies (docs/design.md §Routing, rule 3).
 std::optional<Decision> decide_override(const NamedParameter& p, const RoutingRules& rules) {
   std::optional<Role> role;
   std::string why;

@@ -1,4 +1,4 @@
-"""A muon-cpp checkpoint is readable from Python with torch.load (SPEC §12).
+"""A muon-cpp checkpoint is readable from Python with torch.load (docs/design.md §Checkpoints).
 
 Usage: /usr/bin/python3 tests/python/load_checkpoint.py build/tests/cli_train/checkpoint.pt
 """

@@ -103,11 +103,11 @@ HybridOptions hybrid_options(const TrainConfig& config);
 // Mean loss over the fixed validation windows.
 double evaluate(Gpt& model, const class TextDataset& data, const TrainConfig& config);
 
-// Runs the whole job, printing one progress line per log interval to `log` and writing
-// config.txt, routing.txt, metrics.csv and checkpoint.pt into config.out_dir. With a communicator
-// of N ranks (every rank calls train), each rank computes batch_size of the step's N·batch_size
-// windows, the hybrid optimizer averages and shards (SPEC §13), and rank 0 alone logs and writes
-// files; the others' results hold throughput only.
+// Runs the whole job, printing one progress line per log interval to `log` and writing config.txt,
+// routing.txt, metrics.csv and checkpoint.pt into config.out_dir. With a communicator of N ranks
+// (every rank calls train), each rank computes batch_size of the step's N·batch_size windows, the
+// hybrid optimizer averages and shards (docs/design.md §Data parallelism), and rank 0 alone logs
+// and writes files; the others' results hold throughput only.
 TrainResult train(const TrainConfig& config, std::ostream& log,
                   std::shared_ptr<Communicator> communicator = nullptr);
 

@@ -1,5 +1,5 @@
-// Internal: Newton–Schulz iterations on CPU through BLIS or a CBLAS, exploiting symmetry (SPEC §1,
-// issue 4).
+// Internal: Newton–Schulz iterations on CPU through BLIS or a CBLAS, exploiting symmetry
+// (docs/design.md §Newton–Schulz orthogonalization: methods and cost model).
 #pragma once
 
 #include <ATen/ATen.h>
