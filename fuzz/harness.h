@@ -71,7 +71,7 @@ inline void check_config_input(const std::string& text) {
   if (again.to_yaml() != yaml) finding("the config round trip changed it:\n" + yaml);
   try {
     const auto parameters = model_parameters();
-    auto optimizer = build_optimizer(config, parameters, 50);
+    auto optimizer = build_optimizer(parameters, config, 50);
     for (const auto& p : parameters) p.tensor.mutable_grad() = at::full_like(p.tensor, 0.01);
     optimizer->step();
   } catch (const Error&) {
@@ -89,9 +89,10 @@ struct CheckpointFixture {
   CheckpointFixture() {
     at::manual_seed(0);
     for (auto& p : model->parameters()) p.detach().normal_(0, 0.1);
-    optimizer = build_optimizer(OptimConfig::from_yaml("optimizer: {name: muon, state_dtype: "
+    optimizer = build_optimizer(*model,
+                                OptimConfig::from_yaml("optimizer: {name: muon, state_dtype: "
                                                        "bfloat16, normuon: {beta2: 0.9}}"),
-                                *model, 10);
+                                10);
     for (int step = 0; step < 2; ++step) {
       for (auto& p : model->parameters()) p.mutable_grad() = at::full_like(p, 0.01);
       optimizer->step();

@@ -21,249 +21,12 @@
 #include "muon/muon.h"
 #include "muon/orthogonalize.h"
 #include "muon/param_state.h"
+#include "values.h"
 
 namespace py = pybind11;
 
 namespace muon::python {
 namespace {
-
-// ---- Python values → C++ settings, with TypeErrors naming the key ----
-
-[[noreturn]] void type_error(const std::string& key, const std::string& expected, py::handle v) {
-  throw py::type_error(key + " must be " + expected + ", got " +
-                       py::str(py::type::of(v).attr("__name__")).cast<std::string>() + " " +
-                       py::repr(v).cast<std::string>());
-}
-
-double number(const std::string& key, py::handle v) {
-  // bool is an int to Python but never a rate; a 0-d tensor or numpy scalar is fine.
-  if (py::isinstance<py::bool_>(v) || py::isinstance<py::str>(v) || !PyNumber_Check(v.ptr())) {
-    type_error(key, "a number", v);
-  }
-  return py::float_(py::reinterpret_borrow<py::object>(v)).cast<double>();
-}
-
-int64_t integer(const std::string& key, py::handle v) {
-  if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) type_error(key, "an int", v);
-  return v.cast<int64_t>();
-}
-
-// A list or tuple of ints.
-std::vector<int64_t> integers(const std::string& key, py::handle v) {
-  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) {
-    type_error(key, "a list or tuple of ints", v);
-  }
-  std::vector<int64_t> values;
-  for (const auto& item : py::reinterpret_borrow<py::sequence>(v)) {
-    values.push_back(integer(key + " entry", item));
-  }
-  return values;
-}
-
-bool boolean(const std::string& key, py::handle v) {
-  if (!py::isinstance<py::bool_>(v)) type_error(key, "True or False", v);
-  return v.cast<bool>();
-}
-
-// None (unset) or a bool.
-std::optional<bool> optional_boolean(const std::string& key, py::handle v) {
-  if (v.is_none()) return std::nullopt;
-  if (!py::isinstance<py::bool_>(v)) type_error(key, "None, True or False", v);
-  return v.cast<bool>();
-}
-
-py::object optional_bool(const std::optional<bool>& v) {
-  return v ? py::object(py::bool_(*v)) : py::object(py::none());
-}
-
-std::string text(const std::string& key, py::handle v) {
-  if (!py::isinstance<py::str>(v)) type_error(key, "a str", v);
-  return v.cast<std::string>();
-}
-
-at::ScalarType dtype(const std::string& key, py::handle v) {
-  if (!THPDtype_Check(v.ptr())) type_error(key, "a torch.dtype", v);
-  return reinterpret_cast<THPDtype*>(v.ptr())->scalar_type;
-}
-
-py::object dtype_object(at::ScalarType t) {
-  return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(t)));
-}
-
-Betas betas(const std::string& key, py::handle v) {
-  if (!(py::isinstance<py::tuple>(v) || py::isinstance<py::list>(v)) || py::len(v) != 2) {
-    type_error(key, "a pair (beta1, beta2)", v);
-  }
-  const auto s = py::reinterpret_borrow<py::sequence>(v);
-  return {number(key + "[0]", s[0]), number(key + "[1]", s[1])};
-}
-
-// A table name or rows [[a, b, c], ...].
-CoefficientTable coefficients(const std::string& key, py::handle v) {
-  if (py::isinstance<py::str>(v)) return CoefficientTable::by_name(v.cast<std::string>());
-  if (!py::isinstance<py::sequence>(v)) type_error(key, "a table name or [[a, b, c], ...]", v);
-  std::vector<Coefficients> rows;
-  for (const auto& row : py::reinterpret_borrow<py::sequence>(v)) {
-    if (!py::isinstance<py::sequence>(row) || py::len(row) != 3) {
-      type_error(key, "rows of three numbers [a, b, c]", row);
-    }
-    const auto r = py::reinterpret_borrow<py::sequence>(row);
-    rows.push_back({number(key, r[0]), number(key, r[1]), number(key, r[2])});
-  }
-  return CoefficientTable::custom(std::move(rows));
-}
-
-py::object coefficients_object(const CoefficientTable& table) {
-  if (table.name != "custom") return py::str(table.name);
-  py::list rows;
-  for (const auto& r : table.rows) rows.append(py::make_tuple(r[0], r[1], r[2]));
-  return std::move(rows);
-}
-
-// Reads `key` from `d` when present (a missing key keeps the current setting).
-template <class Fn>
-void read(const py::dict& d, const char* key, Fn&& apply) {
-  if (d.contains(key)) apply(std::string(key), d[key]);
-}
-
-// ---- options ↔ dicts: the keys of a param_groups entry ----
-
-py::dict to_dict(const MuonOptions& o) {
-  py::dict d;
-  d["lr"] = o.lr();
-  d["momentum"] = o.momentum();
-  d["nesterov"] = o.nesterov();
-  d["momentum_form"] = to_string(o.momentum_form());
-  d["weight_decay"] = o.weight_decay();
-  d["ns_steps"] = o.ns_steps();
-  d["coefficients"] = coefficients_object(o.coefficients());
-  d["ns_method"] = to_string(o.ns_method());
-  d["ns_dtype"] = o.ns_dtype() ? dtype_object(*o.ns_dtype()) : py::none();
-  d["gram_restarts"] = o.gram_restarts() ? py::object(py::tuple(py::cast(*o.gram_restarts())))
-                                         : py::object(py::none());
-  d["adjust_lr"] = to_string(o.adjust_lr());
-  d["post_norm"] = to_string(o.post_norm());
-  d["post_norm_eps"] = o.post_norm_eps();
-  if (o.normuon()) {
-    d["normuon"] = py::dict(py::arg("beta2") = o.normuon()->beta2,
-                            py::arg("axis") = to_string(o.normuon()->axis));
-  } else {
-    d["normuon"] = py::none();
-  }
-  d["cautious_weight_decay"] = o.cautious_weight_decay();
-  d["cautious"] = o.cautious();
-  d["state_dtype"] = dtype_object(o.state_dtype());
-  d["fused"] = optional_bool(o.fused());
-  return d;
-}
-
-void update(MuonOptions& o, const py::dict& d) {
-  using S = const std::string&;
-  read(d, "lr", [&](S k, py::handle v) { o.lr(number(k, v)); });
-  read(d, "momentum", [&](S k, py::handle v) { o.momentum(number(k, v)); });
-  read(d, "nesterov", [&](S k, py::handle v) { o.nesterov(boolean(k, v)); });
-  read(d, "momentum_form",
-       [&](S k, py::handle v) { o.momentum_form(momentum_form_from_string(text(k, v))); });
-  read(d, "weight_decay", [&](S k, py::handle v) { o.weight_decay(number(k, v)); });
-  read(d, "ns_steps", [&](S k, py::handle v) { o.ns_steps(integer(k, v)); });
-  read(d, "coefficients", [&](S k, py::handle v) { o.coefficients(coefficients(k, v)); });
-  read(d, "ns_method", [&](S k, py::handle v) { o.ns_method(ns_method_from_string(text(k, v))); });
-  read(d, "ns_dtype", [&](S k, py::handle v) {
-    o.ns_dtype(v.is_none() ? std::nullopt : std::optional<at::ScalarType>(dtype(k, v)));
-  });
-  read(d, "gram_restarts", [&](S k, py::handle v) {
-    o.gram_restarts(v.is_none() ? std::nullopt
-                                : std::optional<std::vector<int64_t>>(integers(k, v)));
-  });
-  read(d, "adjust_lr", [&](S k, py::handle v) { o.adjust_lr(adjust_lr_from_string(text(k, v))); });
-  read(d, "post_norm", [&](S k, py::handle v) { o.post_norm(post_norm_from_string(text(k, v))); });
-  read(d, "post_norm_eps", [&](S k, py::handle v) { o.post_norm_eps(number(k, v)); });
-  read(d, "normuon", [&](S k, py::handle v) {
-    if (v.is_none()) return o.normuon(std::nullopt), void();
-    if (!py::isinstance<py::dict>(v)) type_error(k, "None or a dict(beta2=..., axis=...)", v);
-    const auto n = py::reinterpret_borrow<py::dict>(v);
-    NorMuonOptions settings;
-    for (const auto& item : n) {
-      const auto name = text(k + " key", item.first);
-      if (name == "beta2") {
-        settings.beta2 = number(k + "['beta2']", item.second);
-      } else if (name == "axis") {
-        settings.axis = normuon_axis_from_string(text(k + "['axis']", item.second));
-      } else {
-        throw Error(k + ": unknown key '" + name + "'; valid keys are beta2, axis");
-      }
-    }
-    o.normuon(settings);
-  });
-  read(d, "cautious_weight_decay",
-       [&](S k, py::handle v) { o.cautious_weight_decay(boolean(k, v)); });
-  read(d, "cautious", [&](S k, py::handle v) { o.cautious(boolean(k, v)); });
-  read(d, "state_dtype", [&](S k, py::handle v) { o.state_dtype(dtype(k, v)); });
-  read(d, "fused", [&](S k, py::handle v) { o.fused(optional_boolean(k, v)); });
-}
-
-// AdamW, Adam and Lamb share these keys; Lamb has no nesterov or cautious.
-template <class Options>
-py::dict to_dict(const Options& o) {
-  py::dict d;
-  d["lr"] = o.lr();
-  d["betas"] = py::make_tuple(std::get<0>(o.betas()), std::get<1>(o.betas()));
-  d["eps"] = o.eps();
-  d["weight_decay"] = o.weight_decay();
-  if constexpr (Options::rule != AdamRule::lamb) {
-    d["nesterov"] = o.nesterov();
-    d["cautious"] = o.cautious();
-  }
-  d["state_dtype"] = dtype_object(o.state_dtype());
-  d["fused"] = optional_bool(o.fused());
-  return d;
-}
-
-template <class Options>
-void update(Options& o, const py::dict& d) {
-  using S = const std::string&;
-  read(d, "lr", [&](S k, py::handle v) { o.lr(number(k, v)); });
-  read(d, "betas", [&](S k, py::handle v) { o.betas(betas(k, v)); });
-  read(d, "eps", [&](S k, py::handle v) { o.eps(number(k, v)); });
-  read(d, "weight_decay", [&](S k, py::handle v) { o.weight_decay(number(k, v)); });
-  if constexpr (Options::rule != AdamRule::lamb) {
-    read(d, "nesterov", [&](S k, py::handle v) { o.nesterov(boolean(k, v)); });
-    read(d, "cautious", [&](S k, py::handle v) { o.cautious(boolean(k, v)); });
-  }
-  read(d, "state_dtype", [&](S k, py::handle v) { o.state_dtype(dtype(k, v)); });
-  read(d, "fused", [&](S k, py::handle v) { o.fused(optional_boolean(k, v)); });
-}
-
-// Dispatch on the options' type (which is the algorithm tag).
-py::dict options_to_dict(const torch::optim::OptimizerOptions& o) {
-  if (const auto* m = dynamic_cast<const MuonOptions*>(&o)) return to_dict(*m);
-  if (const auto* a = dynamic_cast<const AdamWOptions*>(&o)) return to_dict(*a);
-  if (const auto* a = dynamic_cast<const AdamOptions*>(&o)) return to_dict(*a);
-  return to_dict(dynamic_cast<const LambOptions&>(o));
-}
-
-void update_options(torch::optim::OptimizerOptions& o, const py::dict& d) {
-  if (auto* m = dynamic_cast<MuonOptions*>(&o)) return update(*m, d);
-  if (auto* a = dynamic_cast<AdamWOptions*>(&o)) return update(*a, d);
-  if (auto* a = dynamic_cast<AdamOptions*>(&o)) return update(*a, d);
-  update(dynamic_cast<LambOptions&>(o), d);
-}
-
-std::string algorithm_of(const torch::optim::OptimizerOptions& o) {
-  if (dynamic_cast<const MuonOptions*>(&o) != nullptr) return "muon";
-  if (dynamic_cast<const AdamWOptions*>(&o) != nullptr) return "adamw";
-  if (dynamic_cast<const AdamOptions*>(&o) != nullptr) return "adam";
-  return "lamb";
-}
-
-std::vector<at::Tensor> tensors(const std::string& key, py::handle v) {
-  std::vector<at::Tensor> out;
-  for (const auto& item : py::reinterpret_borrow<py::sequence>(v)) {
-    if (!THPVariable_Check(item.ptr())) type_error(key, "a list of tensors", item);
-    out.push_back(item.cast<at::Tensor>());
-  }
-  return out;
-}
 
 // ---- QK-clip from Python: a source object with the two methods of muon::QkClipSource ----
 
@@ -329,7 +92,7 @@ class Engine {
     for (const auto& g : groups) {
       const auto pair = py::reinterpret_borrow<py::tuple>(g);
       auto options = std::make_unique<Options>();
-      update(*options, py::reinterpret_borrow<py::dict>(pair[1]));
+      update_options(*options, py::reinterpret_borrow<py::dict>(pair[1]));
       built.emplace_back(tensors("params", pair[0]), std::move(options));
     }
     return Engine(std::make_unique<Optim>(std::move(built)));
@@ -343,7 +106,7 @@ class Engine {
           {t[0].cast<std::string>(), t[1].cast<at::Tensor>(), t[2].cast<std::string>()});
     }
     const auto config = OptimConfig::from_yaml(yaml);
-    return Engine(build_optimizer(config, parameters, total_steps));
+    return Engine(build_optimizer(parameters, config, total_steps));
   }
 
   // Every group's parameters and settings, as param_groups shows them.
@@ -576,4 +339,6 @@ PYBIND11_MODULE(_core, m) {
   m.def("orthogonalize", &orthogonalize_binding, py::arg("x"), py::arg("coefficients"),
         py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restarts"));
   m.def("orthogonality_error", &muon::orthogonality_error, py::arg("x"));
+  m.def("option_schema", &option_schema, py::arg("algorithm"),
+        "The options of 'muon', 'adamw', 'adam' or 'lamb': (name, default, doc, range) tuples.");
 }

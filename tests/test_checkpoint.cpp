@@ -65,19 +65,19 @@ TEST(Checkpoint, ResumeIsBitExactForFp32AndBf16State) {
     const int64_t K = 3;
     at::manual_seed(1);
     demo::Gpt straight(tiny());
-    auto straight_opt = build_optimizer(config, *straight, 2 * K);
+    auto straight_opt = build_optimizer(*straight, config, 2 * K);
     for (int64_t s = 0; s < 2 * K; ++s) train_step(straight, *straight_opt, s);
 
     at::manual_seed(1);
     demo::Gpt first(tiny());
-    auto first_opt = build_optimizer(config, *first, 2 * K);
+    auto first_opt = build_optimizer(*first, config, 2 * K);
     for (int64_t s = 0; s < K; ++s) train_step(first, *first_opt, s);
     const auto path = temp_path(std::string("muon_ckpt_") + dtype + ".pt");
     save_checkpoint(path, *first_opt, first.get(), config.to_yaml());
 
     at::manual_seed(99);  // a differently initialized model: the checkpoint restores it
     demo::Gpt resumed(tiny());
-    auto resumed_opt = build_optimizer(config, *resumed, 2 * K);
+    auto resumed_opt = build_optimizer(*resumed, config, 2 * K);
     const auto info = load_checkpoint(path, *resumed_opt, resumed.get());
     EXPECT_EQ(info.step_count, K);
     EXPECT_EQ(info.config_yaml, config.to_yaml());
@@ -93,7 +93,7 @@ TEST(Checkpoint, TruncatedCorruptAndForeignFilesChangeNothing) {
   const auto config = config_with("float32");
   at::manual_seed(2);
   demo::Gpt model(tiny());
-  auto opt = build_optimizer(config, *model, 10);
+  auto opt = build_optimizer(*model, config, 10);
   train_step(model, *opt, 0);
   const auto path = temp_path("muon_ckpt_good.pt");
   save_checkpoint(path, *opt, model.get());
@@ -116,15 +116,15 @@ TEST(Checkpoint, TruncatedCorruptAndForeignFilesChangeNothing) {
 
   // A checkpoint of a different model: names, then shapes.
   demo::Gpt deeper(tiny(16, 2));
-  auto deeper_opt = build_optimizer(config, *deeper, 10);
+  auto deeper_opt = build_optimizer(*deeper, config, 10);
   expect_error<Error>([&] { load_checkpoint(path, *deeper_opt, deeper.get()); },
                       {"has no state for parameter 'blocks.1.", "different model"});
   demo::Gpt wider(tiny(32));
-  auto wider_opt = build_optimizer(config, *wider, 10);
+  auto wider_opt = build_optimizer(*wider, config, 10);
   expect_error<Error>([&] { load_checkpoint(path, *wider_opt, wider.get()); },
                       {"has shape", "this optimizer needs"});
   // A checkpoint with bf16 state into an fp32-state optimizer: dtype.
-  auto bf16_opt = build_optimizer(config_with("bfloat16"), *model, 10);
+  auto bf16_opt = build_optimizer(*model, config_with("bfloat16"), 10);
   expect_error<Error>([&] { load_checkpoint(path, *bf16_opt, model.get()); },
                       {"has dtype Float, this optimizer stores BFloat16"});
 
@@ -161,7 +161,7 @@ TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {
   // A real checkpoint passes; a changed byte fails its entry's CRC-32; an entry claiming 2 GB
   // fails, and load says so.
   demo::Gpt model(tiny());
-  auto opt = build_optimizer(config_with("float32"), *model, 10);
+  auto opt = build_optimizer(*model, config_with("float32"), 10);
   train_step(model, *opt, 0);
   const auto path = temp_path("muon_ckpt_sizes.pt");
   save_checkpoint(path, *opt, model.get());
@@ -191,7 +191,7 @@ TEST(Checkpoint, KillingTheWriterLeavesThePreviousCheckpointLoadable) {
   const auto config = config_with("float32");
   at::manual_seed(3);
   demo::Gpt model(tiny(64, 2));
-  auto opt = build_optimizer(config, *model, 10);
+  auto opt = build_optimizer(*model, config, 10);
   train_step(model, *opt, 0);
   const auto path = temp_path("muon_ckpt_crash.pt");
   save_checkpoint(path, *opt, model.get());
@@ -206,7 +206,7 @@ TEST(Checkpoint, KillingTheWriterLeavesThePreviousCheckpointLoadable) {
     int status = 0;
     waitpid(child, &status, 0);
     demo::Gpt fresh(tiny(64, 2));
-    auto fresh_opt = build_optimizer(config, *fresh, 10);
+    auto fresh_opt = build_optimizer(*fresh, config, 10);
     EXPECT_NO_THROW(load_checkpoint(path, *fresh_opt, fresh.get())) << "attempt " << attempt;
   }
 }

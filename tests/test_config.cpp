@@ -133,7 +133,7 @@ optimizer:
   routing: {adamw: ["*.mlp.*"]}
   schedule: {name: linear, warmup_steps: 4}
 )");
-  auto opt = build_optimizer(config, *model, 20);
+  auto opt = build_optimizer(*model, config, 20);
   for (const auto& row : opt->report()) {
     if (row.name == "blocks.0.mlp.up_proj.weight") {
       EXPECT_EQ(row.role, Role::adamw);
@@ -145,7 +145,7 @@ optimizer:
   for (auto& p : model->parameters()) p.mutable_grad() = at::ones_like(p);
   opt->step();  // step 0 of a 4-step warmup: rate 0
   for (const auto& group : opt->param_groups()) EXPECT_DOUBLE_EQ(group.options().get_lr(), 0.0);
-  testing::expect_error<Error>([&] { build_optimizer(config, *model, 0); },
+  testing::expect_error<Error>([&] { build_optimizer(*model, config, 0); },
                                {"total_steps must be > 0"});
 }
 

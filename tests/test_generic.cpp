@@ -414,7 +414,7 @@ TEST(Generic, HybridWithGroupsSchedulesClippingAndQkClipEqualsTheFusedPath) {
         << config.to_yaml();
     at::manual_seed(3);
     demo::Gpt model(tiny());
-    auto opt = build_optimizer(config, *model, steps);
+    auto opt = build_optimizer(*model, config, steps);
     opt->set_qk_clip_source(model.get());
     bool clipped_qk = false;
     for (int64_t s = 0; s < steps; ++s) {
@@ -442,7 +442,7 @@ TEST(Generic, CheckpointsMoveBetweenTheFusedAndGenericPaths) {
   const auto generic = hybrid_config("false");
   at::manual_seed(4);
   demo::Gpt straight(tiny());
-  auto straight_opt = build_optimizer(fused, *straight, 2 * K);
+  auto straight_opt = build_optimizer(*straight, fused, 2 * K);
   for (int64_t s = 0; s < 2 * K; ++s) train_step(straight, *straight_opt, s);
   const auto expected = weights(straight);
 
@@ -450,13 +450,13 @@ TEST(Generic, CheckpointsMoveBetweenTheFusedAndGenericPaths) {
        {std::pair{&fused, &generic}, std::pair{&generic, &fused}}) {
     at::manual_seed(4);
     demo::Gpt first(tiny());
-    auto first_opt = build_optimizer(*first_config, *first, 2 * K);
+    auto first_opt = build_optimizer(*first, *first_config, 2 * K);
     for (int64_t s = 0; s < K; ++s) train_step(first, *first_opt, s);
     const auto path = (std::filesystem::temp_directory_path() / "muon_generic_ckpt.pt").string();
     save_checkpoint(path, *first_opt, first.get(), first_config->to_yaml());
     at::manual_seed(5);
     demo::Gpt second(tiny());
-    auto second_opt = build_optimizer(*second_config, *second, 2 * K);
+    auto second_opt = build_optimizer(*second, *second_config, 2 * K);
     load_checkpoint(path, *second_opt, second.get());
     for (int64_t s = K; s < 2 * K; ++s) train_step(second, *second_opt, s);
     const auto resumed = weights(second);

@@ -15,6 +15,9 @@
 #include <tuple>
 #include <vector>
 
+#include "muon/enum_names.h"
+#include "muon/option_schema.h"
+
 namespace muon {
 
 using Betas = std::tuple<double, double>;
@@ -25,6 +28,10 @@ enum class AdamRule {
   lamb,   // the Adam direction plus weight_decay·W, scaled by the trust ratio ‖W‖/‖r‖
 };
 
+inline Betas default_betas() {
+  return {0.9, 0.999};
+}
+
 // The defaults that differ between the members: torch's AdamW decays by 1e-2, LAMB's paper
 // uses eps 1e-6.
 template <AdamRule R>
@@ -33,29 +40,37 @@ struct AdamDefaults {
   static constexpr double eps = R == AdamRule::lamb ? 1e-6 : 1e-8;
 };
 
-// The options of one member of the family. The formulas are fused_adam_step's and
-// fused_lamb_step's (muon/fused_update.h).
+// The options of one member of the family: the list MUON_ADAM_OPTIONS in muon/option_schema.h.
+// The formulas are fused_adam_step's and fused_lamb_step's (muon/fused_update.h).
 template <AdamRule R>
 struct AdamFamilyOptions : public torch::optim::OptimizerCloneableOptions<AdamFamilyOptions<R>> {
   static constexpr AdamRule rule = R;
-  AdamFamilyOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, libtorch style
-  TORCH_ARG(double, lr) = 1e-3;
-  TORCH_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);
-  TORCH_ARG(double, eps) = AdamDefaults<R>::eps;
-  TORCH_ARG(double, weight_decay) = AdamDefaults<R>::weight_decay;
-  // NAdam (optax): β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ) replaces m/(1−β1ᵗ). Not for LAMB.
-  TORCH_ARG(bool, nesterov) = false;
-  // at::kFloat (full precision; fp64 for fp64 parameters) or at::kBFloat16 (not for LAMB).
-  TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;
-  // Cautious optimizer: keep entries where (W_old − W_new)·g > 0, inside the pass. Not for LAMB.
-  TORCH_ARG(bool, cautious) = false;
-  // Kernels: unset = fused on CPU tensors, the ATen form elsewhere; true / false force one.
-  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+  AdamFamilyOptions() = default;
+  AdamFamilyOptions(double lr) { this->lr_ = lr; }  // NOLINT: implicit, libtorch style
+  MUON_ADAM_OPTIONS(MUON_OPTION_MEMBER)
 
  public:
   double get_lr() const override { return lr(); }
   void set_lr(const double lr) override { this->lr(lr); }
 };
+
+template <>
+struct EnumNames<AdamRule> {
+  static constexpr const char* noun = "Adam-family rule";
+  static constexpr const char* plural = "rules";
+  static constexpr std::array<std::pair<AdamRule, const char*>, 3> table{
+      {{AdamRule::adamw, "AdamW"}, {AdamRule::adam, "Adam"}, {AdamRule::lamb, "Lamb"}}};
+};
+
+// f(OptionInfo, value) for every option of `o`, in the schema's order.
+template <AdamRule R, class F>
+void visit_options(AdamFamilyOptions<R>& o, F&& f) {
+  MUON_ADAM_OPTIONS(MUON_OPTION_VISIT)
+}
+template <AdamRule R, class F>
+void visit_options(const AdamFamilyOptions<R>& o, F&& f) {
+  MUON_ADAM_OPTIONS(MUON_OPTION_VISIT)
+}
 
 using AdamWOptions = AdamFamilyOptions<AdamRule::adamw>;
 using AdamOptions = AdamFamilyOptions<AdamRule::adam>;

@@ -3,7 +3,7 @@
 // overrides and schedules are built.
 //
 //   auto config = muon::OptimConfig::from_yaml_file("optim.yaml");
-//   auto optimizer = muon::build_optimizer(config, *model, total_steps);
+//   auto optimizer = muon::build_optimizer(*model, config, total_steps);
 #pragma once
 
 #include <memory>
@@ -39,11 +39,10 @@ struct OptimConfig {
 
 // The hybrid optimizer `config` describes over `parameters`, with its schedules running over
 // `total_steps` updates.
-std::unique_ptr<HybridOptimizer> build_optimizer(const OptimConfig& config,
-                                                 const std::vector<NamedParameter>& parameters,
-                                                 int64_t total_steps);
-std::unique_ptr<HybridOptimizer> build_optimizer(const OptimConfig& config,
-                                                 const torch::nn::Module& model,
-                                                 int64_t total_steps);
+// The parameters come first, as in torch.optim and the Python module's build_optimizer.
+std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<NamedParameter>& parameters,
+                                                 const OptimConfig& config, int64_t total_steps);
+std::unique_ptr<HybridOptimizer> build_optimizer(const torch::nn::Module& model,
+                                                 const OptimConfig& config, int64_t total_steps);
 
 }  // namespace muon

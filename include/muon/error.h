@@ -30,4 +30,15 @@ void check(bool condition, Parts&&... parts) {
   if (!condition) throw Error(detail::concat(std::forward<Parts>(parts)...));
 }
 
+// Returns f(); a muon::Error it throws comes out prefixed with "<where>: " (the key path or file
+// the failing value came from).
+template <class F>
+auto with_context(const std::string& where, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+}
+
 }  // namespace muon

@@ -37,6 +37,13 @@ enum class NonfinitePolicy {
   skip,   // leave parameters and state untouched, count the step, log a warning (default)
   error,  // throw muon::Error naming the first parameter with a non-finite gradient
 };
+template <>
+struct EnumNames<NonfinitePolicy> {
+  static constexpr const char* noun = "nonfinite policy";
+  static constexpr const char* plural = "policies";
+  static constexpr std::array<std::pair<NonfinitePolicy, const char*>, 2> table{
+      {{NonfinitePolicy::skip, "skip"}, {NonfinitePolicy::error, "error"}}};
+};
 
 struct HybridOptions {
   MuonOptions muon;    // base settings of Muon-routed parameters; lr is the base rate

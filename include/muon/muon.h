@@ -11,9 +11,12 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "muon/enum_names.h"
 #include "muon/normalization.h"
+#include "muon/option_schema.h"
 #include "muon/orthogonalize.h"
 
 namespace muon {
@@ -35,10 +38,35 @@ enum class AdjustLr {
 // The factor `mode` gives a (rows × cols) matrix; rows = out features, cols = in features.
 double shape_factor(AdjustLr mode, int64_t rows, int64_t cols);
 
-std::string to_string(MomentumForm form);
-std::string to_string(AdjustLr mode);
-MomentumForm momentum_form_from_string(const std::string& name);  // errors list the valid names
-AdjustLr adjust_lr_from_string(const std::string& name);
+template <>
+struct EnumNames<MomentumForm> {
+  static constexpr const char* noun = "momentum form";
+  static constexpr const char* plural = "forms";
+  static constexpr std::array<std::pair<MomentumForm, const char*>, 2> table{
+      {{MomentumForm::ema, "ema"}, {MomentumForm::sum, "sum"}}};
+};
+template <>
+struct EnumNames<AdjustLr> {
+  static constexpr const char* noun = "mode";
+  static constexpr const char* plural = "modes";
+  static constexpr std::array<std::pair<AdjustLr, const char*>, 4> table{
+      {{AdjustLr::original, "original"},
+       {AdjustLr::match_rms_adamw, "match_rms_adamw"},
+       {AdjustLr::spectral, "spectral"},
+       {AdjustLr::none, "none"}}};
+};
+inline std::string to_string(MomentumForm form) {
+  return enum_name(form);
+}
+inline std::string to_string(AdjustLr mode) {
+  return enum_name(mode);
+}
+inline MomentumForm momentum_form_from_string(const std::string& name) {
+  return enum_from_name<MomentumForm>(name);
+}
+inline AdjustLr adjust_lr_from_string(const std::string& name) {
+  return enum_from_name<AdjustLr>(name);
+}
 
 // NorMuon's settings (nanochat and flaxchat use beta2 0.9).
 struct NorMuonOptions {
@@ -46,45 +74,24 @@ struct NorMuonOptions {
   NorMuonAxis axis = NorMuonAxis::automatic;
 };
 
+// Muon's settings; their names, defaults, ranges and meanings are the list MUON_MUON_OPTIONS in
+// muon/option_schema.h.
 struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions> {
-  MuonOptions(double lr = 0.02) : lr_(lr) {}  // NOLINT(google-explicit-constructor): libtorch style
-  TORCH_ARG(double, lr) = 0.02;
-  TORCH_ARG(double, momentum) = 0.95;
-  TORCH_ARG(bool, nesterov) = true;
-  TORCH_ARG(MomentumForm, momentum_form) = MomentumForm::ema;
-  // Decoupled: W ← W·(1 − lr·weight_decay), with lr excluding the shape factor.
-  TORCH_ARG(double, weight_decay) = 0.0;
-  TORCH_ARG(int64_t, ns_steps) = 5;
-  TORCH_ARG(CoefficientTable, coefficients) = CoefficientTable::quintic();
-  TORCH_ARG(AdjustLr, adjust_lr) = AdjustLr::original;
-  // Orthogonalization dtype; unset picks per device (see OrthogonalizeOptions::dtype): float32 on
-  // CPU, bf16 on GPUs; bf16 on CPU where it has bf16 dot products (AVX512_BF16, AMX).
-  TORCH_ARG(std::optional<at::ScalarType>, ns_dtype) = std::nullopt;
-  TORCH_ARG(NsMethod, ns_method) = NsMethod::automatic;
-  // See OrthogonalizeOptions::gram_restarts.
-  TORCH_ARG(std::optional<std::vector<int64_t>>, gram_restarts) = std::nullopt;
-  // Muon+: normalization after orthogonalization (stateless).
-  TORCH_ARG(PostNorm, post_norm) = PostNorm::none;
-  TORCH_ARG(double, post_norm_eps) = 1e-8;
-  // NorMuon: unset = off.
-  TORCH_ARG(std::optional<NorMuonOptions>, normuon) = std::nullopt;
-  // Decay only entries where U·W ≥ 0 (flaxchat/nanochat).
-  TORCH_ARG(bool, cautious_weight_decay) = false;
-  // Cautious optimizer (arXiv 2411.16085): keep entries where (W_old − W_new)·g > 0 only, applied
-  // inside the update pass.
-  TORCH_ARG(bool, cautious) = false;
-  // Momentum storage: at::kFloat (fp64 for fp64 parameters) or at::kBFloat16 (stochastic
-  // rounding, any device).
-  TORCH_ARG(at::ScalarType, state_dtype) = at::kFloat;
-  // Kernels: unset = the fused CPU kernels (and BLIS/CBLAS Newton–Schulz) on CPU tensors, the
-  // device-generic ATen form elsewhere; false = the ATen form everywhere (ns_method automatic
-  // then means plain), the code GPUs run; true = fused only (CPU tensors).
-  TORCH_ARG(std::optional<bool>, fused) = std::nullopt;
+  MuonOptions() = default;
+  MuonOptions(double lr) { lr_ = lr; }  // NOLINT(google-explicit-constructor): libtorch style
+  MUON_MUON_OPTIONS(MUON_OPTION_MEMBER)
 
  public:
   double get_lr() const override { return lr(); }
   void set_lr(const double lr) override { this->lr(lr); }
 };
+
+// f(OptionInfo, value) for every option of `o`, in the schema's order (value is const when o is).
+template <class O, class F,
+          std::enable_if_t<std::is_same_v<std::remove_const_t<O>, MuonOptions>, int> = 0>
+void visit_options(O& o, F&& f) {
+  MUON_MUON_OPTIONS(MUON_OPTION_VISIT)
+}
 
 struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonParamState> {
   TORCH_ARG(int64_t, step) = 0;

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "muon/enum_names.h"
+
 namespace muon {
 
 // Muon+ (stateless): rescale rows and/or columns of U to unit norm, or all of U to a fixed norm.
@@ -18,8 +20,24 @@ enum class PostNorm {
   frobenius,  // U ← U·√min(rows, cols) / ‖U‖_F (nanochat's variant); a zero U stays zero
 };
 
-std::string to_string(PostNorm mode);
-PostNorm post_norm_from_string(const std::string& name);  // error lists the valid names
+template <>
+struct EnumNames<PostNorm> {
+  static constexpr const char* noun = "muon_plus mode";
+  static constexpr const char* plural = "modes";
+  static constexpr std::array<std::pair<PostNorm, const char*>, 6> table{
+      {{PostNorm::none, "none"},
+       {PostNorm::row, "row"},
+       {PostNorm::col, "col"},
+       {PostNorm::row_col, "row_col"},
+       {PostNorm::col_row, "col_row"},
+       {PostNorm::frobenius, "frobenius"}}};
+};
+inline std::string to_string(PostNorm mode) {
+  return enum_name(mode);
+}
+inline PostNorm post_norm_from_string(const std::string& name) {
+  return enum_from_name<PostNorm>(name);
+}
 
 at::Tensor post_normalize(const at::Tensor& U, PostNorm mode, double eps = 1e-8);
 
@@ -31,8 +49,19 @@ enum class NorMuonAxis {
   col,        // statistic per column: mean over rows, shape (..., 1, cols)
 };
 
-std::string to_string(NorMuonAxis axis);
-NorMuonAxis normuon_axis_from_string(const std::string& name);
+template <>
+struct EnumNames<NorMuonAxis> {
+  static constexpr const char* noun = "NorMuon axis";
+  static constexpr const char* plural = "axes";
+  static constexpr std::array<std::pair<NorMuonAxis, const char*>, 3> table{
+      {{NorMuonAxis::automatic, "auto"}, {NorMuonAxis::row, "row"}, {NorMuonAxis::col, "col"}}};
+};
+inline std::string to_string(NorMuonAxis axis) {
+  return enum_name(axis);
+}
+inline NorMuonAxis normuon_axis_from_string(const std::string& name) {
+  return enum_from_name<NorMuonAxis>(name);
+}
 
 // The statistic's shape for U of `sizes` under `axis`.
 std::vector<int64_t> normuon_state_shape(at::IntArrayRef sizes, NorMuonAxis axis);

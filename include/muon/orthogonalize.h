@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "muon/enum_names.h"
+
 namespace muon {
 
 // One iteration's odd polynomial p(x) = a·x + b·x³ + c·x⁵, applied to a matrix as
@@ -56,8 +58,22 @@ enum class NsMethod {
   gram,       // Gram Newton–Schulz on the k×k Gram matrix (CPU, BLIS or CBLAS; rectangular)
 };
 
-std::string to_string(NsMethod method);
-NsMethod ns_method_from_string(const std::string& name);  // error lists the valid names
+template <>
+struct EnumNames<NsMethod> {
+  static constexpr const char* noun = "orthogonalization method";
+  static constexpr const char* plural = "methods";
+  static constexpr std::array<std::pair<NsMethod, const char*>, 4> table{
+      {{NsMethod::automatic, "automatic"},
+       {NsMethod::plain, "plain"},
+       {NsMethod::symmetric, "symmetric"},
+       {NsMethod::gram, "gram"}}};
+};
+inline std::string to_string(NsMethod method) {
+  return enum_name(method);
+}
+inline NsMethod ns_method_from_string(const std::string& name) {
+  return enum_from_name<NsMethod>(name);
+}
 
 // Buffers orthogonalize() keeps between calls so that the steady state allocates nothing; give
 // one workspace per recurring problem shape. A result computed with a workspace lives in it and

@@ -13,6 +13,8 @@ namespace torch::nn {
 class Module;
 }
 
+#include "muon/enum_names.h"
+
 namespace muon {
 
 enum class Role {
@@ -21,8 +23,19 @@ enum class Role {
   frozen,  // requires_grad == false: in no optimizer
 };
 
-std::string to_string(Role role);
-Role role_from_string(const std::string& name);  // "muon", "adamw" or "frozen"; else an error
+template <>
+struct EnumNames<Role> {
+  static constexpr const char* noun = "optimizer role";
+  static constexpr const char* plural = "roles";
+  static constexpr std::array<std::pair<Role, const char*>, 3> table{
+      {{Role::muon, "muon"}, {Role::adamw, "adamw"}, {Role::frozen, "frozen"}}};
+};
+inline std::string to_string(Role role) {
+  return enum_name(role);
+}
+inline Role role_from_string(const std::string& name) {
+  return enum_from_name<Role>(name);
+}
 
 // What to do with an undeclared floating tensor of rank > 2 (a conv kernel, say).
 enum class HigherRankPolicy {
@@ -30,8 +43,21 @@ enum class HigherRankPolicy {
   flatten,  // Muon on the (out, ∏rest) view, conv style
   error,    // refuse: the matrix axes cannot be guessed
 };
-std::string to_string(HigherRankPolicy policy);
-HigherRankPolicy higher_rank_policy_from_string(const std::string& name);
+template <>
+struct EnumNames<HigherRankPolicy> {
+  static constexpr const char* noun = "higher_rank policy";
+  static constexpr const char* plural = "policies";
+  static constexpr std::array<std::pair<HigherRankPolicy, const char*>, 3> table{
+      {{HigherRankPolicy::adamw, "adamw"},
+       {HigherRankPolicy::flatten, "flatten"},
+       {HigherRankPolicy::error, "error"}}};
+};
+inline std::string to_string(HigherRankPolicy policy) {
+  return enum_name(policy);
+}
+inline HigherRankPolicy higher_rank_policy_from_string(const std::string& name) {
+  return enum_from_name<HigherRankPolicy>(name);
+}
 
 // A parameter as routing sees it: its dotted name, the tensor, and the type name of the module that
 // owns it (empty when unknown, e.g. for a bare list of named tensors).

@@ -11,6 +11,8 @@
 // applied inside the update pass.
 #pragma once
 
+#include <ATen/core/grad_mode.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +52,22 @@ void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces)
 
 // The orthogonalization settings of `options` (fused: false makes `automatic` mean plain).
 OrthogonalizeOptions orthogonalize_options(const MuonOptions& options);
+
+// ---- For the optimizers that own groups and state -------------------------------------------
+
+// Runs a step's closure (if any) once with gradients enabled, as torch.optim does, and returns
+// its loss (undefined without a closure).
+inline at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
+  if (closure == nullptr) return {};
+  at::AutoGradMode enable_grad(true);
+  return closure();
+}
+
+// ---- Any group ---------------------------------------------------------------------------------
+
+// Throws muon::Error unless `options` (MuonOptions or an Adam-family options type, the group's
+// algorithm) are valid.
+void check_group_options(const torch::optim::OptimizerOptions& options);
 
 // ---- The Adam family and LAMB -----------------------------------------------------------------
 

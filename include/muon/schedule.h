@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "muon/enum_names.h"
+
 namespace muon {
 
 enum class ScheduleKind {
@@ -19,8 +21,25 @@ enum class ScheduleKind {
   exponential,  // warmup, then peak·rate^((t − warmup)/transition_steps)
 };
 
-std::string to_string(ScheduleKind kind);
-ScheduleKind schedule_kind_from_string(const std::string& name);  // error lists the kinds
+template <>
+struct EnumNames<ScheduleKind> {
+  static constexpr const char* noun = "schedule";
+  static constexpr const char* plural = "schedules";
+  static constexpr std::array<std::pair<ScheduleKind, const char*>, 7> table{
+      {{ScheduleKind::constant, "constant"},
+       {ScheduleKind::cosine, "cosine"},
+       {ScheduleKind::power, "power"},
+       {ScheduleKind::linear, "linear"},
+       {ScheduleKind::warmdown, "warmdown"},
+       {ScheduleKind::one_cycle, "one_cycle"},
+       {ScheduleKind::exponential, "exponential"}}};
+};
+inline std::string to_string(ScheduleKind kind) {
+  return enum_name(kind);
+}
+inline ScheduleKind schedule_kind_from_string(const std::string& name) {
+  return enum_from_name<ScheduleKind>(name);
+}
 
 struct LrSchedule {
   ScheduleKind kind = ScheduleKind::constant;

@@ -18,6 +18,7 @@ message; problems found by ``step()`` (a sparse gradient, say) raise RuntimeErro
 """
 
 import collections.abc
+import inspect
 import json
 import os
 
@@ -197,78 +198,71 @@ def _split_state_dict(state_dict):
     return groups, state
 
 
+def _init_from_schema(algorithm, positional):
+    """An __init__(self, params, <options>) whose keywords, defaults and order are the C++
+    option schema's (muon/option_schema.h): the first ``positional`` options may also be given
+    by position, as in torch.optim; the rest are keyword-only."""
+    options = _core.option_schema(algorithm)
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                  inspect.Parameter("params", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for index, (name, default, _doc, _range) in enumerate(options):
+        kind = (inspect.Parameter.POSITIONAL_OR_KEYWORD if index < positional
+                else inspect.Parameter.KEYWORD_ONLY)
+        parameters.append(inspect.Parameter(name, kind, default=default))
+    signature = inspect.Signature(parameters)
+
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        settings = dict(bound.arguments)
+        del settings["self"]
+        params = settings.pop("params")
+        _EngineOptimizer.__init__(self, params, settings)
+
+    __init__.__signature__ = signature
+    __init__.__doc__ = "Options:\n" + "\n".join(
+        f"    {name} (default {default!r}{', ' + rng if rng else ''}): {doc}"
+        for name, default, doc, rng in options)
+    return __init__
+
+
 class Muon(_EngineOptimizer):
     """Muon (docs/design.md §Muon update): momentum, then Newton–Schulz orthogonalization, for
     parameters of rank ≥ 2 (each matrix of a (batch..., rows, cols) tensor separately).
 
-    ``coefficients``: 'quintic', 'polar_express', 'dion' or rows [[a, b, c], ...];
-    ``ns_method``: 'automatic', 'plain', 'symmetric', 'gram'; ``gram_restarts``: None (the
-    table's default) or the iteration counts after which 'gram' restarts, e.g. (2, 4);
-    ``post_norm``: Muon+ ('none', 'row', 'col', 'row_col', 'col_row', 'frobenius');
-    ``normuon``: None or dict(beta2=0.95, axis='auto'|'row'|'col');
-    ``state_dtype``: torch.float32 or torch.bfloat16 (stochastic rounding, any device);
-    ``fused``: None (the fused CPU kernels for CPU tensors, ATen operations on other devices),
-    False (ATen operations everywhere, Newton–Schulz as the plain chain) or True (fused only).
-    Tensors may live on any device; on CUDA, Newton–Schulz runs in bfloat16 by default.
+    ``Muon(params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, *, ...)``; every
+    option, its default and meaning: ``help(muon_cpp.Muon.__init__)`` or docs/python.md. Tensors
+    may live on any device; on CUDA, Newton–Schulz runs in bfloat16 by default.
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
-
-    def __init__(self, params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, *,
-                 ns_steps=5, coefficients="quintic", momentum_form="ema", adjust_lr="original",
-                 ns_method="automatic", ns_dtype=None, gram_restarts=None, post_norm="none",
-                 post_norm_eps=1e-8, normuon=None, cautious_weight_decay=False, cautious=False,
-                 state_dtype=torch.float32, fused=None):
-        defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                        ns_steps=ns_steps, coefficients=coefficients, momentum_form=momentum_form,
-                        adjust_lr=adjust_lr, ns_method=ns_method, ns_dtype=ns_dtype,
-                        gram_restarts=gram_restarts, post_norm=post_norm,
-                        post_norm_eps=post_norm_eps, normuon=normuon,
-                        cautious_weight_decay=cautious_weight_decay, cautious=cautious,
-                        state_dtype=state_dtype, fused=fused)
-        super().__init__(params, defaults)
+    __init__ = _init_from_schema("muon", positional=4)
 
 
 class AdamW(_EngineOptimizer):
     """AdamW with decoupled weight decay, as torch.optim.AdamW; ``nesterov=True`` gives NAdam
     (optax's form), ``state_dtype=torch.bfloat16`` stores both moments in bf16 with stochastic
-    rounding, ``cautious=True`` masks the update (arXiv 2411.16085). ``fused``: None (the fused
-    kernel for CPU tensors, multi-tensor ATen operations on other devices), False (ATen
-    operations everywhere) or True (fused only, CPU tensors)."""
+    rounding, ``cautious=True`` masks the update (arXiv 2411.16085).
+
+    ``AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *, ...)``."""
 
     _make_engine = staticmethod(_core.Engine.adamw)
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
-                 nesterov=False, state_dtype=torch.float32, cautious=False, fused=None):
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        nesterov=nesterov, state_dtype=state_dtype, cautious=cautious,
-                        fused=fused)
-        super().__init__(params, defaults)
+    __init__ = _init_from_schema("adamw", positional=4)
 
 
 class Adam(_EngineOptimizer):
     """Adam with coupled (L2) weight decay, as torch.optim.Adam; options as AdamW's."""
 
     _make_engine = staticmethod(_core.Engine.adam)
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
-                 nesterov=False, state_dtype=torch.float32, cautious=False, fused=None):
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        nesterov=nesterov, state_dtype=state_dtype, cautious=cautious,
-                        fused=fused)
-        super().__init__(params, defaults)
+    __init__ = _init_from_schema("adam", positional=4)
 
 
 class Lamb(_EngineOptimizer):
-    """LAMB: the Adam direction plus weight decay, scaled by the trust ratio ‖W‖/‖r‖."""
+    """LAMB: the Adam direction plus weight decay, scaled by the trust ratio ‖W‖/‖r‖ (float32
+    state; nesterov, cautious and bfloat16 state are refused)."""
 
     _make_engine = staticmethod(_core.Engine.lamb)
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
-                 fused=None):
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        state_dtype=torch.float32, fused=fused)
-        super().__init__(params, defaults)
+    __init__ = _init_from_schema("lamb", positional=4)
 
 
 class HybridOptimizer(_EngineOptimizer):

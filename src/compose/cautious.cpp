@@ -4,17 +4,15 @@
 
 #include <vector>
 
+#include "muon/rules.h"
+
 namespace muon {
 
 Cautious::Cautious(torch::optim::Optimizer& base, CautiousOptions options)
     : base_(base), options_(options) {}
 
 at::Tensor Cautious::step(const torch::optim::Optimizer::LossClosure& closure) {
-  at::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  const auto loss = run_closure(closure);
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> params, before, grads;
   for (auto& group : base_.param_groups()) {

@@ -39,8 +39,7 @@ void HybridOptimizer::check_step() const {
     const auto& group = param_groups_[g];
     const auto* muon = dynamic_cast<const MuonOptions*>(&group.options());
     const auto* adamw = dynamic_cast<const AdamWOptions*>(&group.options());
-    if (muon != nullptr) check_options(*muon);
-    if (adamw != nullptr) check_adam_options(*adamw);
+    check_group_options(group.options());
     for (size_t i = 0; i < group.params().size(); ++i) {
       const auto& p = group.params()[i];
       if (!p.grad().defined()) continue;
@@ -153,11 +152,7 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
 }
 
 at::Tensor HybridOptimizer::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  const auto loss = run_closure(closure);
   at::NoGradGuard no_grad;
   adopt_added_groups();
   apply_schedules();

@@ -18,45 +18,6 @@
 
 namespace muon {
 
-std::string to_string(Role role) {
-  switch (role) {
-    case Role::muon:
-      return "muon";
-    case Role::adamw:
-      return "adamw";
-    case Role::frozen:
-      return "frozen";
-  }
-  return "?";
-}
-
-Role role_from_string(const std::string& name) {
-  for (auto r : {Role::muon, Role::adamw, Role::frozen}) {
-    if (to_string(r) == name) return r;
-  }
-  throw Error("unknown optimizer role '" + name + "'; valid roles are muon, adamw, frozen");
-}
-
-std::string to_string(HigherRankPolicy policy) {
-  switch (policy) {
-    case HigherRankPolicy::adamw:
-      return "adamw";
-    case HigherRankPolicy::flatten:
-      return "flatten";
-    case HigherRankPolicy::error:
-      return "error";
-  }
-  return "?";
-}
-
-HigherRankPolicy higher_rank_policy_from_string(const std::string& name) {
-  for (auto p : {HigherRankPolicy::adamw, HigherRankPolicy::flatten, HigherRankPolicy::error}) {
-    if (to_string(p) == name) return p;
-  }
-  throw Error("unknown higher_rank policy '" + name +
-              "'; valid policies are adamw, flatten, error");
-}
-
 void RoutingRules::tag_parameter(const at::Tensor& param, Role role) {
   tags[param.unsafeGetTensorImpl()] = role;
 }

@@ -7,37 +7,6 @@
 
 namespace muon {
 
-std::string to_string(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::constant:
-      return "constant";
-    case ScheduleKind::cosine:
-      return "cosine";
-    case ScheduleKind::power:
-      return "power";
-    case ScheduleKind::linear:
-      return "linear";
-    case ScheduleKind::warmdown:
-      return "warmdown";
-    case ScheduleKind::one_cycle:
-      return "one_cycle";
-    case ScheduleKind::exponential:
-      return "exponential";
-  }
-  return "?";
-}
-
-ScheduleKind schedule_kind_from_string(const std::string& name) {
-  for (auto k :
-       {ScheduleKind::constant, ScheduleKind::cosine, ScheduleKind::power, ScheduleKind::linear,
-        ScheduleKind::warmdown, ScheduleKind::one_cycle, ScheduleKind::exponential}) {
-    if (to_string(k) == name) return k;
-  }
-  throw Error("unknown schedule '" + name +
-              "'; valid schedules are constant, cosine, power, linear, warmdown, one_cycle, "
-              "exponential");
-}
-
 namespace {
 
 double ramp(int64_t step, int64_t steps) {  // step/steps, for a linear warmup

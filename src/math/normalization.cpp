@@ -7,52 +7,6 @@
 
 namespace muon {
 
-std::string to_string(PostNorm mode) {
-  switch (mode) {
-    case PostNorm::none:
-      return "none";
-    case PostNorm::row:
-      return "row";
-    case PostNorm::col:
-      return "col";
-    case PostNorm::row_col:
-      return "row_col";
-    case PostNorm::col_row:
-      return "col_row";
-    case PostNorm::frobenius:
-      return "frobenius";
-  }
-  return "?";
-}
-
-PostNorm post_norm_from_string(const std::string& name) {
-  for (auto m : {PostNorm::none, PostNorm::row, PostNorm::col, PostNorm::row_col, PostNorm::col_row,
-                 PostNorm::frobenius}) {
-    if (to_string(m) == name) return m;
-  }
-  throw Error("unknown muon_plus mode '" + name +
-              "'; valid modes are row, col, row_col, col_row, frobenius (or none)");
-}
-
-std::string to_string(NorMuonAxis axis) {
-  switch (axis) {
-    case NorMuonAxis::automatic:
-      return "auto";
-    case NorMuonAxis::row:
-      return "row";
-    case NorMuonAxis::col:
-      return "col";
-  }
-  return "?";
-}
-
-NorMuonAxis normuon_axis_from_string(const std::string& name) {
-  if (name == "auto") return NorMuonAxis::automatic;
-  if (name == "row") return NorMuonAxis::row;
-  if (name == "col") return NorMuonAxis::col;
-  throw Error("unknown NorMuon axis '" + name + "'; valid axes are auto, row, col");
-}
-
 namespace {
 
 at::ScalarType float_type(const at::Tensor& t) {

@@ -58,28 +58,6 @@ const Coefficients& CoefficientTable::row(int64_t k) const {
   return rows.at(static_cast<size_t>(std::min(k, last)));
 }
 
-std::string to_string(NsMethod method) {
-  switch (method) {
-    case NsMethod::automatic:
-      return "automatic";
-    case NsMethod::plain:
-      return "plain";
-    case NsMethod::symmetric:
-      return "symmetric";
-    case NsMethod::gram:
-      return "gram";
-  }
-  return "?";
-}
-
-NsMethod ns_method_from_string(const std::string& name) {
-  for (auto m : {NsMethod::automatic, NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
-    if (to_string(m) == name) return m;
-  }
-  throw Error("unknown orthogonalization method '" + name +
-              "'; valid methods are automatic, plain, symmetric, gram");
-}
-
 at::Tensor OrthogonalizeWorkspace::get(Slot slot, at::IntArrayRef sizes,
                                        const at::TensorOptions& options) {
   auto& t = slots_[static_cast<size_t>(slot)];

@@ -44,12 +44,8 @@ void AdamFamily<R>::check_step() const {
 
 template <AdamRule R>
 at::Tensor AdamFamily<R>::step(LossClosure closure) {
+  const auto loss = run_closure(closure);
   at::NoGradGuard no_grad;
-  at::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
   check_step();
   int64_t index = 0;  // the tensor's position in the optimizer: part of its rounding seed
   for (auto& group : param_groups_) {

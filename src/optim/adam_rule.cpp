@@ -12,27 +12,26 @@
 namespace muon {
 
 const char* rule_name(AdamRule rule) {
-  switch (rule) {
-    case AdamRule::adamw:
-      return "AdamW";
-    case AdamRule::adam:
-      return "Adam";
-    case AdamRule::lamb:
-      return "Lamb";
+  for (const auto& [r, name] : EnumNames<AdamRule>::table) {
+    if (r == rule) return name;
   }
   return "?";
+}
+
+void check_group_options(const torch::optim::OptimizerOptions& options) {
+  if (const auto* m = dynamic_cast<const MuonOptions*>(&options)) return check_options(*m);
+  if (const auto* o = dynamic_cast<const AdamWOptions*>(&options)) return check_adam_options(*o);
+  if (const auto* o = dynamic_cast<const AdamOptions*>(&options)) return check_adam_options(*o);
+  if (const auto* o = dynamic_cast<const LambOptions*>(&options)) return check_adam_options(*o);
+  throw Error(
+      "options of another optimizer; muon-cpp runs MuonOptions, AdamWOptions, "
+      "AdamOptions and LambOptions groups");
 }
 
 template <AdamRule R>
 void check_adam_options(const AdamFamilyOptions<R>& o) {
   const char* name = rule_name(R);
-  const auto [beta1, beta2] = o.betas();
-  check(std::isfinite(o.lr()) && o.lr() >= 0, name, ": lr must be >= 0, got ", o.lr());
-  check(beta1 >= 0 && beta1 < 1, name, ": betas[0] must be in [0, 1), got ", beta1);
-  check(beta2 >= 0 && beta2 < 1, name, ": betas[1] must be in [0, 1), got ", beta2);
-  check(std::isfinite(o.eps()) && o.eps() > 0, name, ": eps must be > 0, got ", o.eps());
-  check(std::isfinite(o.weight_decay()) && o.weight_decay() >= 0, name,
-        ": weight_decay must be >= 0, got ", o.weight_decay());
+  check_ranges(name, o);
   if constexpr (R == AdamRule::lamb) {
     check(o.state_dtype() == at::kFloat, "Lamb: state_dtype ", o.state_dtype(),
           " is not supported; LAMB keeps float32 state (bfloat16 state is available for Adam, "

@@ -29,49 +29,10 @@ double shape_factor(AdjustLr mode, int64_t rows, int64_t cols) {
   throw Error("unknown adjust_lr mode");
 }
 
-std::string to_string(MomentumForm form) {
-  return form == MomentumForm::ema ? "ema" : "sum";
-}
-
-std::string to_string(AdjustLr mode) {
-  switch (mode) {
-    case AdjustLr::original:
-      return "original";
-    case AdjustLr::match_rms_adamw:
-      return "match_rms_adamw";
-    case AdjustLr::spectral:
-      return "spectral";
-    case AdjustLr::none:
-      return "none";
-  }
-  return "?";
-}
-
-MomentumForm momentum_form_from_string(const std::string& name) {
-  if (name == "ema") return MomentumForm::ema;
-  check(name == "sum", "expected ema or sum, got '", name, "'");
-  return MomentumForm::sum;
-}
-
-AdjustLr adjust_lr_from_string(const std::string& name) {
-  for (auto m :
-       {AdjustLr::original, AdjustLr::match_rms_adamw, AdjustLr::spectral, AdjustLr::none}) {
-    if (to_string(m) == name) return m;
-  }
-  throw Error("unknown mode '" + name +
-              "'; valid modes are original, match_rms_adamw, spectral, none");
-}
-
 void check_options(const MuonOptions& o) {
-  check(std::isfinite(o.lr()) && o.lr() >= 0, "Muon: lr must be >= 0, got ", o.lr());
-  check(o.momentum() >= 0 && o.momentum() < 1, "Muon: momentum must be in [0, 1), got ",
-        o.momentum());
-  check(std::isfinite(o.weight_decay()) && o.weight_decay() >= 0,
-        "Muon: weight_decay must be >= 0, got ", o.weight_decay());
+  check_ranges("Muon", o);
   check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, "Muon: state_dtype ",
         o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
-  check(std::isfinite(o.post_norm_eps()) && o.post_norm_eps() > 0,
-        "Muon: post_norm_eps must be > 0, got ", o.post_norm_eps());
   if (o.normuon()) {
     check(o.normuon()->beta2 >= 0 && o.normuon()->beta2 < 1,
           "Muon: normuon beta2 must be in [0, 1), got ", o.normuon()->beta2);
@@ -157,12 +118,8 @@ void Muon::check_step() const {
 }
 
 at::Tensor Muon::step(LossClosure closure) {
+  const auto loss = run_closure(closure);
   at::NoGradGuard no_grad;
-  at::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
   check_step();
   std::vector<MuonItem> items;
   int64_t index = 0;  // the tensor's position in the optimizer: part of its rounding seed

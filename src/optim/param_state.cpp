@@ -181,14 +181,8 @@ void set_settings(torch::optim::OptimizerOptions& options, const std::map<std::s
 }
 
 void check_settings(const torch::optim::OptimizerOptions& options, size_t g) {
-  try {
-    if (const auto* m = options_as<MuonOptions>(options)) check_options(*m);
-    if (const auto* o = options_as<AdamWOptions>(options)) check_adam_options(*o);
-    if (const auto* o = options_as<AdamOptions>(options)) check_adam_options(*o);
-    if (const auto* o = options_as<LambOptions>(options)) check_adam_options(*o);
-  } catch (const Error& e) {
-    throw Error(detail::concat("optimizer archive: param group ", g, ": ", e.what()));
-  }
+  with_context(detail::concat("optimizer archive: param group ", g),
+               [&] { check_group_options(options); });
 }
 
 std::string group_key(size_t g) {

@@ -130,13 +130,12 @@ class Section {
   // from other frameworks, else the nearest by edit distance.
   void finish() const {
     static const std::map<std::string, std::string> synonyms = {
-        {"learning_rate", "lr"},         {"epsilon", "eps"},
-        {"wd", "weight_decay"},          {"max_grad_norm", "grad_clip"},
-        {"clip_grad_norm", "grad_clip"}, {"beta", "betas"},
-        {"groups", "param_groups"},      {"lr_scheduler", "schedule"}};
+        {"learning_rate", "lr"},         {"epsilon", "eps"}, {"wd", "weight_decay"},
+        {"clip_grad_norm", "grad_clip"}, {"beta", "betas"},  {"groups", "param_groups"},
+        {"lr_scheduler", "schedule"}};
     for (const auto& item : node_) {
-      check(item.first.IsScalar(), path_.empty() ? "config" : path_,
-            ": a key must be a name, got ", kind_of(item.first));
+      check(item.first.IsScalar(), path_.empty() ? "config" : path_, ": a key must be a name, got ",
+            kind_of(item.first));
       const auto key = item.first.as<std::string>();
       if (known_.count(key) != 0) continue;
       const auto synonym = synonyms.find(key);

@@ -147,7 +147,7 @@ inline Results run_all() {
         "  momentum_schedule: {start: 0.85, target: 0.95, steps: 3}\n"
         "  param_groups:\n    - {name: attention, patterns: ['*.attn.*'], lr_multiplier: 0.5}\n"
         "    - {name: rest, patterns: ['*']}\n");
-    auto opt = build_optimizer(config, *model, 6);
+    auto opt = build_optimizer(*model, config, 6);
     opt->set_qk_clip_source(model.get());
     record_training(out, "hybrid_config", model, *opt, 5);
   }

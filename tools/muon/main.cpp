@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
       muon::demo::Gpt model(run.model);
       const auto optimizer =
           run.optimizer_config
-              ? muon::build_optimizer(*run.optimizer_config, *model, run.steps)
+              ? muon::build_optimizer(*model, *run.optimizer_config, run.steps)
               : std::make_unique<muon::HybridOptimizer>(muon::route(*model), hybrid_options(run));
       std::cout << optimizer->report_text();
     }

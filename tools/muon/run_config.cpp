@@ -19,11 +19,7 @@ void read_model(detail::Section s, GptConfig& m) {
   if (const auto v = s.integer("ffn_hidden")) m.ffn_hidden = *v;
   if (const auto v = s.boolean("tie_embeddings")) m.tie_embeddings = *v;
   s.finish();
-  try {
-    m.check();
-  } catch (const Error& e) {
-    throw Error(s.path() + ": " + e.what());
-  }
+  with_context(s.path(), [&] { m.check(); });
 }
 
 void read_train(detail::Section s, TrainConfig& c) {
@@ -74,11 +70,8 @@ TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig def
   check(file.good(), "config: cannot read '", path, "'");
   std::ostringstream text;
   text << file.rdbuf();
-  try {
-    return train_config_from_yaml(text.str(), std::move(defaults));
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
+  return with_context(path,
+                      [&] { return train_config_from_yaml(text.str(), std::move(defaults)); });
 }
 
 }  // namespace muon::demo

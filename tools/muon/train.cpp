@@ -233,7 +233,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   Gpt model = seeded_model(config);
 
   auto owned = config.optimizer_config
-                   ? build_optimizer(*config.optimizer_config, *model, config.steps)
+                   ? build_optimizer(*model, *config.optimizer_config, config.steps)
                    : std::make_unique<HybridOptimizer>(route(*model), hybrid_options(config));
   auto& optimizer = *owned;
   optimizer.set_communicator(communicator);

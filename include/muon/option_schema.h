@@ -1,0 +1,140 @@
+// The one list of every optimizer option: name, type, default, range and a line of documentation.
+// From it come the options structs' members and defaults (muon/muon.h, muon/adam.h), their
+// validation messages, the Python keywords and param_groups dicts, the YAML sections `muon` and
+// `adamw`, and the option tables in docs/config.md and docs/python.md. A new option is one line
+// here (plus, for a new type, its conversions).
+//
+// Each list is an X-macro: X(type, name, default, range, doc). The order is the Python order:
+// the first ones are also positional, as in torch.optim.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include "muon/error.h"
+
+namespace muon {
+
+// What a numeric option accepts (checked with its name in the message).
+enum class Range {
+  any,
+  nonnegative,    // finite, >= 0
+  positive,       // finite, > 0
+  unit_interval,  // in [0, 1)
+};
+
+inline const char* range_text(Range range) {
+  switch (range) {
+    case Range::any:
+      return "";
+    case Range::nonnegative:
+      return ">= 0";
+    case Range::positive:
+      return "> 0";
+    case Range::unit_interval:
+      return "in [0, 1)";
+  }
+  return "";
+}
+
+// Whether `value` is in `range` (NaN and infinities never are, except under `any`).
+inline bool in_range(Range range, double value) {
+  switch (range) {
+    case Range::any:
+      return true;
+    case Range::nonnegative:
+      return std::isfinite(value) && value >= 0;
+    case Range::positive:
+      return std::isfinite(value) && value > 0;
+    case Range::unit_interval:
+      return value >= 0 && value < 1;
+  }
+  return false;
+}
+
+// One option as the visitors of an options struct see it.
+struct OptionInfo {
+  const char* name;
+  const char* doc;
+  Range range;
+};
+
+// clang-format off
+#define MUON_MUON_OPTIONS(X)                                                                       \
+  X(double, lr, 0.02, nonnegative,                                                                 \
+    "base learning rate; each matrix steps by lr × its shape factor (adjust_lr)")                  \
+  X(double, momentum, 0.95, unit_interval, "momentum coefficient β of the buffer")                 \
+  X(bool, nesterov, true, any, "orthogonalize the Nesterov look-ahead instead of the buffer")      \
+  X(double, weight_decay, 0.0, nonnegative,                                                        \
+    "decoupled decay W ← W·(1 − lr·weight_decay), the shape factor not applied")                   \
+  X(int64_t, ns_steps, 5, any, "Newton–Schulz iterations (≥ 1)")                                  \
+  X(CoefficientTable, coefficients, CoefficientTable::quintic(), any,                              \
+    "the iterations' polynomial: quintic, polar_express, dion or rows [a, b, c]")                  \
+  X(MomentumForm, momentum_form, MomentumForm::ema, any,                                           \
+    "ema: B ← β·B + (1−β)·g (Keller Jordan); sum: B ← β·B + g (Moonlight)")                        \
+  X(AdjustLr, adjust_lr, AdjustLr::original, any,                                                  \
+    "shape factor: original √max(1, rows/cols), match_rms_adamw 0.2·√max(rows, cols), "           \
+    "spectral √(rows/cols), none 1")                                                               \
+  X(NsMethod, ns_method, NsMethod::automatic, any,                                                 \
+    "how the iterations multiply: automatic, plain, symmetric, gram")                              \
+  X(std::optional<at::ScalarType>, ns_dtype, std::nullopt, any,                                    \
+    "Newton–Schulz dtype; unset: float32 on CPU, bfloat16 on GPUs")                                \
+  X(std::optional<std::vector<int64_t>>, gram_restarts, std::nullopt, any,                         \
+    "gram: the iteration counts after which the Gram matrix is formed afresh; unset: the table's") \
+  X(PostNorm, post_norm, PostNorm::none, any,                                                      \
+    "Muon+: none, row, col, row_col, col_row or frobenius normalization after orthogonalizing")    \
+  X(double, post_norm_eps, 1e-8, positive, "Muon+'s eps")                                          \
+  X(std::optional<NorMuonOptions>, normuon, std::nullopt, any,                                     \
+    "NorMuon: unset (off) or {beta2, axis}, a per-row or per-column second moment")                \
+  X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
+  X(bool, cautious, false, any,                                                                    \
+    "cautious mask: keep only the changes that agree in sign with the gradient")                   \
+  X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
+    "momentum storage: float32 (float64 for float64 parameters) or bfloat16 (stochastic rounding)") \
+  X(std::optional<bool>, fused, std::nullopt, any,                                                 \
+    "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")
+
+#define MUON_ADAM_OPTIONS(X)                                                                       \
+  X(double, lr, 1e-3, nonnegative, "learning rate")                                                \
+  X(Betas, betas, default_betas(), unit_interval, "(β1, β2) of the first and second moments")      \
+  X(double, eps, AdamDefaults<R>::eps, positive, "added to the denominator")                      \
+  X(double, weight_decay, AdamDefaults<R>::weight_decay, nonnegative,                              \
+    "AdamW: decoupled W ← W·(1 − lr·λ); Adam: g + λ·W (L2); LAMB: inside the trust ratio")        \
+  X(bool, nesterov, false, any, "NAdam's look-ahead first moment (optax's form); not for LAMB")    \
+  X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
+    "moment storage: float32 (float64 for float64 parameters) or bfloat16 (not for LAMB)")         \
+  X(bool, cautious, false, any,                                                                    \
+    "cautious mask: keep only the changes that agree in sign with the gradient; not for LAMB")     \
+  X(std::optional<bool>, fused, std::nullopt, any,                                                 \
+    "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")
+// clang-format on
+
+// Throws "<who>: <name> must be <range>, got <value>" for the first numeric option of `options`
+// (or element of a pair such as betas) outside its range.
+template <class Options>
+void check_ranges(const char* who, const Options& options) {
+  visit_options(options, [&](const OptionInfo& info, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    const auto in = [&](double v, const std::string& name) {
+      check(in_range(info.range, v), who, ": ", name, " must be ", range_text(info.range), ", got ",
+            v);
+    };
+    if constexpr (std::is_same_v<T, double>) {
+      in(value, info.name);
+    } else if constexpr (std::is_same_v<T, std::tuple<double, double>>) {
+      in(std::get<0>(value), std::string(info.name) + "[0]");
+      in(std::get<1>(value), std::string(info.name) + "[1]");
+    }
+  });
+}
+
+// Inside an options struct: one TORCH_ARG member per option, initialized to its default.
+#define MUON_OPTION_MEMBER(T, name, def, range, doc) TORCH_ARG(T, name) = def;
+
+// Inside visit_options(o, f): f(info, o.name()) per option, in list order.
+#define MUON_OPTION_VISIT(T, name, def, range, doc) \
+  f(::muon::OptionInfo{#name, doc, ::muon::Range::range}, o.name());
+
+}  // namespace muon

@@ -1,0 +1,65 @@
+"""One option schema: the Python keywords, their defaults and each param_groups entry are the C++
+options', and the Adam family's defaults are torch.optim's."""
+import inspect
+
+import pytest
+import torch
+
+import muon_cpp
+from muon_cpp import _core
+
+CLASSES = {"muon": muon_cpp.Muon, "adamw": muon_cpp.AdamW, "adam": muon_cpp.Adam,
+           "lamb": muon_cpp.Lamb}
+
+
+def keywords(cls):
+    return [p for p in inspect.signature(cls).parameters.values() if p.name != "params"]
+
+
+@pytest.mark.parametrize("algorithm", sorted(CLASSES))
+def test_keywords_and_param_groups_are_the_schema(algorithm):
+    schema = _core.option_schema(algorithm)
+    cls = CLASSES[algorithm]
+    assert [(p.name, p.default) for p in keywords(cls)] == [(n, d) for n, d, _, _ in schema]
+    # The first four are positional, as in torch.optim; the rest keyword-only.
+    kinds = [p.kind for p in keywords(cls)]
+    assert kinds[:4] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 4
+    assert set(kinds[4:]) == {inspect.Parameter.KEYWORD_ONLY}
+    # A param_groups entry holds every option, as the C++ group's options give it back.
+    p = torch.nn.Parameter(torch.zeros(4, 3))
+    group = cls([p]).param_groups[0]
+    assert {k: v for k, v in group.items() if k != "params"} == {n: d for n, d, _, _ in schema}
+    # Each option's doc line is there (the docs tables are made from it).
+    assert all(doc for _, _, doc, _ in schema)
+
+
+@pytest.mark.parametrize("ours,theirs", [(muon_cpp.AdamW, torch.optim.AdamW),
+                                         (muon_cpp.Adam, torch.optim.Adam)])
+def test_adam_family_defaults_are_torch_optims(ours, theirs):
+    torch_defaults = {p.name: p.default for p in inspect.signature(theirs).parameters.values()}
+    for p in keywords(ours)[:4]:  # lr, betas, eps, weight_decay
+        assert p.default == torch_defaults[p.name], p.name
+
+
+def test_unknown_keyword_and_positional_overflow_are_type_errors():
+    p = torch.nn.Parameter(torch.zeros(4, 3))
+    with pytest.raises(TypeError, match="ns_stepz"):
+        muon_cpp.Muon([p], ns_stepz=3)
+    with pytest.raises(TypeError):
+        muon_cpp.Muon([p], 0.02, 0.95, True, 0.0, 5)  # ns_steps is keyword-only
+    optimizer = muon_cpp.Muon([p], 0.01, 0.9, False, 0.1, ns_steps=3, gram_restarts=(2,))
+    group = optimizer.param_groups[0]
+    assert (group["lr"], group["momentum"], group["nesterov"], group["weight_decay"]) == \
+        (0.01, 0.9, False, 0.1)
+    assert group["ns_steps"] == 3 and group["gram_restarts"] == (2,)
+
+
+def test_every_option_reaches_the_cpp_optimizer():
+    # A setting the C++ side does not accept is refused when the engine is built, naming it.
+    p = torch.nn.Parameter(torch.zeros(4, 3))
+    with pytest.raises(ValueError, match="Muon: post_norm_eps must be > 0"):
+        muon_cpp.Muon([p], post_norm_eps=0.0)
+    with pytest.raises(ValueError, match="Lamb: nesterov is not supported"):
+        muon_cpp.Lamb([p], nesterov=True)
+    with pytest.raises(TypeError, match="gram_restarts must be a list or tuple of ints"):
+        muon_cpp.Muon([p], gram_restarts="2")

@@ -1,0 +1,221 @@
+#include <cmath>
+#include <sstream>
+
+#include "config_sections.h"
+#include "muon/error.h"
+
+namespace muon::detail {
+
+void require(bool ok, const std::string& path, const std::string& rule, double value) {
+  check(ok, path, " must be ", rule, ", got ", value);
+}
+
+Betas read_betas(const YAML::Node& n, const std::string& path) {
+  check(n.IsSequence() && n.size() == 2, path, ": expected [beta1, beta2], got ", kind_of(n));
+  const double b1 = Section::as_number(n[0], path + "[0]");
+  const double b2 = Section::as_number(n[1], path + "[1]");
+  require(b1 >= 0 && b1 < 1, path + "[0]", "in [0, 1)", b1);
+  require(b2 >= 0 && b2 < 1, path + "[1]", "in [0, 1)", b2);
+  return {b1, b2};
+}
+
+CoefficientTable read_table(const YAML::Node& n, const std::string& path) {
+  if (n.IsScalar()) {
+    return one_of<CoefficientTable>(path, n.Scalar(), CoefficientTable::by_name);
+  }
+  check(n.IsSequence() && n.size() > 0, path,
+        ": expected quintic, polar_express, dion or a list of [a, b, c] rows, got ", kind_of(n));
+  std::vector<Coefficients> rows;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const auto row_path = path + "[" + std::to_string(i) + "]";
+    check(n[i].IsSequence() && n[i].size() == 3, row_path, ": expected [a, b, c], got ",
+          kind_of(n[i]));
+    rows.push_back({Section::as_number(n[i][0], row_path + "[0]"),
+                    Section::as_number(n[i][1], row_path + "[1]"),
+                    Section::as_number(n[i][2], row_path + "[2]")});
+  }
+  return CoefficientTable::custom(std::move(rows));
+}
+
+LrSchedule read_schedule(Section s) {
+  LrSchedule out;
+  const auto name = s.text("name");
+  check(name.has_value(), s.key_path("name"),
+        ": a schedule needs a name (constant, cosine, power, linear, warmdown, one_cycle, "
+        "exponential)");
+  out.kind = one_of<ScheduleKind>(s.key_path("name"), *name, schedule_kind_from_string);
+  const auto non_negative = [&](const char* key, int64_t& field) {
+    if (const auto v = s.integer(key)) {
+      require(*v >= 0, s.key_path(key), ">= 0", static_cast<double>(*v));
+      field = *v;
+    }
+  };
+  non_negative("warmup_steps", out.warmup_steps);
+  if (const auto v = s.integer("decay_steps")) out.decay_steps = *v;
+  if (const auto v = s.number("init_value")) out.init_value = *v;
+  if (const auto v = s.number("end_value")) out.end_value = *v;
+  if (const auto v = s.number("exponent")) out.exponent = *v;
+  if (const auto v = s.integer("decay_start")) out.decay_start = *v;
+  if (const auto v = s.number("a")) out.power_a = *v;
+  if (const auto v = s.number("b")) out.power_b = *v;
+  if (const auto v = s.number("c")) out.power_c = *v;
+  if (const auto tail = s.find("tail"); tail && !tail.IsNull()) {
+    check(out.kind == ScheduleKind::power, s.key_path("tail"),
+          ": only the power schedule has a tail");
+    Section t(tail, s.key_path("tail"));
+    if (const auto v = t.integer("start")) out.tail_start = *v;
+    if (const auto v = t.integer("steps")) out.tail_steps = *v;
+    if (const auto v = t.number("end")) out.end_value = *v;
+    check(out.tail_start.has_value(), t.key_path("start"), ": a tail needs its start step");
+    t.finish();
+  }
+  if (const auto v = s.number("warmdown_ratio")) out.warmdown_ratio = *v;
+  if (const auto v = s.number("final_lr_frac")) out.final_lr_frac = *v;
+  if (const auto v = s.text("shape")) {
+    check(*v == "linear" || *v == "cosine", s.key_path("shape"),
+          ": expected linear or cosine, got '", *v, "'");
+    out.cosine_shape = *v == "cosine";
+  }
+  if (const auto v = s.number("pct_start")) out.pct_start = *v;
+  if (const auto v = s.number("div_factor")) out.div_factor = *v;
+  if (const auto v = s.number("final_div_factor")) out.final_div_factor = *v;
+  if (const auto v = s.number("decay_rate")) out.decay_rate = *v;
+  if (const auto v = s.integer("transition_steps")) out.transition_steps = *v;
+  s.finish();
+  return out;
+}
+
+ParamGroupSpec read_group(Section s) {
+  ParamGroupSpec g;
+  const auto name = s.text("name");
+  check(name.has_value(), s.key_path("name"), ": a parameter group needs a name");
+  g.name = *name;
+  const auto patterns = s.strings("patterns");
+  check(patterns.has_value(), s.key_path("patterns"),
+        ": a parameter group needs patterns, e.g. [\"*\"]");
+  g.patterns = *patterns;
+  if (const auto v = s.number("lr_multiplier")) {
+    require(*v > 0, s.key_path("lr_multiplier"), "> 0", *v);
+    g.lr_multiplier = *v;
+  }
+  if (const auto v = s.number("lr")) {
+    require(*v > 0, s.key_path("lr"), "> 0", *v);
+    g.lr = *v;
+  }
+  if (const auto v = s.number("weight_decay")) {
+    require(*v >= 0, s.key_path("weight_decay"), ">= 0", *v);
+    g.weight_decay = *v;
+  }
+  if (const auto n = s.find("betas"); n && !n.IsNull())
+    g.betas = read_betas(n, s.key_path("betas"));
+  if (const auto v = s.number("eps")) {
+    require(*v > 0, s.key_path("eps"), "> 0", *v);
+    g.eps = *v;
+  }
+  if (const auto v = s.number("momentum")) {
+    require(*v >= 0 && *v < 1, s.key_path("momentum"), "in [0, 1)", *v);
+    g.momentum = *v;
+  }
+  if (const auto n = s.find("schedule"); n && !n.IsNull()) {
+    g.schedule = read_schedule(Section(n, s.key_path("schedule")));
+  }
+  s.finish();
+  return g;
+}
+
+void read_groups_or_preset(Section& s, OptimConfig& config) {
+  auto& h = config.hybrid;
+  const auto preset = s.find("preset");
+  const auto groups = s.find("param_groups");
+  check(!(preset && !preset.IsNull() && groups && !groups.IsNull()), s.key_path("preset"),
+        ": give either a preset or param_groups, not both");
+  if (groups && !groups.IsNull()) {
+    check(groups.IsSequence(), s.key_path("param_groups"), ": expected a list, got ",
+          kind_of(groups));
+    for (size_t i = 0; i < groups.size(); ++i) {
+      h.groups.push_back(read_group(
+          Section(groups[i], s.key_path("param_groups") + "[" + std::to_string(i) + "]")));
+    }
+    with_context(s.key_path("param_groups"), [&] { check_groups(h.groups); });
+  }
+  if (preset && !preset.IsNull()) {
+    Section p(preset, s.key_path("preset"));
+    config.preset = p.text("name").value_or("");
+    if (config.preset == "mup") {
+      const double width = p.number("width_multiplier").value_or(1.0);
+      require(width > 0, p.key_path("width_multiplier"), "> 0", width);
+      h.groups = mup_groups(width);
+    } else if (config.preset == "nanochat") {
+      NanochatSettings n;
+      if (const auto v = p.integer("d_model")) n.d_model = *v;
+      for (auto [key, field] : {std::pair{"embedding_lr", &n.embedding_lr},
+                                {"unembedding_lr", &n.unembedding_lr},
+                                {"matrix_lr", &n.matrix_lr},
+                                {"scalar_lr", &n.scalar_lr}}) {
+        if (const auto v = p.number(key)) {
+          require(*v > 0, p.key_path(key), "> 0", *v);
+          *field = *v;
+        }
+      }
+      if (const auto v = p.number("weight_decay")) {
+        require(*v >= 0, p.key_path("weight_decay"), ">= 0", *v);
+        n.weight_decay = *v;
+      }
+      require(n.d_model > 0, p.key_path("d_model"), "> 0", static_cast<double>(n.d_model));
+      const auto built = nanochat_preset(n);
+      h.groups = built.groups;
+      // The recipe's algorithm settings; storage, clipping and the rest stay as configured.
+      h.muon.lr(built.muon.lr())
+          .momentum(built.muon.momentum())
+          .coefficients(built.muon.coefficients())
+          .normuon(built.muon.normuon())
+          .cautious_weight_decay(built.muon.cautious_weight_decay())
+          .weight_decay(built.muon.weight_decay());
+      h.adamw.lr(built.adamw.lr()).eps(built.adamw.eps());
+    } else {
+      throw Error(p.key_path("name") + ": unknown preset '" + config.preset +
+                  "'; valid presets are mup, nanochat");
+    }
+    p.finish();
+  }
+}
+
+void read_routing(Section& s, OptimConfig& config) {
+  if (const auto n = s.find("routing"); n && !n.IsNull()) {
+    Section r(n, s.key_path("routing"));
+    if (const auto v = r.strings("muon")) config.routing.muon_patterns = *v;
+    if (const auto v = r.strings("adamw")) config.routing.adamw_patterns = *v;
+    if (const auto v = r.text("higher_rank")) {
+      config.routing.higher_rank =
+          one_of<HigherRankPolicy>(r.key_path("higher_rank"), *v, higher_rank_policy_from_string);
+    }
+    r.finish();
+  }
+}
+
+void read_scaling(Section& s, OptimConfig& config) {
+  auto& h = config.hybrid;
+  if (const auto n = s.find("scaling"); n && !n.IsNull()) {
+    Section sc(n, s.key_path("scaling"));
+    ScalingRules rules;
+    if (const auto v = sc.number("batch_tokens")) rules.batch_tokens = *v;
+    if (const auto v = sc.integer("d_model")) rules.d_model = *v;
+    if (const auto v = sc.number("training_tokens")) rules.training_tokens = *v;
+    if (const auto v = sc.number("reference_tokens")) rules.reference_tokens = *v;
+    sc.finish();
+    require(rules.batch_tokens > 0, sc.key_path("batch_tokens"), "> 0", rules.batch_tokens);
+    require(rules.d_model > 0, sc.key_path("d_model"), "> 0", static_cast<double>(rules.d_model));
+    h.muon.lr(h.muon.lr() * rules.lr_multiplier());
+    h.adamw.lr(h.adamw.lr() * rules.adamw_lr_multiplier());
+    h.muon.weight_decay(h.muon.weight_decay() * rules.weight_decay_multiplier());
+    h.adamw.weight_decay(h.adamw.weight_decay() * rules.weight_decay_multiplier());
+    std::ostringstream note;
+    note << "scaling: Muon lr x " << rules.lr_multiplier() << " (sqrt(B/2^19)), AdamW lr x "
+         << rules.adamw_lr_multiplier() << " (also (d_model/768)^-0.5), weight decay x "
+         << rules.weight_decay_multiplier() << " -> lr " << h.muon.lr() << ", adamw_lr "
+         << h.adamw.lr() << ", weight_decay " << h.muon.weight_decay();
+    config.notes.push_back(note.str());
+  }
+}
+
+}  // namespace muon::detail

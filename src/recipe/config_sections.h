@@ -1,0 +1,38 @@
+// Internal to the recipe layer: readers of the optimizer config's nested sections (betas,
+// coefficient tables, schedules, parameter groups and presets, routing, scaling rules).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "muon/config.h"
+#include "yaml_section.h"
+
+namespace muon::detail {
+
+// Throws "<path> must be <rule>, got <value>" unless `ok`.
+void require(bool ok, const std::string& path, const std::string& rule, double value);
+
+// parse(value), its error prefixed by `path`.
+template <class T>
+T one_of(const std::string& path, const std::string& value,
+         const std::function<T(const std::string&)>& parse) {
+  return with_context(path, [&] { return parse(value); });
+}
+
+Betas read_betas(const YAML::Node& n, const std::string& path);
+CoefficientTable read_table(const YAML::Node& n, const std::string& path);
+LrSchedule read_schedule(Section s);
+// `param_groups` or `preset` of the optimizer section `s`.
+void read_groups_or_preset(Section& s, OptimConfig& config);
+// `muon` and `adamw` of `s`: any option of MuonOptions / AdamWOptions by its schema name
+// (muon/option_schema.h), over what the shorthand keys set.
+void read_option_sections(Section& s, HybridOptions& h);
+// Both sections with every option, for to_yaml.
+void emit_option_sections(YAML::Emitter& out, const HybridOptions& h);
+// `routing` of `s`.
+void read_routing(Section& s, OptimConfig& config);
+// `scaling` of `s`, applied to the base rates and decay (a note says how).
+void read_scaling(Section& s, OptimConfig& config);
+
+}  // namespace muon::detail
