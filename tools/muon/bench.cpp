@@ -17,50 +17,19 @@
 #include <thread>
 
 #include "bench_machine.h"
+#include "bench_parts.h"
 #include "gpt.h"
 #include "launch.h"
+#include "math/cpu/newton_schulz_bf16.h"
 #include "muon/adam.h"
 #include "muon/distributed.h"
 #include "muon/hybrid.h"
 #include "muon/muon.h"
 #include "muon/orthogonalize.h"
 #include "muon/routing.h"
-#include "math/cpu/newton_schulz_bf16.h"
 
 namespace muon::demo {
 namespace {
-
-double seconds(const std::function<void()>& fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Every timed figure is the best of `reps` runs, like the GEMM rate it is compared with: on a
-// shared machine interference only ever adds time, so the fastest run is the least disturbed.
-double best_seconds(int reps, const std::function<void()>& fn) {
-  double best = seconds(fn);
-  for (int r = 1; r < reps; ++r) best = std::min(best, seconds(fn));
-  return best;
-}
-
-// Resident-set figures from /proc/self/status, in MiB.
-double status_mib(const char* field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field, 0) == 0) return std::stod(line.substr(std::strlen(field))) / 1024.0;
-  }
-  return -1;
-}
-
-// Peak RSS a call adds above the RSS before it (Linux: writing 5 to clear_refs resets VmHWM).
-double peak_extra_mib(const std::function<void()>& fn) {
-  std::ofstream("/proc/self/clear_refs") << "5";
-  const double before = status_mib("VmRSS:");
-  fn();
-  return status_mib("VmHWM:") - before;
-}
 
 // ---- orthogonalization ----
 
@@ -155,18 +124,6 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
 
 // ---- a whole Muon step vs the same math in plain ATen ----
 
-// LibTorch's intra-op threads set to `threads` for a scope. The plain ATen step runs fastest with
-// one (its GEMMs are OpenBLAS's, on OpenBLAS's own threads; an OpenMP team of LibTorch's spinning
-// beside them halves their rate on 2 cores), so it is timed with one and with every thread, and
-// the better counts: the baseline at its best.
-struct ScopedThreads {
-  explicit ScopedThreads(int threads) : before(at::get_num_threads()) {
-    at::set_num_threads(threads);
-  }
-  ~ScopedThreads() { at::set_num_threads(before); }
-  int before;
-};
-
 // torch.optim.Muon's formulation: EMA momentum with Nesterov, the quintic on the transposed tall
 // matrix, decoupled decay, √max(1, rows/cols).
 void plain_muon_step(std::vector<at::Tensor>& params, std::vector<at::Tensor>& buffers, double lr,
@@ -235,8 +192,9 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
     for (size_t i = 0; i < mine.size(); ++i) {
       const auto theirs_delta = theirs[i].detach() - before[i];
       const auto mine_delta = mine[i].detach() - before[i];
-      worst = std::max(worst, ((mine_delta - theirs_delta).abs().max() / theirs_delta.abs().max())
-                                  .item<double>());
+      worst = std::max(
+          worst,
+          ((mine_delta - theirs_delta).abs().max() / theirs_delta.abs().max()).item<double>());
     }
     return worst;
   };
@@ -278,201 +236,6 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
     log << "\n(no bf16 row: " << detail::bf16_products_unavailable_reason() << ")\n";
   }
   log << std::flush;
-}
-
-// ---- AdamW ----
-
-std::vector<at::Tensor> gpt_parameters(int64_t layers, int64_t d, int64_t vocab) {
-  const int64_t hidden = (8 * d / 3 + 31) / 32 * 32;
-  std::vector<std::vector<int64_t>> shapes = {{vocab, d}, {d}};
-  for (int64_t l = 0; l < layers; ++l) {
-    for (int i = 0; i < 4; ++i) shapes.push_back({d, d});
-    shapes.push_back({hidden, d});
-    shapes.push_back({hidden, d});
-    shapes.push_back({d, hidden});
-    shapes.push_back({d});
-    shapes.push_back({d});
-  }
-  std::vector<at::Tensor> params;
-  for (const auto& s : shapes) {
-    auto p = at::randn(s).mul_(0.02).requires_grad_(true);
-    p.mutable_grad() = at::randn(s).mul_(1e-3);
-    params.push_back(p);
-  }
-  return params;
-}
-
-std::vector<at::Tensor> copies_with_grads(const std::vector<at::Tensor>& params) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : params) {
-    auto c = p.detach().clone().requires_grad_(true);
-    c.mutable_grad() = p.grad().clone();
-    out.push_back(c);
-  }
-  return out;
-}
-
-int64_t state_bytes(const torch::optim::Optimizer& opt) {
-  int64_t bytes = 0;
-  for (const auto& item : opt.state()) {
-    if (const auto* s = dynamic_cast<const AdamParamState*>(item.second.get())) {
-      bytes += s->exp_avg().nbytes() + s->exp_avg_sq().nbytes();
-    } else if (const auto* t =
-                   dynamic_cast<const torch::optim::AdamWParamState*>(item.second.get())) {
-      bytes += t->exp_avg().nbytes() + t->exp_avg_sq().nbytes();
-    }
-  }
-  return bytes;
-}
-
-void bench_adamw(const BenchConfig& config, BenchReport& report, std::ostream& log) {
-  const auto base = gpt_parameters(config.adamw_layers, config.adamw_width, config.vocab);
-  int64_t n = 0;
-  for (const auto& p : base) n += p.numel();
-  report.adamw_parameters = n;
-  const double best_gbs = std::max(report.copy_gbs, report.triad_gbs);
-  auto measure = [&](const std::string& name, torch::optim::Optimizer& opt, double min_bytes) {
-    opt.step();  // allocates the state
-    const double peak = peak_extra_mib([&] { opt.step(); });
-    const double s = best_seconds(std::max(config.reps, 5), [&] { opt.step(); });
-    const double gbs = min_bytes * static_cast<double>(n) / s / 1e9;
-    report.adamw.push_back({name, s * 1e3, 0, gbs, gbs / best_gbs,
-                            static_cast<double>(state_bytes(opt)) / static_cast<double>(n), peak});
-  };
-  {
-    auto params = copies_with_grads(base);
-    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
-    measure("torch::optim::AdamW", opt, 28);
-  }
-  {
-    auto params = copies_with_grads(base);
-    AdamW opt(params, AdamWOptions(1e-3).weight_decay(0.1));
-    measure("muon::AdamW fp32 state", opt, 28);  // read p, g, m, v; write p, m, v
-  }
-  {
-    auto params = copies_with_grads(base);
-    AdamW opt(params, AdamWOptions(1e-3).weight_decay(0.1).state_dtype(at::kBFloat16));
-    measure("muon::AdamW bf16 state", opt, 20);  // moments 2 bytes each
-  }
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "\n## AdamW step: %lld tensors, %.1fM parameters (GPT, %lld layers, width %lld, "
-                "vocab %lld)\n\n| optimizer | ms/step | speed-up vs torch | GB/s (min bytes) | of "
-                "best copy/triad | state bytes/param | peak extra MiB in a step |\n"
-                "|---|---|---|---|---|---|---|\n",
-                static_cast<long long>(base.size()), n / 1e6,
-                static_cast<long long>(config.adamw_layers),
-                static_cast<long long>(config.adamw_width), static_cast<long long>(config.vocab));
-  log << line;
-  for (auto& r : report.adamw) {
-    r.speedup = report.adamw[0].ms / r.ms;
-    std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %.1f | %.2f | %.1f | %.0f |\n",
-                  r.name.c_str(), r.ms, r.speedup, r.gbs, r.of_bandwidth, r.state_bytes_per_param,
-                  r.peak_extra_mib);
-    log << line;
-  }
-  log << std::flush;
-}
-
-// Sets every trainable parameter's gradient to fixed noise (the same on every rank) and times the
-// optimizer's step; returns (best ms, bytes sent per step).
-std::pair<double, double> time_hybrid_step(HybridOptimizer& opt, Communicator& communicator,
-                                           int reps) {
-  auto generator = at::detail::createCPUGenerator(7);
-  for (const auto& [name, p] : opt.named_trainable()) {
-    p.mutable_grad() = at::normal(0, 1e-3, p.sizes(), generator);
-  }
-  opt.step();  // warm-up: state and workspaces
-  const auto before = communicator.bytes_sent();
-  const double ms = 1e3 * best_seconds(reps, [&] { opt.step(); });
-  return {ms, static_cast<double>(communicator.bytes_sent() - before) / reps};
-}
-
-void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostream& log) {
-  constexpr int kRanks = 2;
-  GptConfig model_config;
-  model_config.n_layers = config.dist_layers;
-  model_config.d_model = config.dist_width;
-  const auto make = [&] {
-    at::manual_seed(1);
-    return Gpt(model_config);
-  };
-  const auto options = [] {
-    HybridOptions o;
-    o.muon = MuonOptions(0.02).weight_decay(0.01);
-    o.adamw = AdamWOptions(0.004).weight_decay(0.01);
-    o.max_grad_norm = 1.0;
-    return o;
-  }();
-  auto& r = report.distributed;
-  const int threads = at::get_num_threads();
-
-  // One rank with every thread.
-  Gpt single = make();
-  HybridOptimizer single_opt(route(*single), options);
-  Communicator alone;
-  r.one_rank_ms = time_hybrid_step(single_opt, alone, config.reps).first;
-
-  // Two ranks, each with half the threads (LibTorch's and OpenBLAS's), in this process.
-  const int blas_threads = set_openblas_threads(1);
-  if (blas_threads > 0) set_openblas_threads(std::max(1, blas_threads / kRanks));
-  const int port = free_local_port();
-  std::vector<std::thread> ranks;
-  std::vector<std::exception_ptr> errors(kRanks);
-  std::vector<Gpt> models;
-  for (int rank = 0; rank < kRanks; ++rank) models.push_back(make());
-  for (int rank = 0; rank < kRanks; ++rank) {
-    ranks.emplace_back([&, rank] {
-      try {
-        at::set_num_threads(std::max(1, threads / kRanks));
-        auto communicator =
-            Communicator::connect(rank, kRanks, "127.0.0.1", port, std::chrono::seconds(120));
-        HybridOptimizer opt(route(*models[rank]), options);
-        opt.set_communicator(communicator);
-        const auto [ms, bytes] = time_hybrid_step(opt, *communicator, config.reps);
-        if (rank == 0) {
-          r.per_rank_ms = ms;
-          r.bytes_per_step = bytes;
-        }
-      } catch (...) {
-        errors[rank] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
-  if (blas_threads > 0) set_openblas_threads(blas_threads);
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  // The minimum a rank must send per step: (N−1)/N of the float32 gradients (reduce-scatter)
-  // and of the parameters (all-gather).
-  double gradient_bytes = 0, parameter_bytes = 0;
-  for (const auto& [name, p] : single_opt.named_trainable()) {
-    r.parameters += p.numel();
-    gradient_bytes += 4.0 * static_cast<double>(p.numel());
-    parameter_bytes += static_cast<double>(p.numel() * p.element_size());
-  }
-  r.minimum_bytes = (kRanks - 1.0) / kRanks * (gradient_bytes + parameter_bytes);
-  r.bytes_ratio = r.bytes_per_step / r.minimum_bytes;
-  r.speedup = r.one_rank_ms / r.per_rank_ms;
-  // Same result: the ranks' parameters equal one rank's (same gradients, warm-up + reps steps).
-  const auto ours = models[0]->parameters();
-  const auto reference = single->parameters();
-  for (size_t i = 0; i < ours.size(); ++i) {
-    const auto diff = (ours[i] - reference[i]).abs().max() / reference[i].abs().max();
-    r.max_rel_diff = std::max(r.max_rel_diff, diff.item<double>());
-  }
-
-  char line[512];
-  log << "\n## Data parallel: the hybrid step of a " << config.dist_layers << "-layer, width "
-      << config.dist_width << " demo GPT (" << r.parameters << " parameters)\n\n";
-  std::snprintf(line, sizeof line,
-                "1 rank (%d intra-op / %d BLAS threads) %.1f ms | 2 ranks (Gloo loopback, half the "
-                "threads each) %.1f ms per rank | speedup %.2fx | sent %.2f MB/step per rank, "
-                "minimum %.2f MB (ratio %.3f) | max rel diff %.1e\n",
-                threads, blas_threads, r.one_rank_ms, r.per_rank_ms, r.speedup,
-                r.bytes_per_step / 1e6, r.minimum_bytes / 1e6, r.bytes_ratio, r.max_rel_diff);
-  log << line << std::flush;
 }
 
 // ---- steadiness under load ----
@@ -592,117 +355,6 @@ BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
   if (config.adamw) bench_adamw(config, report, log);
   if (config.distributed) bench_distributed(config, report, log);
   return report;
-}
-
-namespace {
-
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-// The number after `"key": ` at or after `from` in JSON this file wrote (0 when absent).
-double number_after(const std::string& json, const std::string& key, size_t from = 0) {
-  const auto at = json.find("\"" + key + "\": ", from);
-  return at == std::string::npos ? 0.0 : std::atof(json.c_str() + at + key.size() + 4);
-}
-
-}  // namespace
-
-std::string BenchReport::to_json() const {
-  std::ostringstream out;
-  out.precision(6);
-  out << "{\n  \"threads\": " << threads << ",\n  \"cpu\": " << quoted(cpu)
-      << ",\n  \"openblas_env\": " << quoted(openblas_env)
-      << ",\n  \"products\": " << quoted(products) << ",\n  \"gemms\": [";
-  for (size_t i = 0; i < gemms.size(); ++i) {
-    out << (i ? ", " : "") << "{\"name\": " << quoted(gemms[i].name)
-        << ", \"kernels\": " << quoted(gemms[i].kernels)
-        << ", \"bf16\": " << (gemms[i].bf16 ? "true" : "false")
-        << ", \"gflops\": " << gemms[i].gflops << "}";
-  }
-  out << "],\n  \"gemm_gflops\": " << gemm_gflops << ",\n  \"bf16_gflops\": " << bf16_gflops
-      << ",\n  \"copy_gbs\": " << copy_gbs << ",\n  \"triad_gbs\": " << triad_gbs
-      << ",\n  \"orthogonalization\": [";
-  for (size_t i = 0; i < orthogonalization.size(); ++i) {
-    const auto& r = orthogonalization[i];
-    out << (i ? "," : "") << "\n    {\"rows\": " << r.rows << ", \"cols\": " << r.cols
-        << ", \"method\": \"" << r.method << "\", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops
-        << ", \"gemm_gflops\": " << r.gemm_gflops << ", \"of_gemm\": " << r.of_gemm
-        << ", \"orth_err\": " << r.orth_err << ", \"vs_plain\": " << r.vs_plain << "}";
-  }
-  out << "\n  ],\n  \"muon_step\": {\"matrices\": " << muon_step.matrices
-      << ", \"parameters\": " << muon_step.parameters << ", \"plain_ms\": " << muon_step.plain_ms
-      << ", \"ours_ms\": " << muon_step.ours_ms << ", \"speedup\": " << muon_step.speedup
-      << ", \"max_rel_diff\": " << muon_step.max_rel_diff
-      << ", \"bf16_ms\": " << muon_step.bf16_ms << ", \"bf16_speedup\": " << muon_step.bf16_speedup
-      << ", \"bf16_max_rel_diff\": " << muon_step.bf16_max_rel_diff << "},\n  \"adamw_parameters\": " << adamw_parameters << ",\n  \"adamw\": [";
-  for (size_t i = 0; i < adamw.size(); ++i) {
-    const auto& r = adamw[i];
-    out << (i ? "," : "") << "\n    {\"name\": \"" << r.name << "\", \"ms\": " << r.ms
-        << ", \"speedup\": " << r.speedup << ", \"gbs\": " << r.gbs
-        << ", \"of_bandwidth\": " << r.of_bandwidth
-        << ", \"state_bytes_per_param\": " << r.state_bytes_per_param
-        << ", \"peak_extra_mib\": " << r.peak_extra_mib << "}";
-  }
-  const auto& d = distributed;
-  out << "\n  ],\n  \"distributed\": {\"parameters\": " << d.parameters
-      << ", \"one_rank_ms\": " << d.one_rank_ms << ", \"per_rank_ms\": " << d.per_rank_ms
-      << ", \"speedup\": " << d.speedup << ", \"bytes_per_step\": " << d.bytes_per_step
-      << ", \"minimum_bytes\": " << d.minimum_bytes << ", \"bytes_ratio\": " << d.bytes_ratio
-      << ", \"max_rel_diff\": " << d.max_rel_diff << "},\n  \"load\": {\"steps\": " << load.steps
-      << ", \"quiet_median_ms\": " << load.quiet_median_ms
-      << ", \"quiet_max_ms\": " << load.quiet_max_ms
-      << ", \"loaded_median_ms\": " << load.loaded_median_ms
-      << ", \"loaded_max_ms\": " << load.loaded_max_ms
-      << ", \"plain_loaded_median_ms\": " << load.plain_loaded_median_ms
-      << ", \"plain_loaded_max_ms\": " << load.plain_loaded_max_ms << "}\n}\n";
-  return out.str();
-}
-
-void compare_openblas_settings(const BenchReport& as_set, const std::string& unset_json,
-                               std::ostream& log) {
-  log << "\n## OpenBLAS as this environment sets it (" << as_set.openblas_env
-      << ") and at its own choice (unset)\n\n| figure | as set | unset |\n|---|---|---|\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "| best fp32 GEMM, GFLOP/s | %.1f | %.1f |\n",
-                as_set.gemm_gflops, number_after(unset_json, "gemm_gflops"));
-  log << line;
-  for (const auto& g : as_set.gemms) {
-    const auto at = unset_json.find("\"name\": " + quoted(g.name));
-    std::snprintf(line, sizeof line, "| %s GEMM, GFLOP/s | %.1f | %.1f |\n", g.name.c_str(),
-                  g.gflops, at == std::string::npos ? 0.0 : number_after(unset_json, "gflops", at));
-    log << line;
-  }
-  // Rows in the same order in both runs.
-  size_t at = unset_json.find("\"orthogonalization\"");
-  for (const auto& r : as_set.orthogonalization) {
-    at = unset_json.find("\"of_gemm\": ", at);
-    if (at == std::string::npos) break;
-    std::snprintf(line, sizeof line, "| %lldx%lld %s, of the best GEMM rate | %.2f | %.2f |\n",
-                  static_cast<long long>(r.rows), static_cast<long long>(r.cols), r.method.c_str(),
-                  r.of_gemm, number_after(unset_json, "of_gemm", at));
-    log << line;
-    ++at;
-  }
-  if (as_set.muon_step.ours_ms > 0) {
-    const double plain_unset = number_after(unset_json, "plain_ms");
-    const double ours_unset = number_after(unset_json, "ours_ms");
-    const double plain_best = plain_unset > 0 ? std::min(as_set.muon_step.plain_ms, plain_unset)
-                                              : as_set.muon_step.plain_ms;
-    std::snprintf(
-        line, sizeof line,
-        "| Muon step, ms: ours / plain ATen | %.0f / %.0f | %.0f / %.0f |\n"
-        "| Muon step speed-up against plain ATen at its best (%.0f ms) | %.2fx | %.2fx |\n",
-        as_set.muon_step.ours_ms, as_set.muon_step.plain_ms, ours_unset, plain_unset, plain_best,
-        plain_best / as_set.muon_step.ours_ms, ours_unset > 0 ? plain_best / ours_unset : 0.0);
-    log << line;
-  }
-  log << std::flush;
 }
 
 }  // namespace muon::demo
