@@ -135,8 +135,9 @@ TEST(Schema, NestedValuesAreCheckedWithTheirKeyPath) {
       {"optimizer: {adamw: {state_dtype: float64}}", "AdamW: state_dtype Double is not supported"},
       {"optimizer: {muon: [1, 2]}", "optimizer.muon: expected a mapping, got a list"},
   };
-  for (const auto& [yaml, fragment] : cases) {
-    SCOPED_TRACE(yaml);
+  for (const auto& [text, fragment] : cases) {
+    SCOPED_TRACE(text);
+    const std::string yaml = text;  // a lambda cannot capture a structured binding in C++17
     expect_error<Error>([&] { OptimConfig::from_yaml(yaml); }, {fragment});
   }
 }

@@ -146,6 +146,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   std::vector<int64_t> matrix_view(const at::Tensor& param) const override;
 
   const StepStats& last_step() const { return stats_; }
+  const HybridOptions& options() const { return options_; }  // as constructed
   const std::vector<ParameterReport>& report() const { return report_; }
   std::string report_text() const;  // an aligned table of report()
 
@@ -159,7 +160,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   Role role_of_group(size_t g) const;
   void check_group(size_t g, const std::string& who) const;
   void adopt_group(size_t g, std::optional<LrSchedule> schedule);
-  void adopt_added_groups();
+  void adopt_added_groups(const char* who);  // `who` names the caller in errors
   void apply_schedules();
   void check_step() const;
   Gradients gradients() const;

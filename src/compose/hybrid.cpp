@@ -186,15 +186,15 @@ void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) 
 }
 
 // Groups torch::optim::Optimizer::add_param_group added behind our back.
-void HybridOptimizer::adopt_added_groups() {
+void HybridOptimizer::adopt_added_groups(const char* who) {
   for (size_t g = base_.size(); g < param_groups_.size(); ++g) {
-    check_group(g, "HybridOptimizer::step");
+    check_group(g, who);
     adopt_group(g, std::nullopt);
   }
 }
 
 void HybridOptimizer::add_param_group(const torch::optim::OptimizerParamGroup& group) {
-  adopt_added_groups();
+  adopt_added_groups("HybridOptimizer::add_param_group");
   Optimizer::add_param_group(group);
   try {
     check_group(param_groups_.size() - 1, "HybridOptimizer::add_param_group");
@@ -259,7 +259,7 @@ void HybridOptimizer::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void HybridOptimizer::load(torch::serialize::InputArchive& archive) {
-  adopt_added_groups();
+  adopt_added_groups("HybridOptimizer::load");
   c10::IValue steps, skipped;
   check(archive.try_read("hybrid/step_count", steps) &&
             archive.try_read("hybrid/skipped_steps", skipped),

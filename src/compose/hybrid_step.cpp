@@ -154,7 +154,7 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
 at::Tensor HybridOptimizer::step(LossClosure closure) {
   const auto loss = run_closure(closure);
   at::NoGradGuard no_grad;
-  adopt_added_groups();
+  adopt_added_groups("HybridOptimizer::step");
   apply_schedules();
   check_step();
   std::vector<QkClipTarget> qk_targets;
@@ -189,7 +189,7 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
 void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicator,
                                        int64_t bucket_numel) {
   check(communicator != nullptr, "set_communicator: the communicator is null");
-  adopt_added_groups();
+  adopt_added_groups("HybridOptimizer::set_communicator");
   std::vector<detail::DataParallel::Param> params;
   for (const auto& [name, p] : named_trainable()) {
     const auto role = role_of(p);
