@@ -341,4 +341,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("orthogonality_error", &muon::orthogonality_error, py::arg("x"));
   m.def("option_schema", &option_schema, py::arg("algorithm"),
         "The options of 'muon', 'adamw', 'adam' or 'lamb': (name, default, doc, range) tuples.");
+  m.def(
+      "config_schema",
+      [](const std::string& section) {
+        py::list rows;
+        for (const auto& r : muon::config_schema(section)) {
+          rows.append(py::make_tuple(r.key, r.alias, r.default_yaml, r.doc, r.range, r.kinds));
+        }
+        return rows;
+      },
+      py::arg("section"),
+      "The keys of a YAML config section (optimizer, shorthand, muon, adamw, schedule, "
+      "schedule.tail, momentum_schedule, param_group): (key, alias, default as YAML, doc, range, "
+      "kinds) tuples.");
 }

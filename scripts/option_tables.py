@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """The option tables of docs/python.md and docs/config.md, generated from the C++ option schema
-(include/muon/option_schema.h, read through muon_cpp._core.option_schema).
+(include/muon/option_schema.h and the lists beside each options struct, read through
+muon_cpp._core.option_schema and muon_cpp._core.config_schema).
 
     PYTHONPATH=build/python /usr/bin/python3 scripts/option_tables.py --write   # update the docs
     PYTHONPATH=build/python /usr/bin/python3 scripts/option_tables.py --check   # fail if stale
 
-A table stands between the lines ``<!-- options: ALGORITHM [yaml] -->`` and
-``<!-- end options -->``; ``yaml`` writes the defaults as a YAML config spells them.
+A table stands between the lines ``<!-- options: NAME [yaml] -->`` and ``<!-- end options -->``.
+Without ``yaml``, NAME is an algorithm (muon, adamw, adam, lamb) and the defaults are Python
+values; with ``yaml``, NAME is a config section (muon, adamw, optimizer, shorthand, schedule,
+schedule.tail, momentum_schedule, param_group) and the defaults are written as YAML by the C++
+config writer.
 """
 
 import argparse
@@ -20,8 +24,7 @@ from muon_cpp import _core
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "docs" / "python.md", ROOT / "docs" / "config.md"]
-BLOCK = re.compile(r"(<!-- options: (\w+)( yaml)? -->\n)(.*?)(<!-- end options -->)", re.S)
-YAML_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float64: "float64"}
+BLOCK = re.compile(r"(<!-- options: ([\w.]+)( yaml)? -->\n)(.*?)(<!-- end options -->)", re.S)
 
 
 def python_text(value):
@@ -30,24 +33,35 @@ def python_text(value):
     return repr(value)
 
 
-def yaml_text(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, torch.dtype):
-        return YAML_DTYPES[value]
-    if isinstance(value, tuple):
-        return "[" + ", ".join(yaml_text(v) for v in value) + "]"
-    return str(value)
-
-
-def table(algorithm, yaml):
-    text = yaml_text if yaml else python_text
+def python_table(algorithm):
     rows = ["| option | default | range | meaning |", "|---|---|---|---|"]
     for name, default, doc, rng in _core.option_schema(algorithm):
-        rows.append(f"| `{name}` | `{text(default)}` | {rng} | {doc} |")
-    return "\n".join(rows) + "\n"
+        rows.append(f"| `{name}` | `{python_text(default)}` | {rng} | {doc} |")
+    return rows
+
+
+def yaml_table(section):
+    schema = _core.config_schema(section)
+    if section == "shorthand":
+        rows = ["| key | sets |", "|---|---|"]
+        for key, alias, _, doc, _, _ in schema:
+            also = f" (also `{alias}`)" if alias else ""
+            rows.append(f"| `{key}`{also} | {doc.removeprefix('sets ')} |")
+        return rows
+    kinds_column = any(kinds for *_, kinds in schema)
+    head = "| key | default | range | meaning |" + (" schedules |" if kinds_column else "")
+    rows = [head, "|---|---|---|---|" + ("---|" if kinds_column else "")]
+    for key, alias, default, doc, rng, kinds in schema:
+        also = f" (also `{alias}`)" if alias else ""
+        row = f"| `{key}`{also} | `{default}` | {rng} | {doc} |"
+        if kinds_column:
+            row += f" {', '.join(kinds.split()) or 'all'} |"
+        rows.append(row)
+    return rows
+
+
+def table(name, yaml):
+    return "\n".join(yaml_table(name) if yaml else python_table(name)) + "\n"
 
 
 def regenerate(text):

@@ -107,7 +107,7 @@ optimizer:
   EXPECT_EQ(second.to_yaml(), text);
   EXPECT_EQ(second.hybrid.muon.coefficients().rows.size(), 2u);
   EXPECT_EQ(second.hybrid.groups.size(), 2u);
-  EXPECT_EQ(*second.hybrid.schedule->tail_start, 50);
+  EXPECT_EQ(second.hybrid.schedule->tail->start, 50);
   EXPECT_DOUBLE_EQ(*second.hybrid.qk_clip_tau, 50.0);
   EXPECT_NE(text.find("name: muonclip"), std::string::npos);
   EXPECT_EQ(second.hybrid.muon.ns_dtype(), at::kDouble);

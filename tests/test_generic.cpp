@@ -409,8 +409,7 @@ TEST(Generic, HybridWithGroupsSchedulesClippingAndQkClipEqualsTheFusedPath) {
   for (const char* fused : {"null", "false"}) {
     SCOPED_TRACE(fused);
     const auto config = hybrid_config(fused);
-    EXPECT_NE(config.to_yaml().find(std::string("fused: ") + (fused[0] == 'n' ? "~" : fused)),
-              std::string::npos)
+    EXPECT_NE(config.to_yaml().find(std::string("fused: ") + fused), std::string::npos)
         << config.to_yaml();
     at::manual_seed(3);
     demo::Gpt model(tiny());

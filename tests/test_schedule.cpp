@@ -64,9 +64,7 @@ TEST(Schedule, PowerLawWithWarmupAndTail) {
   auto s = of(ScheduleKind::power);
   s.power_a = 0.1;
   s.warmup_steps = 10;
-  s.tail_start = 200;
-  s.tail_steps = 300;
-  s.end_value = 0.0;
+  s.tail = PowerTail{200, 300, 0.0};
   const double peak = 0.02;
   auto law = [&](double t) { return std::min(peak, 0.1 * std::pow(t, -0.51)); };
   EXPECT_NEAR(s.multiplier(0, 400, peak), 0.0, 1e-15);
@@ -92,7 +90,7 @@ TEST(Schedule, WarmdownIsNanochats) {
   EXPECT_DOUBLE_EQ(s.multiplier(80, 100), 0.1 + 0.9 * 0.5);
   EXPECT_DOUBLE_EQ(s.multiplier(100, 100), 0.1);
   EXPECT_DOUBLE_EQ(s.multiplier(150, 100), 0.1);
-  s.cosine_shape = true;
+  s.shape = WarmdownShape::cosine;
   s.final_lr_frac = 0.0;
   EXPECT_NEAR(s.multiplier(80, 100), 0.5, 1e-12);
   EXPECT_NEAR(s.multiplier(70, 100), 0.5 * (1 - std::cos(M_PI * 0.75)), 1e-12);

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <set>
 
 #include "helpers.h"
@@ -129,7 +131,8 @@ TEST(Schema, NestedValuesAreCheckedWithTheirKeyPath) {
       {"optimizer: {muon: {gram_restarts: [2, 1.5]}}",
        "optimizer.muon.gram_restarts[1]: expected a whole number, got 1.5"},
       {"optimizer: {muon: {ns_dtype: half}}",
-       "optimizer.muon.ns_dtype: expected float32, bfloat16 or float64, got 'half'"},
+       "optimizer.muon.ns_dtype: expected float32, bfloat16 or float64 (or null: per device), got "
+       "'half'"},
       {"optimizer: {adamw: {nesterov: maybe}}",
        "optimizer.adamw.nesterov: expected true or false, got 'maybe'"},
       {"optimizer: {adamw: {state_dtype: float64}}", "AdamW: state_dtype Double is not supported"},
@@ -140,6 +143,149 @@ TEST(Schema, NestedValuesAreCheckedWithTheirKeyPath) {
     const std::string yaml = text;  // a lambda cannot capture a structured binding in C++17
     expect_error<Error>([&] { OptimConfig::from_yaml(yaml); }, {fragment});
   }
+}
+
+// A value unlike the default of each field type a schedule or group has.
+struct Perturb {
+  void operator()(double& v) const { v = v * 0.5 + 0.375; }
+  void operator()(int64_t& v) const { v += 7; }
+  void operator()(bool& v) const { v = !v; }
+  void operator()(std::optional<int64_t>& v) const { v = 11; }
+  void operator()(std::optional<PowerTail>& v) const { v = PowerTail{13, 17, 0.25}; }
+  void operator()(WarmdownShape& v) const { v = WarmdownShape::cosine; }
+  void operator()(ScheduleKind&) const {}  // set by the caller
+};
+
+TEST(Schema, EveryScheduleFieldOfEveryKindRoundTripsAndOthersAreRefused) {
+  for (const auto& [kind, name] : EnumNames<ScheduleKind>::table) {
+    SCOPED_TRACE(name);
+    const std::string kind_text = name;  // a lambda cannot capture a structured binding in C++17
+    OptimConfig config;
+    LrSchedule s;
+    s.kind = kind;
+    std::vector<std::string> own, foreign;
+    visit_options(s, [&](const OptionInfo& info, auto& value) {
+      const std::string kinds = std::string(" ") + info.kinds + " ";
+      if (*info.kinds != '\0' && kinds.find(" " + kind_text + " ") == std::string::npos) {
+        foreign.push_back(info.name);
+        return;
+      }
+      own.push_back(info.name);
+      Perturb{}(value);
+    });
+    config.hybrid.schedule = s;
+    const auto text = config.to_yaml();
+    const auto back = OptimConfig::from_yaml(text);
+    EXPECT_EQ(back.to_yaml(), text);
+    const auto& r = *back.hybrid.schedule;
+    EXPECT_EQ(r.kind, kind);
+    EXPECT_EQ(r.warmup_steps, s.warmup_steps);
+    EXPECT_EQ(r.decay_steps, s.decay_steps);
+    EXPECT_DOUBLE_EQ(r.end_value, s.end_value);
+    EXPECT_DOUBLE_EQ(r.power_a, s.power_a);
+    EXPECT_EQ(r.tail.has_value(), s.tail.has_value());
+    EXPECT_EQ(r.shape, s.shape);
+    EXPECT_DOUBLE_EQ(r.pct_start, s.pct_start);
+    EXPECT_EQ(r.transition_steps, s.transition_steps);
+    for (const auto& key : own) EXPECT_NE(text.find(key + ":"), std::string::npos) << key;
+    for (const auto& key : foreign) {
+      SCOPED_TRACE(key);
+      EXPECT_EQ(text.find(" " + key + ":"), std::string::npos) << text;
+      expect_error<Error>(
+          [&] {
+            OptimConfig::from_yaml("optimizer: {schedule: {name: " + kind_text + ", " + key +
+                                   ": 1}}");
+          },
+          {"optimizer.schedule." + key + ": only the "});
+    }
+  }
+  expect_error<Error>(
+      [] { OptimConfig::from_yaml("optimizer: {schedule: {name: warmdown, end_value: 0.1}}"); },
+      {"optimizer.schedule.end_value: only the cosine and linear schedules have an end_value"});
+}
+
+TEST(Schema, GroupsAndTheHybridKeysRoundTripByTheirSchema) {
+  const auto c = OptimConfig::from_yaml(R"(
+optimizer:
+  max_grad_norm: 2.0
+  nonfinite: error
+  momentum_schedule: {start: 0.8, target: 0.9, steps: 50, cool_down: true}
+  weight_decay_schedule: cosine
+  param_groups:
+    - {name: a, patterns: ["*.bias"], lr: 0.5, weight_decay: 0.0, betas: [0.8, 0.9], eps: 1.0e-9,
+       momentum: 0.5, schedule: {name: exponential, decay_rate: 0.25}}
+    - {name: b, patterns: ["*"], lr_multiplier: 0.5}
+)");
+  const auto& h = c.hybrid;
+  EXPECT_DOUBLE_EQ(*h.max_grad_norm, 2.0);
+  EXPECT_EQ(h.nonfinite, NonfinitePolicy::error);
+  EXPECT_TRUE(h.momentum_schedule->cool_down);
+  EXPECT_EQ(h.momentum_schedule->steps, 50);
+  EXPECT_TRUE(h.weight_decay_schedule->cosine);
+  ASSERT_EQ(h.groups.size(), 2u);
+  EXPECT_EQ(h.groups[0].patterns, std::vector<std::string>{"*.bias"});
+  EXPECT_DOUBLE_EQ(*h.groups[0].lr, 0.5);
+  EXPECT_EQ(*h.groups[0].betas, Betas(0.8, 0.9));
+  EXPECT_DOUBLE_EQ(h.groups[0].schedule->decay_rate, 0.25);
+  EXPECT_FALSE(h.groups[1].lr.has_value());
+  const auto text = c.to_yaml();
+  EXPECT_EQ(OptimConfig::from_yaml(text).to_yaml(), text);
+  for (const auto& row : config_schema("param_group")) {
+    EXPECT_NE(text.find(row.key + ":"), std::string::npos) << row.key;
+  }
+  for (const auto& row : config_schema("optimizer")) {
+    EXPECT_NE(text.find(row.key + ":"), std::string::npos) << row.key;
+  }
+}
+
+// Each root-level shorthand sets what the schema says it sets: the same config as the nested form.
+TEST(Schema, EveryShorthandEqualsItsNestedForm) {
+  const std::map<std::string, std::string> values = {{"weight_decay", "0.3"},
+                                                     {"betas", "[0.8, 0.85]"},
+                                                     {"eps", "1.0e-9"},
+                                                     {"momentum", "0.5"},
+                                                     {"nesterov", "false"},
+                                                     {"momentum_form", "sum"},
+                                                     {"ns_coefficients", "dion"},
+                                                     {"ns_dtype", "float64"},
+                                                     {"ns_method", "gram"},
+                                                     {"gram_restarts", "[2]"},
+                                                     {"adjust_lr", "spectral"},
+                                                     {"normuon", "{beta2: 0.5}"},
+                                                     {"cautious_weight_decay", "true"},
+                                                     {"fused", "false"}};
+  const auto rows = config_schema("shorthand");
+  EXPECT_EQ(rows.size(), values.size());
+  for (const auto& row : rows) {
+    SCOPED_TRACE(row.key);
+    ASSERT_EQ(values.count(row.key), 1u) << "a test value for the new shorthand";
+    const auto& v = values.at(row.key);
+    std::string nested;
+    for (const char* algorithm : {"muon", "adamw"}) {
+      const auto at = row.doc.find(std::string(algorithm) + ".");
+      if (at == std::string::npos) continue;
+      const auto option = row.doc.substr(at + std::strlen(algorithm) + 1,
+                                         row.doc.find(' ', at) - at - std::strlen(algorithm) - 1);
+      nested +=
+          std::string(nested.empty() ? "" : ", ") + algorithm + ": {" + option + ": " + v + "}";
+    }
+    const auto shorthand = OptimConfig::from_yaml("optimizer: {" + row.key + ": " + v + "}");
+    EXPECT_EQ(shorthand.to_yaml(), OptimConfig::from_yaml("optimizer: {" + nested + "}").to_yaml());
+    EXPECT_NE(shorthand.to_yaml(), OptimConfig().to_yaml());
+    if (!row.alias.empty()) {
+      EXPECT_EQ(OptimConfig::from_yaml("optimizer: {" + row.alias + ": " + v + "}").to_yaml(),
+                shorthand.to_yaml());
+    }
+  }
+}
+
+TEST(Schema, ConfigSchemaNamesItsSections) {
+  expect_error<Error>([] { config_schema("model"); },
+                      {"config_schema: unknown section 'model'; valid sections are optimizer"});
+  const auto schedule = config_schema("schedule");
+  ASSERT_FALSE(schedule.empty());
+  EXPECT_EQ(schedule[0].key, "name");
+  EXPECT_EQ(config_schema("muon").size(), names_of(MuonOptions()).size());
 }
 
 }  // namespace

@@ -37,6 +37,16 @@ struct OptimConfig {
   std::string to_yaml() const;
 };
 
+// One key of a config section as the schema declares it, its default written as YAML; `kinds`: the
+// schedule kinds a schedule field belongs to ("" all).
+struct ConfigKey {
+  std::string key, alias, default_yaml, doc, range, kinds;
+};
+// The keys of `section`: optimizer (the hybrid's own), shorthand (root-level keys that set muon
+// and/or adamw options; no defaults of their own), muon, adamw, schedule, schedule.tail,
+// momentum_schedule or param_group. For generated docs and the schema tests.
+std::vector<ConfigKey> config_schema(const std::string& section);
+
 // The hybrid optimizer `config` describes over `parameters`, with its schedules running over
 // `total_steps` updates.
 // The parameters come first, as in torch.optim and the Python module's build_optimizer.

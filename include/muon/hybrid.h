@@ -45,21 +45,32 @@ struct EnumNames<NonfinitePolicy> {
       {{NonfinitePolicy::skip, "skip"}, {NonfinitePolicy::error, "error"}}};
 };
 
+// The hybrid's own settings (beside muon, adamw and the groups, which have their own schemas).
+// Schedules are applied by step() before each update from its own step count (a skipped step does
+// not advance it); each group's rate = its peak × the schedule's multiplier.
+// clang-format off
+#define MUON_HYBRID_FIELDS(X)                                                                      \
+  X(std::optional<double>, max_grad_norm, grad_clip, "max_grad_norm", std::nullopt, positive, "",  \
+    "clip the global gradient norm to this; unset: no clipping")                                   \
+  X(NonfinitePolicy, nonfinite, nonfinite, "", NonfinitePolicy::skip, any, "",                     \
+    "a non-finite gradient norm: skip the step (counted, logged) or error")                        \
+  X(std::optional<LrSchedule>, schedule, schedule, "", std::nullopt, any, "",                      \
+    "the learning-rate schedule of every group without its own")                                   \
+  X(std::optional<MomentumSchedule>, momentum_schedule, momentum_schedule, "", std::nullopt, any,  \
+    "", "the Muon groups' momentum")                                                               \
+  X(std::optional<WeightDecaySchedule>, weight_decay_schedule, weight_decay_schedule, "",          \
+    std::nullopt, any, "", "constant or cosine (to 0 at the run's end)")
+// clang-format on
 struct HybridOptions {
   MuonOptions muon;    // base settings of Muon-routed parameters; lr is the base rate
   AdamWOptions adamw;  // base settings of AdamW-routed parameters
-  std::vector<ParamGroupSpec> groups;   // empty: one catch-all group "default"
-  std::optional<double> max_grad_norm;  // clip the global gradient norm to this (> 0)
-  NonfinitePolicy nonfinite = NonfinitePolicy::skip;
+  std::vector<ParamGroupSpec> groups;  // empty: one catch-all group "default"
+  MUON_HYBRID_FIELDS(MUON_FIELD_MEMBER)
   bool all_adamw = false;             // optimizer `adamw`: every trainable parameter in AdamW
   std::optional<double> qk_clip_tau;  // MuonClip after each step (needs set_qk_clip_source)
-  // Schedules, applied by step() before each update from its own step count (a skipped step does
-  // not advance it). Each group's rate = its peak × the schedule's multiplier.
-  std::optional<LrSchedule> schedule;
-  std::optional<MomentumSchedule> momentum_schedule;  // Muon groups' momentum
-  std::optional<WeightDecaySchedule> weight_decay_schedule;
-  int64_t total_steps = 0;  // the run's length; needed by the schedules
+  int64_t total_steps = 0;            // the run's length; needed by the schedules
 };
+MUON_DEFINE_VISIT(HybridOptions, MUON_HYBRID_FIELDS)
 
 // What the last step() did.
 struct StepStats {

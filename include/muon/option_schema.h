@@ -1,14 +1,19 @@
-// The one list of every optimizer option: name, type, default, range and a line of documentation.
-// From it come the options structs' members and defaults (muon/muon.h, muon/adam.h), their
-// validation messages, the Python keywords and param_groups dicts, the YAML sections `muon` and
-// `adamw`, and the option tables in docs/config.md and docs/python.md. A new option is one line
-// here (plus, for a new type, its conversions).
+// The option schema: every setting of every options struct as one declaration — name, type,
+// default, range and a line of documentation. From it come the structs' members and defaults, their
+// validation messages, the Python keywords and param_groups dicts, YAML reading and writing, and
+// the option tables in docs/config.md and docs/python.md. A new option is one line in its list
+// (plus, for a new type, its conversions).
 //
-// Each list is an X-macro: X(type, name, default, range, doc). The order is the Python order:
-// the first ones are also positional, as in torch.optim.
+// The optimizers' lists are here, X(type, name, default, range, doc), in the Python order (the
+// first ones are also positional, as in torch.optim). The lists of the plain structs the
+// configuration adds (schedules, parameter groups, the hybrid's own settings) stand beside their
+// structs, X(type, member, key, alias, default, range, kinds, doc): `key` is the YAML and Python
+// name, `alias` another accepted spelling ("" none), `kinds` the schedule kinds a field belongs to
+// ("" all).
 #pragma once
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -59,6 +64,8 @@ struct OptionInfo {
   const char* name;
   const char* doc;
   Range range;
+  const char* alias = "";  // another spelling YAML accepts
+  const char* kinds = "";  // the schedule kinds a field belongs to, space-separated; "" all
 };
 
 // clang-format off
@@ -121,8 +128,10 @@ void check_ranges(const char* who, const Options& options) {
       check(in_range(info.range, v), who, ": ", name, " must be ", range_text(info.range), ", got ",
             v);
     };
-    if constexpr (std::is_same_v<T, double>) {
-      in(value, info.name);
+    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, int64_t>) {
+      in(static_cast<double>(value), info.name);
+    } else if constexpr (std::is_same_v<T, std::optional<double>>) {
+      if (value) in(*value, info.name);
     } else if constexpr (std::is_same_v<T, std::tuple<double, double>>) {
       in(std::get<0>(value), std::string(info.name) + "[0]");
       in(std::get<1>(value), std::string(info.name) + "[1]");
@@ -136,5 +145,20 @@ void check_ranges(const char* who, const Options& options) {
 // Inside visit_options(o, f): f(info, o.name()) per option, in list order.
 #define MUON_OPTION_VISIT(T, name, def, range, doc) \
   f(::muon::OptionInfo{#name, doc, ::muon::Range::range}, o.name());
+
+// Inside a plain struct: one member per field, initialized to its default.
+#define MUON_FIELD_MEMBER(T, member, key, alias, def, range, kinds, doc) T member = def;
+
+// Inside visit_options(o, f) of a plain struct: f(info, o.member) per field, in list order.
+#define MUON_FIELD_VISIT(T, member, key, alias, def, range, kinds, doc) \
+  f(::muon::OptionInfo{#key, doc, ::muon::Range::range, alias, kinds}, o.member);
+
+// visit_options(o, f) for the plain struct S whose field list is LIST (const and not).
+#define MUON_DEFINE_VISIT(S, LIST)                                                \
+  template <class O, class F,                                                     \
+            std::enable_if_t<std::is_same_v<std::remove_const_t<O>, S>, int> = 0> \
+  void visit_options(O& o, F&& f) {                                               \
+    LIST(MUON_FIELD_VISIT)                                                        \
+  }
 
 }  // namespace muon

@@ -14,17 +14,29 @@
 
 namespace muon {
 
+// clang-format off
+#define MUON_PARAM_GROUP_FIELDS(X)                                                                 \
+  X(std::string, name, name, "", "", any, "", "the group's name, unique (required)")               \
+  X(std::vector<std::string>, patterns, patterns, "", {}, any, "",                                 \
+    "fnmatch patterns over dotted names; * crosses dots; case-sensitive (required)")               \
+  X(double, lr_multiplier, lr_multiplier, "", 1.0, positive, "",                                   \
+    "the group's rate = the base rate × this")                                                     \
+  X(std::optional<double>, lr, lr, "", std::nullopt, positive, "",                                 \
+    "an absolute rate instead (presets with fixed rates)")                                         \
+  X(std::optional<double>, weight_decay, weight_decay, "", std::nullopt, nonnegative, "",          \
+    "unset: the algorithm's (biases and norm weights then get 0)")                                 \
+  X(std::optional<Betas>, betas, betas, "", std::nullopt, unit_interval, "",                       \
+    "AdamW-routed members' (β1, β2)")                                                              \
+  X(std::optional<double>, eps, eps, "", std::nullopt, positive, "", "AdamW-routed members' eps")  \
+  X(std::optional<double>, momentum, momentum, "", std::nullopt, unit_interval, "",                \
+    "Muon-routed members' momentum")                                                               \
+  X(std::optional<LrSchedule>, schedule, schedule, "", std::nullopt, any, "",                      \
+    "replaces the optimizer's schedule for this group")
+// clang-format on
 struct ParamGroupSpec {
-  std::string name;
-  std::vector<std::string> patterns;   // fnmatch; `*` crosses dots; case-sensitive
-  double lr_multiplier = 1.0;          // > 0; the group's rate = base rate × multiplier
-  std::optional<double> lr;            // an absolute rate instead (presets with fixed rates)
-  std::optional<double> weight_decay;  // unset: inherit (biases and norm weights then get 0)
-  std::optional<Betas> betas;          // AdamW-routed members
-  std::optional<double> eps;           // AdamW-routed members
-  std::optional<double> momentum;      // Muon-routed members
-  std::optional<LrSchedule> schedule;  // replaces the optimizer's schedule for this group
+  MUON_PARAM_GROUP_FIELDS(MUON_FIELD_MEMBER)
 };
+MUON_DEFINE_VISIT(ParamGroupSpec, MUON_PARAM_GROUP_FIELDS)
 
 // fnmatch(3) without FNM_PATHNAME: `*` and `?` also match dots.
 bool pattern_matches(const std::string& pattern, const std::string& name);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "muon/enum_names.h"
+#include "muon/option_schema.h"
 
 namespace muon {
 
@@ -41,65 +42,100 @@ inline ScheduleKind schedule_kind_from_string(const std::string& name) {
   return enum_from_name<ScheduleKind>(name);
 }
 
+enum class WarmdownShape { linear, cosine };
+template <>
+struct EnumNames<WarmdownShape> {
+  static constexpr const char* noun = "warmdown shape";
+  static constexpr const char* plural = "shapes";
+  static constexpr std::array<std::pair<WarmdownShape, const char*>, 2> table{
+      {{WarmdownShape::linear, "linear"}, {WarmdownShape::cosine, "cosine"}}};
+};
+
+// The power schedule's tail: linear from law(start) to end·peak at `steps` (unset: the run's
+// length), held after.
+// clang-format off
+#define MUON_POWER_TAIL_FIELDS(X)                                                                  \
+  X(int64_t, start, start, "", 0, nonnegative, "", "the update the tail starts at (required)")     \
+  X(std::optional<int64_t>, steps, steps, "", std::nullopt, any, "",                               \
+    "the update it ends at; unset: the run's length")                                              \
+  X(double, end, end, "", 0.0, nonnegative, "", "the multiplier it ends at")
+// clang-format on
+struct PowerTail {
+  MUON_POWER_TAIL_FIELDS(MUON_FIELD_MEMBER)
+};
+MUON_DEFINE_VISIT(PowerTail, MUON_POWER_TAIL_FIELDS)
+
+// A learning-rate schedule: `name` picks the formula, the other fields are its parameters (each
+// belongs to the kinds named in its `kinds` column).
+//   cosine: linear init_value → 1 over the warmup, then end + (1 − end)·(½(1 +
+//   cos(π·t'/T)))^exponent
+//     with t' = min(step − warmup, T), T = decay_steps − warmup (> 0);
+//   linear: 0 → 1 over the warmup, 1 until decay_start, linear to end_value at decay_steps, held;
+//   power: law(t) = min(peak, a·(t·c)^b) in absolute rates, divided by the group's peak; the warmup
+//     rises linearly from 0 to law(warmup_steps); then the tail, if any (lm-engine: a = 4·batch
+//     size, c = tokens per step);
+//   warmdown: (t+1)/warmup during the warmup; 1 until the last warmdown_ratio of the run; then down
+//     to final_lr_frac, linearly (nanochat) or with a cosine shape;
+//   one_cycle: from 1/div_factor up to 1 over pct_start of the run (cosine), then down to
+//     1/(div_factor·final_div_factor) (cosine);
+//   exponential: decay_rate^((step − warmup)/transition_steps), linear warmup from 0.
+// clang-format off
+#define MUON_LR_SCHEDULE_FIELDS(X)                                                                 \
+  X(ScheduleKind, kind, name, "", ScheduleKind::constant, any, "",                                 \
+    "constant, cosine, power, linear, warmdown, one_cycle or exponential (required)")              \
+  X(int64_t, warmup_steps, warmup_steps, "", 0, nonnegative, "", "updates of warmup")              \
+  X(std::optional<int64_t>, decay_steps, decay_steps, "", std::nullopt, any, "cosine linear",      \
+    "where the decay ends; unset: the run's length")                                               \
+  X(double, init_value, init_value, "", 0.0, any, "cosine", "the multiplier the warmup starts at") \
+  X(double, end_value, end_value, "", 0.0, any, "cosine linear", "the final multiplier")           \
+  X(double, exponent, exponent, "", 1.0, positive, "cosine", "power of the cosine factor")         \
+  X(std::optional<int64_t>, decay_start, decay_start, "", std::nullopt, any, "linear",             \
+    "where the decay starts; unset: the warmup's end")                                             \
+  X(double, power_a, a, "", 1.0, any, "power", "a of min(peak, a·(t·c)^b)")                        \
+  X(double, power_b, b, "", -0.51, any, "power", "b of min(peak, a·(t·c)^b)")                      \
+  X(double, power_c, c, "", 1.0, any, "power", "c of min(peak, a·(t·c)^b)")                        \
+  X(std::optional<PowerTail>, tail, tail, "", std::nullopt, any, "power",                          \
+    "unset (no tail) or {start, steps, end}: linear from law(start) to end·peak at steps")         \
+  X(double, warmdown_ratio, warmdown_ratio, "", 0.65, any, "warmdown",                             \
+    "the last fraction of the run that decays")                                                    \
+  X(double, final_lr_frac, final_lr_frac, "", 0.05, any, "warmdown", "the multiplier at the end")  \
+  X(WarmdownShape, shape, shape, "", WarmdownShape::linear, any, "warmdown",                       \
+    "linear (nanochat) or cosine")                                                                 \
+  X(double, pct_start, pct_start, "", 0.3, any, "one_cycle", "the fraction of the run rising")     \
+  X(double, div_factor, div_factor, "", 25.0, any, "one_cycle", "the start is 1/div_factor")       \
+  X(double, final_div_factor, final_div_factor, "", 1e4, any, "one_cycle",                         \
+    "the end is 1/(div_factor·final_div_factor)")                                                  \
+  X(double, decay_rate, decay_rate, "", 0.5, any, "exponential", "the factor per transition")      \
+  X(int64_t, transition_steps, transition_steps, "", 1000, any, "exponential",                     \
+    "updates per factor decay_rate")
+// clang-format on
 struct LrSchedule {
-  ScheduleKind kind = ScheduleKind::constant;
-  int64_t warmup_steps = 0;
-  std::optional<int64_t> decay_steps;  // cosine, linear: where the decay ends (unset: run length)
-
-  // cosine: linear init_value → 1 over the warmup, then end + (1 − end)·(½(1 +
-  // cos(π·t'/T)))^exponent with t' = min(step − warmup, T), T = decay_steps − warmup (> 0).
-  double init_value = 0;
-  double end_value = 0;  // cosine, linear and power's tail: the final multiplier
-  double exponent = 1;
-
-  // linear: 0 → 1 over the warmup, 1 until decay_start (unset: the warmup's end), linear to
-  // end_value at decay_steps, held after.
-  std::optional<int64_t> decay_start;
-
-  // power: law(t) = min(peak, a·(t·c)^b) in absolute rates, divided by the group's peak; the warmup
-  // rises linearly from 0 to law(warmup_steps); with tail_start set, linear from law(tail_start)
-  // to end_value·peak at tail_steps (unset: run length). (lm-engine: a = 4·batch size, c = tokens
-  // per step.)
-  double power_a = 1.0;
-  double power_b = -0.51;
-  double power_c = 1.0;
-  std::optional<int64_t> tail_start;
-  std::optional<int64_t> tail_steps;
-
-  // warmdown: (t+1)/warmup during the warmup; 1 until the last warmdown_ratio of the run; then
-  // down to final_lr_frac, linearly (nanochat) or with a cosine shape.
-  double warmdown_ratio = 0.65;
-  double final_lr_frac = 0.05;
-  bool cosine_shape = false;
-
-  // one_cycle: from 1/div_factor up to 1 over pct_start of the run (cosine), then down to
-  // 1/(div_factor·final_div_factor) (cosine).
-  double pct_start = 0.3;
-  double div_factor = 25;
-  double final_div_factor = 1e4;
-
-  // exponential: 1·decay_rate^((step − warmup)/transition_steps), linear warmup from 0.
-  double decay_rate = 0.5;
-  int64_t transition_steps = 1000;
+  MUON_LR_SCHEDULE_FIELDS(MUON_FIELD_MEMBER)
 
   // Throws muon::Error naming the field when the schedule cannot run for `total_steps`.
   void check(int64_t total_steps) const;
   // The multiplier for update `step`; `peak` is the group's peak rate (power's law is absolute).
   double multiplier(int64_t step, int64_t total_steps, double peak = 1.0) const;
 };
+MUON_DEFINE_VISIT(LrSchedule, MUON_LR_SCHEDULE_FIELDS)
 
 // nanochat's momentum warmup: lerp(start, target, min(step / steps, 1)); with `cool_down`, back to
 // `start` linearly over the last warmdown_ratio of the run.
+// clang-format off
+#define MUON_MOMENTUM_SCHEDULE_FIELDS(X)                                                           \
+  X(double, start, start, "", 0.85, any, "", "the momentum at update 0, in [0, 1)")                \
+  X(double, target, target, "", 0.95, any, "", "the momentum after the warmup, in [0, 1)")         \
+  X(int64_t, steps, steps, "", 300, any, "", "updates of the warmup (> 0)")                        \
+  X(bool, cool_down, cool_down, "", false, any, "", "back to start over the run's warmdown")       \
+  X(double, warmdown_ratio, warmdown_ratio, "", 0.65, any, "", "the last fraction of the run")
+// clang-format on
 struct MomentumSchedule {
-  double start = 0.85;
-  double target = 0.95;
-  int64_t steps = 300;
-  bool cool_down = false;
-  double warmdown_ratio = 0.65;
+  MUON_MOMENTUM_SCHEDULE_FIELDS(MUON_FIELD_MEMBER)
 
   void check() const;
   double value(int64_t step, int64_t total_steps) const;
 };
+MUON_DEFINE_VISIT(MomentumSchedule, MUON_MOMENTUM_SCHEDULE_FIELDS)
 
 // Weight decay × 1 (constant) or × ½(1 + cos(π·min(t, N)/N)) (cosine to 0 at N = total_steps).
 struct WeightDecaySchedule {

@@ -63,3 +63,67 @@ def test_every_option_reaches_the_cpp_optimizer():
         muon_cpp.Lamb([p], nesterov=True)
     with pytest.raises(TypeError, match="gram_restarts must be a list or tuple of ints"):
         muon_cpp.Muon([p], gram_restarts="2")
+
+
+YAML_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float64: "float64"}
+
+
+def yaml_of(value):
+    """How the C++ config writer spells a Python default (written out here, independently)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, torch.dtype):
+        return YAML_DTYPES[value]
+    if isinstance(value, tuple):
+        return "[" + ", ".join(yaml_of(v) for v in value) + "]"
+    return str(value)
+
+
+def same(yaml_text, value):
+    """A YAML scalar or flow list equals the Python default (numbers by value)."""
+    if isinstance(value, float):
+        return float(yaml_text) == value
+    if isinstance(value, tuple) and all(isinstance(v, float) for v in value):
+        return [float(v) for v in yaml_text.strip("[]").split(",")] == list(value)
+    return yaml_text == yaml_of(value)
+
+
+@pytest.mark.parametrize("algorithm", ["muon", "adamw"])
+def test_yaml_sections_have_the_python_names_and_defaults(algorithm):
+    python = _core.option_schema(algorithm)
+    yaml = _core.config_schema(algorithm)
+    assert [key for key, *_ in yaml] == [name for name, *_ in python]
+    for (key, _, text, *_), (_, default, _, _) in zip(yaml, python):
+        assert same(text, default), (key, text, default)
+
+
+def named(model):
+    return list(model.named_parameters())
+
+
+def test_every_schedule_and_group_key_is_accepted_from_a_dict_and_typos_are_not():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    for key, _, default, _, _, kinds in _core.config_schema("schedule"):
+        kind = (kinds.split() or ["cosine"])[0]
+        if key in ("name", "tail"):
+            continue
+        value = 3 if default.lstrip("-").isdigit() or default == "null" else (
+            "cosine" if key == "shape" else 0.5)
+        config = {"optimizer": {"schedule": {"name": kind, key: value}}}
+        muon_cpp.build_optimizer(model, config, 100)
+    group = {"name": "all", "patterns": ["*"], "lr_multiplier": 0.5, "lr": 0.01,
+             "weight_decay": 0.0, "betas": [0.9, 0.95], "eps": 1e-9, "momentum": 0.9,
+             "schedule": {"name": "constant"}}
+    assert sorted(group) == sorted(k for k, *_ in _core.config_schema("param_group"))
+    optimizer = muon_cpp.build_optimizer(model, {"optimizer": {"param_groups": [group]}}, 100)
+    assert {g["lr"] for g in optimizer.param_groups} == {0.01}
+    with pytest.raises(ValueError, match=r"optimizer.schedule.warmup_step: unknown key; "
+                                         r"did you mean 'warmup_steps'\?"):
+        muon_cpp.build_optimizer(model, {"optimizer": {"schedule": {"name": "cosine",
+                                                                    "warmup_step": 3}}}, 100)
+    with pytest.raises(ValueError, match="optimizer.schedule.pct_start: only the one_cycle "
+                                         "schedule has a pct_start"):
+        muon_cpp.build_optimizer(model, {"optimizer": {"schedule": {"name": "cosine",
+                                                                    "pct_start": 0.5}}}, 100)

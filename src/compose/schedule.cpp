@@ -42,10 +42,10 @@ void LrSchedule::check(int64_t total_steps) const {
     }
     case ScheduleKind::power:
       muon::check(power_a > 0 && power_c > 0, "schedule (power): a and c must be > 0");
-      if (tail_start) {
-        muon::check(*tail_start >= warmup_steps && tail_steps.value_or(total_steps) > *tail_start,
+      if (tail) {
+        muon::check(tail->start >= warmup_steps && tail->steps.value_or(total_steps) > tail->start,
                     "schedule (power): the tail must start after the warmup (", warmup_steps,
-                    ") and end after its start (", *tail_start, ")");
+                    ") and end after its start (", tail->start, ")");
       }
       return;
     case ScheduleKind::warmdown:
@@ -91,12 +91,12 @@ double LrSchedule::multiplier(int64_t step, int64_t total_steps, double peak) co
       double rate;
       if (step < warmup_steps) {
         rate = law(warmup_steps) * ramp(step, warmup_steps);
-      } else if (tail_start && step >= *tail_start) {
-        const int64_t tail_end = tail_steps.value_or(total_steps);
-        const double from = law(*tail_start);
-        rate = step >= tail_end ? end_value * peak
-                                : from + (end_value * peak - from) *
-                                             ramp(step - *tail_start, tail_end - *tail_start);
+      } else if (tail && step >= tail->start) {
+        const int64_t tail_end = tail->steps.value_or(total_steps);
+        const double from = law(tail->start);
+        rate = step >= tail_end ? tail->end * peak
+                                : from + (tail->end * peak - from) *
+                                             ramp(step - tail->start, tail_end - tail->start);
       } else {
         rate = law(step);
       }
@@ -109,8 +109,9 @@ double LrSchedule::multiplier(int64_t step, int64_t total_steps, double peak) co
       // progress falls from 1 at the warmdown's start to 0 at total_steps (nanochat's form).
       const double progress =
           std::max(0.0, static_cast<double>(total_steps - step) / static_cast<double>(warmdown));
-      const double shape = cosine_shape ? 1.0 - half_cosine(progress) : progress;
-      return final_lr_frac + (1.0 - final_lr_frac) * shape;
+      const double fall =
+          this->shape == WarmdownShape::cosine ? 1.0 - half_cosine(progress) : progress;
+      return final_lr_frac + (1.0 - final_lr_frac) * fall;
     }
     case ScheduleKind::one_cycle: {
       const double up = pct_start * static_cast<double>(total_steps);

@@ -18,9 +18,6 @@ namespace {
 
 using detail::kind_of;
 using detail::one_of;
-using detail::read_betas;
-using detail::read_schedule;
-using detail::read_table;
 using detail::require;
 using detail::Section;
 
@@ -35,49 +32,15 @@ void read_rates(Section& s, OptimConfig& config) {
   require(adamw_lr > 0, s.key_path("adamw_lr"), "> 0", adamw_lr);
   h.muon.lr(lr);
   h.adamw.lr(adamw_lr);
-  if (const auto wd = s.number("weight_decay")) {  // both algorithms'
-    require(*wd >= 0, s.key_path("weight_decay"), ">= 0", *wd);
-    h.muon.weight_decay(*wd);
-    h.adamw.weight_decay(*wd);
-  }
-  if (const auto n = s.find("betas"); n && !n.IsNull()) {
-    h.adamw.betas(read_betas(n, s.key_path("betas")));
-  }
-  if (const auto v = s.number("eps")) {
-    require(*v > 0, s.key_path("eps"), "> 0", *v);
-    h.adamw.eps(*v);
-  }
 }
 
-void read_muon(Section& s, HybridOptions& h) {
-  if (const auto v = s.number("momentum", {"muon_momentum"})) {
-    require(*v >= 0 && *v < 1, s.key_path("momentum"), "in [0, 1)", *v);
-    h.muon.momentum(*v);
-  }
-  if (const auto v = s.boolean("nesterov")) h.muon.nesterov(*v);
-  if (const auto v = s.text("momentum_form")) {
-    h.muon.momentum_form(
-        one_of<MomentumForm>(s.key_path("momentum_form"), *v, momentum_form_from_string));
-  }
+// ns_steps: a whole number in [1, 1000] (Newton–Schulz converges in about 5 iterations;
+// thousands would only stall the run).
+void read_ns_steps(Section& s, HybridOptions& h) {
   if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
     require(*v >= 1 && std::floor(*v) == *v, s.key_path("ns_steps"), "a whole number >= 1", *v);
-    // Newton–Schulz converges in about 5 iterations; thousands would only stall the run.
     require(*v <= 1000, s.key_path("ns_steps"), "<= 1000", *v);
     h.muon.ns_steps(static_cast<int64_t>(*v));
-  }
-  if (const auto n = s.find("ns_coefficients", {"coefficients"}); n && !n.IsNull()) {
-    h.muon.coefficients(read_table(n, s.key_path("ns_coefficients")));
-  }
-  if (const auto v = s.text("ns_dtype")) {  // null: per device (float32 on CPU, bf16 elsewhere)
-    check(*v == "float32" || *v == "bfloat16" || *v == "float64", s.key_path("ns_dtype"),
-          ": expected float32, bfloat16 or float64 (or null: per device), got '", *v, "'");
-    h.muon.ns_dtype(*v == "bfloat16" ? at::kBFloat16 : *v == "float64" ? at::kDouble : at::kFloat);
-  }
-  if (const auto v = s.text("ns_method")) {
-    h.muon.ns_method(one_of<NsMethod>(s.key_path("ns_method"), *v, ns_method_from_string));
-  }
-  if (const auto v = s.text("adjust_lr")) {
-    h.muon.adjust_lr(one_of<AdjustLr>(s.key_path("adjust_lr"), *v, adjust_lr_from_string));
   }
 }
 
@@ -113,28 +76,7 @@ void read_muon_plus(Section& s, OptimConfig& config, const std::optional<bool>& 
         ": Muon+ needs name muon or muonclip, not '", config.name, "'");
 }
 
-void read_normuon(Section& s, HybridOptions& h) {
-  if (const auto n = s.find("normuon"); n && !n.IsNull()) {
-    if (n.IsMap()) {
-      Section nm(n, s.key_path("normuon"));
-      NorMuonOptions o;
-      if (const auto b = nm.number("beta2")) {
-        require(*b >= 0 && *b < 1, nm.key_path("beta2"), "in [0, 1)", *b);
-        o.beta2 = *b;
-      }
-      if (const auto a = nm.text("axis")) {
-        o.axis = one_of<NorMuonAxis>(nm.key_path("axis"), *a, normuon_axis_from_string);
-      }
-      nm.finish();
-      h.muon.normuon(o);
-    } else if (Section::as_bool(n, s.key_path("normuon"))) {
-      h.muon.normuon(NorMuonOptions{});
-    }
-  }
-  if (const auto v = s.boolean("cautious_weight_decay")) h.muon.cautious_weight_decay(*v);
-}
-
-// Cautious masking (nested or at the root: they must agree), state dtype and kernels.
+// Cautious masking (nested or at the root: they must agree) and the state dtype of both.
 void read_masking_and_storage(Section& s, OptimConfig& config,
                               const std::optional<bool>& root_cautious) {
   auto& h = config.hybrid;
@@ -156,26 +98,12 @@ void read_masking_and_storage(Section& s, OptimConfig& config,
     h.muon.state_dtype(dtype);
     h.adamw.state_dtype(dtype);
   }
-  // fused: null (per device), true (fused CPU kernels) or false (the device-generic ATen form).
-  if (const auto n = s.find("fused"); n && !n.IsNull()) {
-    const bool fused = Section::as_bool(n, s.key_path("fused"));
-    h.muon.fused(fused);
-    h.adamw.fused(fused);
-  }
 }
 
-// Clipping, the non-finite policy and QK-clip.
-void read_safety(Section& s, OptimConfig& config) {
+// QK-clip: {tau} (default 100 under name muonclip).
+void read_qk_clip(Section& s, OptimConfig& config) {
   const bool muon_family = config.name != "adamw";
   auto& h = config.hybrid;
-  if (const auto v = s.number("grad_clip", {"max_grad_norm"})) {
-    require(*v > 0, s.key_path("grad_clip"), "> 0 (or null to turn clipping off)", *v);
-    h.max_grad_norm = *v;
-  }
-  if (const auto v = s.text("nonfinite")) {
-    h.nonfinite =
-        one_of<NonfinitePolicy>(s.key_path("nonfinite"), *v, enum_from_name<NonfinitePolicy>);
-  }
   const auto qk = s.find("qk_clip");
   if (qk && !qk.IsNull()) {
     Section q(qk, s.key_path("qk_clip"));
@@ -189,29 +117,6 @@ void read_safety(Section& s, OptimConfig& config) {
   }
 }
 
-void read_schedules(Section& s, HybridOptions& h) {
-  if (const auto n = s.find("schedule"); n && !n.IsNull()) {
-    h.schedule = read_schedule(Section(n, s.key_path("schedule")));
-  }
-  if (const auto n = s.find("momentum_schedule"); n && !n.IsNull()) {
-    Section m(n, s.key_path("momentum_schedule"));
-    MomentumSchedule ms;
-    if (const auto v = m.number("start")) ms.start = *v;
-    if (const auto v = m.number("target")) ms.target = *v;
-    if (const auto v = m.integer("steps")) ms.steps = *v;
-    if (const auto v = m.boolean("cool_down")) ms.cool_down = *v;
-    if (const auto v = m.number("warmdown_ratio")) ms.warmdown_ratio = *v;
-    m.finish();
-    with_context(m.path(), [&] { ms.check(); });
-    h.momentum_schedule = ms;
-  }
-  if (const auto v = s.text("weight_decay_schedule")) {
-    check(*v == "constant" || *v == "cosine", s.key_path("weight_decay_schedule"),
-          ": expected constant or cosine, got '", *v, "'");
-    h.weight_decay_schedule = WeightDecaySchedule{*v == "cosine"};
-  }
-}
-
 // Reads the `optimizer` mapping into `config`.
 void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& root_muon_plus,
                     const std::optional<bool>& root_cautious) {
@@ -222,12 +127,12 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   auto& h = config.hybrid;
   h.all_adamw = config.name == "adamw";
   read_rates(s, config);
-  read_muon(s, h);
+  detail::read_shorthands(s, h);
+  read_ns_steps(s, h);
   read_muon_plus(s, config, root_muon_plus);
-  read_normuon(s, h);
   read_masking_and_storage(s, config, root_cautious);
-  read_safety(s, config);
-  read_schedules(s, h);
+  read_qk_clip(s, config);
+  detail::read_hybrid_fields(s, h);
   read_groups_or_preset(s, config);
   read_routing(s, config);
   detail::read_option_sections(s, h);

@@ -1,183 +1,133 @@
-// The `muon` and `adamw` sections of the optimizer config: every option of MuonOptions and
-// AdamWOptions by its schema name (muon/option_schema.h), read and written by one YAML form per
-// option type.
-#include <yaml-cpp/yaml.h>
-
-#include <array>
-#include <cmath>
-#include <utility>
-
-#include "config_sections.h"
-#include "muon/error.h"
+// The optimizer config's schema-driven keys: the `muon` and `adamw` sections, the hybrid's own
+// keys, schedules and parameter groups through the generic reader and writer (schema_yaml.h), the
+// root-level shorthands, and config_schema for the docs and tests.
+#include "schema_yaml.h"
 
 namespace muon::detail {
 namespace {
 
-template <class E>
-using has_enum_names = decltype(EnumNames<E>::table);
+// The root-level shorthands of the optimizer section: `key` (or `alias`) sets the option
+// `option` of MuonOptions and/or AdamWOptions, with that option's type and range.
+struct Shorthand {
+  const char* key;
+  const char* alias;
+  const char* option;
+  bool muon;
+  bool adamw;
+};
+constexpr Shorthand kShorthands[] = {
+    {"weight_decay", "", "weight_decay", true, true},
+    {"betas", "", "betas", false, true},
+    {"eps", "", "eps", false, true},
+    {"momentum", "muon_momentum", "momentum", true, false},
+    {"nesterov", "", "nesterov", true, false},
+    {"momentum_form", "", "momentum_form", true, false},
+    {"ns_coefficients", "coefficients", "coefficients", true, false},
+    {"ns_dtype", "", "ns_dtype", true, false},
+    {"ns_method", "", "ns_method", true, false},
+    {"gram_restarts", "", "gram_restarts", true, false},
+    {"adjust_lr", "", "adjust_lr", true, false},
+    {"normuon", "", "normuon", true, false},
+    {"cautious_weight_decay", "", "cautious_weight_decay", true, false},
+    {"fused", "", "fused", true, true},
+};
 
-// The dtypes a config names.
-constexpr std::array<std::pair<at::ScalarType, const char*>, 3> kDtypeNames{
-    {{at::kFloat, "float32"}, {at::kBFloat16, "bfloat16"}, {at::kDouble, "float64"}}};
-
-// ---- reading: read_value(node, path, value) ----
-
-void read_value(const YAML::Node& n, const std::string& path, double& out) {
-  out = Section::as_number(n, path);
-}
-void read_value(const YAML::Node& n, const std::string& path, bool& out) {
-  out = Section::as_bool(n, path);
-}
-void read_value(const YAML::Node& n, const std::string& path, int64_t& out) {
-  const double v = Section::as_number(n, path);
-  check(std::floor(v) == v && std::fabs(v) <= Section::kLargestWhole, path,
-        ": expected a whole number, got ", n.Scalar());
-  out = static_cast<int64_t>(v);
-}
-void read_value(const YAML::Node& n, const std::string& path, CoefficientTable& out) {
-  out = read_table(n, path);
-}
-void read_value(const YAML::Node& n, const std::string& path, Betas& out) {
-  out = read_betas(n, path);
-}
-void read_value(const YAML::Node& n, const std::string& path, at::ScalarType& out) {
-  check(n.IsScalar(), path, ": expected float32, bfloat16 or float64, got ", kind_of(n));
-  for (const auto& [dtype, name] : kDtypeNames) {
-    if (n.Scalar() == name) {
-      out = dtype;
-      return;
-    }
-  }
-  throw Error(path + ": expected float32, bfloat16 or float64, got '" + n.Scalar() + "'");
-}
-void read_value(const YAML::Node& n, const std::string& path, std::vector<int64_t>& out) {
-  check(n.IsSequence(), path, ": expected a list of whole numbers, got ", kind_of(n));
-  out.assign(n.size(), 0);
-  for (size_t i = 0; i < n.size(); ++i)
-    read_value(n[i], path + "[" + std::to_string(i) + "]", out[i]);
-}
-void read_value(const YAML::Node& n, const std::string& path, NorMuonOptions& out) {
-  Section s(n, path);
-  out = NorMuonOptions{};
-  if (const auto b = s.number("beta2")) out.beta2 = *b;
-  if (const auto a = s.text("axis")) {
-    out.axis = one_of<NorMuonAxis>(s.key_path("axis"), *a, normuon_axis_from_string);
-  }
-  s.finish();
-}
-template <class E, class = has_enum_names<E>>
-void read_value(const YAML::Node& n, const std::string& path, E& out) {
-  check(n.IsScalar(), path, ": expected one of ", enum_name_list<E>(), ", got ", kind_of(n));
-  out = one_of<E>(path, n.Scalar(), enum_from_name<E>);
-}
-// null: unset.
-template <class T>
-void read_value(const YAML::Node& n, const std::string& path, std::optional<T>& out) {
-  if (n.IsNull()) {
-    out = std::nullopt;
-    return;
-  }
-  T value{};
-  read_value(n, path, value);
-  out = std::move(value);
-}
-
-// Every option of `options` present in the mapping `s`, each checked against its range.
 template <class Options>
-void read_options(Section s, Options& options) {
+void read_shorthand(Section& s, const Shorthand& sh, Options& options) {
   visit_options(options, [&](const OptionInfo& info, auto& value) {
-    const auto n = s.find(info.name);
-    if (!n) return;
-    using T = std::decay_t<decltype(value)>;
-    T read = value;
-    read_value(n, s.key_path(info.name), read);
-    if constexpr (std::is_same_v<T, double>) {
-      require(in_range(info.range, read), s.key_path(info.name), range_text(info.range), read);
-    }
-    value = std::move(read);
+    if (std::strcmp(info.name, sh.option) != 0) return;
+    const auto n = *sh.alias != '\0' ? s.find(sh.key, {sh.alias}) : s.find(sh.key);
+    if (n) read_field(info, n, s.key_path(sh.key), value);
   });
-  s.finish();
 }
 
-// ---- writing: emit_value(out, value) ----
-
-void emit_value(YAML::Emitter& out, double v) {
-  out << v;
-}
-void emit_value(YAML::Emitter& out, bool v) {
-  out << v;
-}
-void emit_value(YAML::Emitter& out, int64_t v) {
-  out << v;
-}
-void emit_value(YAML::Emitter& out, const CoefficientTable& t) {
-  if (t.name != "custom") {
-    out << t.name;
-    return;
-  }
-  out << YAML::Flow << YAML::BeginSeq;
-  for (const auto& r : t.rows) out << YAML::BeginSeq << r[0] << r[1] << r[2] << YAML::EndSeq;
-  out << YAML::EndSeq;
-}
-void emit_value(YAML::Emitter& out, const Betas& b) {
-  out << YAML::Flow << YAML::BeginSeq << std::get<0>(b) << std::get<1>(b) << YAML::EndSeq;
-}
-void emit_value(YAML::Emitter& out, at::ScalarType dtype) {
-  for (const auto& [d, name] : kDtypeNames) {
-    if (d == dtype) {
-      out << name;
-      return;
-    }
-  }
-  out << c10::toString(dtype);
-}
-void emit_value(YAML::Emitter& out, const std::vector<int64_t>& v) {
-  out << YAML::Flow << YAML::BeginSeq;
-  for (const auto x : v) out << x;
-  out << YAML::EndSeq;
-}
-void emit_value(YAML::Emitter& out, const NorMuonOptions& n) {
-  out << YAML::Flow << YAML::BeginMap << YAML::Key << "beta2" << YAML::Value << n.beta2 << YAML::Key
-      << "axis" << YAML::Value << to_string(n.axis) << YAML::EndMap;
-}
-template <class E, class = has_enum_names<E>>
-void emit_value(YAML::Emitter& out, E v) {
-  out << enum_name(v);
-}
-template <class T>
-void emit_value(YAML::Emitter& out, const std::optional<T>& v) {
-  if (v) {
-    emit_value(out, *v);
-  } else {
-    out << YAML::Null;
-  }
-}
-
-template <class Options>
-void emit_options(YAML::Emitter& out, const Options& options) {
-  out << YAML::BeginMap;
-  visit_options(options, [&](const OptionInfo& info, const auto& value) {
-    out << YAML::Key << info.name << YAML::Value;
-    emit_value(out, value);
+// One row of config_schema per field of `defaults`, the default written as YAML.
+template <class S>
+std::vector<ConfigKey> rows_of(const S& defaults, bool with_kinds = false) {
+  std::vector<ConfigKey> rows;
+  visit_options(defaults, [&](const OptionInfo& info, const auto& value) {
+    YAML::Emitter text;
+    text.SetNullFormat(YAML::LowerNull);
+    text << YAML::Flow;
+    emit_value(text, value);
+    rows.push_back({info.name, info.alias, text.c_str(), info.doc, range_text(info.range),
+                    with_kinds ? info.kinds : ""});
   });
-  out << YAML::EndMap;
+  return rows;
 }
 
 }  // namespace
 
-void read_option_sections(Section& s, HybridOptions& h) {
-  if (const auto n = s.find("muon"); n && !n.IsNull())
-    read_options(Section(n, s.key_path("muon")), h.muon);
-  if (const auto n = s.find("adamw"); n && !n.IsNull()) {
-    read_options(Section(n, s.key_path("adamw")), h.adamw);
+void read_shorthands(Section& s, HybridOptions& h) {
+  for (const auto& sh : kShorthands) {
+    if (sh.muon) read_shorthand(s, sh, h.muon);
+    if (sh.adamw) read_shorthand(s, sh, h.adamw);
   }
 }
 
-void emit_option_sections(YAML::Emitter& out, const HybridOptions& h) {
+void read_hybrid_fields(Section& s, HybridOptions& h) {
+  read_fields(s, h);
+}
+
+namespace {
+template <class Options>
+void read_section(Section& s, const char* key, Options& options) {
+  if (const auto n = s.find(key); n && !n.IsNull()) {
+    Section section(n, s.key_path(key));
+    read_fields(section, options);
+    section.finish();
+  }
+}
+}  // namespace
+
+void read_option_sections(Section& s, HybridOptions& h) {
+  read_section(s, "muon", h.muon);
+  read_section(s, "adamw", h.adamw);
+}
+
+ParamGroupSpec read_group(const YAML::Node& n, const std::string& path) {
+  ParamGroupSpec g;
+  read_value(n, path, g);
+  return g;
+}
+
+void emit_hybrid(YAML::Emitter& out, const HybridOptions& h) {
   out << YAML::Key << "muon" << YAML::Value;
-  emit_options(out, h.muon);
+  emit_fields(out, h.muon);
   out << YAML::Key << "adamw" << YAML::Value;
-  emit_options(out, h.adamw);
+  emit_fields(out, h.adamw);
+  emit_pairs(out, h);
+  if (!h.groups.empty()) {
+    out << YAML::Key << "param_groups" << YAML::Value << YAML::BeginSeq;
+    for (const auto& g : h.groups) emit_value(out, g);
+    out << YAML::EndSeq;
+  }
 }
 
 }  // namespace muon::detail
+
+namespace muon {
+
+std::vector<ConfigKey> config_schema(const std::string& section) {
+  using detail::rows_of;
+  if (section == "muon") return rows_of(MuonOptions{});
+  if (section == "adamw") return rows_of(AdamWOptions{});
+  if (section == "optimizer") return rows_of(HybridOptions{});
+  if (section == "schedule") return rows_of(LrSchedule{}, true);
+  if (section == "schedule.tail") return rows_of(PowerTail{});
+  if (section == "momentum_schedule") return rows_of(MomentumSchedule{});
+  if (section == "param_group") return rows_of(ParamGroupSpec{});
+  check(section == "shorthand", "config_schema: unknown section '", section,
+        "'; valid sections are optimizer, shorthand, muon, adamw, schedule, schedule.tail, "
+        "momentum_schedule, param_group");
+  std::vector<ConfigKey> rows;
+  for (const auto& sh : detail::kShorthands) {
+    const std::string muon = std::string("muon.") + sh.option;
+    const std::string adamw = std::string("adamw.") + sh.option;
+    const std::string sets = sh.muon && sh.adamw ? muon + " and " + adamw : sh.muon ? muon : adamw;
+    rows.push_back({sh.key, sh.alias, "", "sets " + sets, "", ""});
+  }
+  return rows;
+}
+
+}  // namespace muon

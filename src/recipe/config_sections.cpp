@@ -37,92 +37,6 @@ CoefficientTable read_table(const YAML::Node& n, const std::string& path) {
   return CoefficientTable::custom(std::move(rows));
 }
 
-LrSchedule read_schedule(Section s) {
-  LrSchedule out;
-  const auto name = s.text("name");
-  check(name.has_value(), s.key_path("name"),
-        ": a schedule needs a name (constant, cosine, power, linear, warmdown, one_cycle, "
-        "exponential)");
-  out.kind = one_of<ScheduleKind>(s.key_path("name"), *name, schedule_kind_from_string);
-  const auto non_negative = [&](const char* key, int64_t& field) {
-    if (const auto v = s.integer(key)) {
-      require(*v >= 0, s.key_path(key), ">= 0", static_cast<double>(*v));
-      field = *v;
-    }
-  };
-  non_negative("warmup_steps", out.warmup_steps);
-  if (const auto v = s.integer("decay_steps")) out.decay_steps = *v;
-  if (const auto v = s.number("init_value")) out.init_value = *v;
-  if (const auto v = s.number("end_value")) out.end_value = *v;
-  if (const auto v = s.number("exponent")) out.exponent = *v;
-  if (const auto v = s.integer("decay_start")) out.decay_start = *v;
-  if (const auto v = s.number("a")) out.power_a = *v;
-  if (const auto v = s.number("b")) out.power_b = *v;
-  if (const auto v = s.number("c")) out.power_c = *v;
-  if (const auto tail = s.find("tail"); tail && !tail.IsNull()) {
-    check(out.kind == ScheduleKind::power, s.key_path("tail"),
-          ": only the power schedule has a tail");
-    Section t(tail, s.key_path("tail"));
-    if (const auto v = t.integer("start")) out.tail_start = *v;
-    if (const auto v = t.integer("steps")) out.tail_steps = *v;
-    if (const auto v = t.number("end")) out.end_value = *v;
-    check(out.tail_start.has_value(), t.key_path("start"), ": a tail needs its start step");
-    t.finish();
-  }
-  if (const auto v = s.number("warmdown_ratio")) out.warmdown_ratio = *v;
-  if (const auto v = s.number("final_lr_frac")) out.final_lr_frac = *v;
-  if (const auto v = s.text("shape")) {
-    check(*v == "linear" || *v == "cosine", s.key_path("shape"),
-          ": expected linear or cosine, got '", *v, "'");
-    out.cosine_shape = *v == "cosine";
-  }
-  if (const auto v = s.number("pct_start")) out.pct_start = *v;
-  if (const auto v = s.number("div_factor")) out.div_factor = *v;
-  if (const auto v = s.number("final_div_factor")) out.final_div_factor = *v;
-  if (const auto v = s.number("decay_rate")) out.decay_rate = *v;
-  if (const auto v = s.integer("transition_steps")) out.transition_steps = *v;
-  s.finish();
-  return out;
-}
-
-ParamGroupSpec read_group(Section s) {
-  ParamGroupSpec g;
-  const auto name = s.text("name");
-  check(name.has_value(), s.key_path("name"), ": a parameter group needs a name");
-  g.name = *name;
-  const auto patterns = s.strings("patterns");
-  check(patterns.has_value(), s.key_path("patterns"),
-        ": a parameter group needs patterns, e.g. [\"*\"]");
-  g.patterns = *patterns;
-  if (const auto v = s.number("lr_multiplier")) {
-    require(*v > 0, s.key_path("lr_multiplier"), "> 0", *v);
-    g.lr_multiplier = *v;
-  }
-  if (const auto v = s.number("lr")) {
-    require(*v > 0, s.key_path("lr"), "> 0", *v);
-    g.lr = *v;
-  }
-  if (const auto v = s.number("weight_decay")) {
-    require(*v >= 0, s.key_path("weight_decay"), ">= 0", *v);
-    g.weight_decay = *v;
-  }
-  if (const auto n = s.find("betas"); n && !n.IsNull())
-    g.betas = read_betas(n, s.key_path("betas"));
-  if (const auto v = s.number("eps")) {
-    require(*v > 0, s.key_path("eps"), "> 0", *v);
-    g.eps = *v;
-  }
-  if (const auto v = s.number("momentum")) {
-    require(*v >= 0 && *v < 1, s.key_path("momentum"), "in [0, 1)", *v);
-    g.momentum = *v;
-  }
-  if (const auto n = s.find("schedule"); n && !n.IsNull()) {
-    g.schedule = read_schedule(Section(n, s.key_path("schedule")));
-  }
-  s.finish();
-  return g;
-}
-
 void read_groups_or_preset(Section& s, OptimConfig& config) {
   auto& h = config.hybrid;
   const auto preset = s.find("preset");
@@ -133,8 +47,8 @@ void read_groups_or_preset(Section& s, OptimConfig& config) {
     check(groups.IsSequence(), s.key_path("param_groups"), ": expected a list, got ",
           kind_of(groups));
     for (size_t i = 0; i < groups.size(); ++i) {
-      h.groups.push_back(read_group(
-          Section(groups[i], s.key_path("param_groups") + "[" + std::to_string(i) + "]")));
+      h.groups.push_back(
+          read_group(groups[i], s.key_path("param_groups") + "[" + std::to_string(i) + "]"));
     }
     with_context(s.key_path("param_groups"), [&] { check_groups(h.groups); });
   }

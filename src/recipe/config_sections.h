@@ -22,14 +22,20 @@ T one_of(const std::string& path, const std::string& value,
 
 Betas read_betas(const YAML::Node& n, const std::string& path);
 CoefficientTable read_table(const YAML::Node& n, const std::string& path);
-LrSchedule read_schedule(Section s);
+// One entry of `param_groups`, by its schema (muon/param_groups.h).
+ParamGroupSpec read_group(const YAML::Node& n, const std::string& path);
 // `param_groups` or `preset` of the optimizer section `s`.
 void read_groups_or_preset(Section& s, OptimConfig& config);
+// The root-level shorthands of `s` (weight_decay, betas, momentum, ...): each sets its option of
+// MuonOptions and/or AdamWOptions.
+void read_shorthands(Section& s, HybridOptions& h);
+// The hybrid's own keys of `s` (grad_clip, nonfinite and the schedules), by their schema.
+void read_hybrid_fields(Section& s, HybridOptions& h);
 // `muon` and `adamw` of `s`: any option of MuonOptions / AdamWOptions by its schema name
 // (muon/option_schema.h), over what the shorthand keys set.
 void read_option_sections(Section& s, HybridOptions& h);
-// Both sections with every option, for to_yaml.
-void emit_option_sections(YAML::Emitter& out, const HybridOptions& h);
+// The sections muon and adamw in full, the hybrid's own keys and the groups, for to_yaml.
+void emit_hybrid(YAML::Emitter& out, const HybridOptions& h);
 // `routing` of `s`.
 void read_routing(Section& s, OptimConfig& config);
 // `scaling` of `s`, applied to the base rates and decay (a note says how).

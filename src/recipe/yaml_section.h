@@ -90,11 +90,7 @@ class Section {
   std::optional<int64_t> integer(const std::string& key) {
     const auto n = find(key);
     if (!n || n.IsNull()) return std::nullopt;
-    const double v = as_number(n, key_path(key));
-    check(std::floor(v) == v, key_path(key), ": expected a whole number, got ", n.Scalar());
-    check(std::fabs(v) <= kLargestWhole, key_path(key), ": ", n.Scalar(),
-          " is too large (whole numbers up to 2^53 are valid)");
-    return static_cast<int64_t>(v);
+    return as_integer(n, key_path(key));
   }
   // Sets `field` from the whole number > 0 at `key`, when present.
   void read_positive(const std::string& key, int64_t& field) {
@@ -167,6 +163,13 @@ class Section {
     }
     check(std::isfinite(v), path, ": must be finite, got ", n.Scalar());
     return v;
+  }
+  static int64_t as_integer(const YAML::Node& n, const std::string& path) {
+    const double v = as_number(n, path);
+    check(std::floor(v) == v, path, ": expected a whole number, got ", n.Scalar());
+    check(std::fabs(v) <= kLargestWhole, path, ": ", n.Scalar(),
+          " is too large (whole numbers up to 2^53 are valid)");
+    return static_cast<int64_t>(v);
   }
   static bool as_bool(const YAML::Node& n, const std::string& path) {
     check(n.IsScalar(), path, ": expected true or false, got ", kind_of(n));

@@ -11,27 +11,35 @@
 #include <map>
 #include <string>
 
+#include "muon/option_schema.h"
 #include "muon/qk_clip.h"
 
 namespace muon::demo {
 
+// The model's shape, one declaration per field (the `model` section of a run config).
+// clang-format off
+#define MUON_GPT_FIELDS(X)                                                                         \
+  X(int64_t, vocab_size, vocab_size, "", 256, positive, "", "token vocabulary (bytes: 256)")       \
+  X(int64_t, seq_len, seq_len, "", 128, positive, "", "context length in tokens")                  \
+  X(int64_t, d_model, d_model, "", 128, positive, "", "model width")                               \
+  X(int64_t, n_layers, n_layers, "", 4, positive, "", "transformer blocks")                        \
+  X(int64_t, n_heads, n_heads, "", 4, positive, "", "query heads")                                 \
+  X(int64_t, n_kv_heads, n_kv_heads, "", 2, positive, "", "key/value heads (grouped-query)")       \
+  X(int64_t, ffn_hidden, ffn_hidden, "", 0, nonnegative, "",                                       \
+    "SwiGLU width; 0: 8/3·d_model rounded up to a multiple of 32")                                 \
+  X(bool, tie_embeddings, tie_embeddings, "", true, any, "", "the head shares the token embedding") \
+  X(double, rope_theta, rope_theta, "", 10000.0, positive, "", "RoPE base")                        \
+  X(double, norm_eps, norm_eps, "", 1e-6, positive, "", "RMSNorm eps")                             \
+  X(double, init_std, init_std, "", 0.02, positive, "", "std of the weights' initialization")
+// clang-format on
 struct GptConfig {
-  int64_t vocab_size = 256;  // bytes
-  int64_t seq_len = 128;
-  int64_t d_model = 128;
-  int64_t n_layers = 4;
-  int64_t n_heads = 4;
-  int64_t n_kv_heads = 2;
-  int64_t ffn_hidden = 0;  // 0: 8/3·d_model rounded up to a multiple of 32
-  bool tie_embeddings = true;
-  double rope_theta = 10000.0;
-  double norm_eps = 1e-6;
-  double init_std = 0.02;
+  MUON_GPT_FIELDS(MUON_FIELD_MEMBER)
 
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t hidden() const { return ffn_hidden > 0 ? ffn_hidden : (8 * d_model / 3 + 31) / 32 * 32; }
   void check() const;  // throws muon::Error naming the inconsistent field
 };
+MUON_DEFINE_VISIT(GptConfig, MUON_GPT_FIELDS)
 
 class RMSNormImpl : public torch::nn::Module {
  public:

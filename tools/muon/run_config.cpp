@@ -2,7 +2,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "recipe/yaml_section.h"
+#include "recipe/schema_yaml.h"
 #include "train.h"
 
 namespace muon::demo {
@@ -10,14 +10,7 @@ namespace muon::demo {
 namespace {
 
 void read_model(detail::Section s, GptConfig& m) {
-  s.read_positive("vocab_size", m.vocab_size);
-  s.read_positive("seq_len", m.seq_len);
-  s.read_positive("d_model", m.d_model);
-  s.read_positive("n_layers", m.n_layers);
-  s.read_positive("n_heads", m.n_heads);
-  s.read_positive("n_kv_heads", m.n_kv_heads);
-  if (const auto v = s.integer("ffn_hidden")) m.ffn_hidden = *v;
-  if (const auto v = s.boolean("tie_embeddings")) m.tie_embeddings = *v;
+  detail::read_fields(s, m);  // every field of the model's schema (gpt.h)
   s.finish();
   with_context(s.path(), [&] { m.check(); });
 }

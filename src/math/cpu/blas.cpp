@@ -1,3 +1,6 @@
+// Every BLAS product of the Newton–Schulz chain on CPU (plain, symmetric and Gram steps) over
+// BLIS or any CBLAS. One file of ~440 lines on purpose: the typed wrappers share the blocking and
+// threading helpers at its top, which would otherwise have to become an internal header.
 #include "blas.h"
 
 #include <ATen/Parallel.h>

@@ -1,0 +1,166 @@
+"""The base of every optimizer here: a torch.optim.Optimizer whose parameters, settings and state
+live in a C++ engine (muon_cpp._core.Engine), with PyTorch's state_dict layout."""
+
+import collections.abc
+
+import torch
+from torch.optim import Optimizer
+
+
+class _EngineOptimizer(Optimizer):
+    """A torch.optim.Optimizer whose parameters, settings and state live in a C++ engine.
+
+    The Python param_groups are the source of truth for settings: step() pushes them into the
+    engine first. The engine is the source of truth for state; ``state`` is a view of it.
+    """
+
+    _make_engine = None  # _core.Engine.<algorithm>, set by each subclass
+
+    def __init__(self, params, defaults, engine=None):
+        self._engine = None
+        super().__init__(params, defaults)
+        self._engine = engine if engine is not None else self._make_engine(
+            [(group["params"], _settings(group)) for group in self.param_groups])
+
+    @property
+    def state(self):
+        """Per-parameter state, keyed by parameter as in torch.optim: the engine's live tensors
+        (momentum, moments) and the step count as a float tensor (a copy)."""
+        return _StateView(self)
+
+    @state.setter
+    def state(self, value):
+        # torch.optim.Optimizer.__init__ assigns an empty dict; the state itself lives in C++.
+        if value:
+            raise TypeError(f"{type(self).__name__} keeps its state in C++; "
+                            "use load_state_dict() to replace it")
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)  # PyTorch's checks and defaults
+        if self._engine is None:
+            return
+        # A new engine over all groups (which validates the new ones), keeping the state so far.
+        try:
+            engine = self._make_engine(
+                [(group["params"], _settings(group)) for group in self.param_groups])
+            kept = [(i, p, self._engine.state(p)) for i, p in enumerate(self._params())]
+            engine.load([_settings(g) for g in self.param_groups],
+                        [entry for entry in kept if entry[2] is not None])
+        except Exception:
+            self.param_groups.pop()
+            raise
+        self._engine = engine
+
+    def step(self, closure=None):
+        """Calls ``closure`` (if any) with gradients enabled, then updates every parameter that
+        has a gradient. Returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._engine.set_options([_settings(group) for group in self.param_groups])
+        self._engine.step()
+        return loss
+
+    def state_dict(self):
+        """PyTorch's layout: {'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]},
+        parameters numbered in param_groups order. State tensors are the live buffers."""
+        index = {id(p): i for i, p in enumerate(self._params())}
+        groups = []
+        for group in self.param_groups:
+            packed = {key: value for key, value in group.items() if key != "params"}
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {index[id(p)]: entry for p, entry in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Replaces settings and state with ``state_dict``'s (from this class's state_dict()).
+        Everything is checked first; on any error nothing changes."""
+        saved_groups, saved_state = _split_state_dict(state_dict)
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"loaded state dict has {len(saved_groups)} parameter groups, "
+                             f"this optimizer has {len(self.param_groups)}")
+        by_index = {}
+        for number, (ours, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if len(ours["params"]) != len(saved["params"]):
+                raise ValueError(f"loaded state dict's parameter group {number} has "
+                                 f"{len(saved['params'])} parameters, this optimizer's has "
+                                 f"{len(ours['params'])}")
+            by_index.update(zip(saved["params"], ours["params"]))
+        states = []
+        for key, entry in saved_state.items():
+            if key not in by_index:
+                raise ValueError(f"loaded state dict has state for parameter {key!r}, which no "
+                                 "parameter group lists")
+            if not isinstance(entry, dict):
+                raise TypeError(f"state_dict['state'][{key!r}] must be a dict, "
+                                f"got {type(entry).__name__}")
+            states.append((key, by_index[key], entry))
+        settings = [{key: value for key, value in saved.items() if key != "params"}
+                    for saved in saved_groups]
+        self._check_extra(state_dict)
+        self._engine.load(settings, states)
+        for group, saved in zip(self.param_groups, settings):
+            group.update(saved)
+        self._load_extra(state_dict)
+
+    def _params(self):
+        return [p for group in self.param_groups for p in group["params"]]
+
+    # Hooks for what a subclass saves beyond PyTorch's layout.
+    def _check_extra(self, state_dict):
+        pass
+
+    def _load_extra(self, state_dict):
+        pass
+
+
+class _StateView(collections.abc.Mapping):
+    """optimizer.state: parameter → {'step': tensor, name: tensor}, read from the engine on each
+    lookup (parameters without state yet are absent)."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+
+    def _entry(self, p):
+        engine = self._optimizer.__dict__.get("_engine")
+        entry = engine.state(p) if engine is not None else None
+        if entry is not None:
+            entry["step"] = torch.tensor(float(entry["step"]))
+        return entry
+
+    def __getitem__(self, p):
+        entry = self._entry(p) if isinstance(p, torch.Tensor) else None
+        if entry is None:
+            raise KeyError(p)
+        return entry
+
+    def __iter__(self):
+        return (p for p in self._optimizer._params() if self._entry(p) is not None)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def __repr__(self):
+        return repr(dict(self.items()))
+
+
+def _settings(group):
+    """A param group's settings for the engine (it ignores keys it does not know)."""
+    return {key: value for key, value in group.items() if key != "params"}
+
+
+def _split_state_dict(state_dict):
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+    for key in ("state", "param_groups"):
+        if key not in state_dict:
+            raise ValueError(f"state_dict lacks '{key}'; expected the result of state_dict()")
+    groups, state = state_dict["param_groups"], state_dict["state"]
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and "params" in g
+                                               for g in groups):
+        raise TypeError("state_dict['param_groups'] must be a list of dicts with 'params'")
+    if not isinstance(state, dict):
+        raise TypeError(f"state_dict['state'] must be a dict, got {type(state).__name__}")
+    return groups, state
