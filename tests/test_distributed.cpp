@@ -52,22 +52,23 @@ void run_ranks(int world, const std::function<void(std::shared_ptr<Communicator>
 
 demo::TrainConfig tiny_run(const std::string& out, int64_t batch_size, const std::string& opt) {
   demo::TrainConfig c;
-  c.data = MUON_TEST_DATA_DIR "/genesis.txt";
-  c.val_fraction = 0.1;
+  c.data.source = MUON_TEST_DATA_DIR "/genesis.txt";
+  c.data.val_fraction = 0.1;
   c.model.d_model = 32;
   c.model.n_layers = 2;
   c.model.n_heads = 4;
   c.model.n_kv_heads = 2;
   c.model.seq_len = 32;
   c.batch_size = batch_size;
-  c.optimizer = opt;
+  c.optimizer = demo::demo_optimizer(opt);
   c.steps = 24;
   c.log_every = 12;
   c.eval_every = 12;
   c.eval_batches = 1;
-  c.schedule.warmup_steps = 4;
+  c.optimizer.hybrid.schedule->warmup_steps = 4;
   c.sample_bytes = 8;
   c.out_dir = out;
+  c.overwrite = true;
   return c;
 }
 
@@ -111,6 +112,21 @@ void train_on_ranks(int world, const demo::TrainConfig& config) {
 constexpr double kMuonTolerance = 2e-4;
 constexpr double kAdamwTolerance = 2e-5;
 
+// The validation loss before training, from a run's metrics.csv (its first row).
+double step0_val_loss(const std::string& dir) {
+  std::ifstream csv(dir + "/metrics.csv");
+  std::string header, row;
+  std::getline(csv, header);
+  std::getline(csv, row);
+  std::stringstream cells(row);
+  std::string step, train_loss, val_loss;
+  std::getline(cells, step, ',');
+  std::getline(cells, train_loss, ',');
+  std::getline(cells, val_loss, ',');
+  EXPECT_EQ(step, "0") << row;
+  return std::stod(val_loss);
+}
+
 TEST(Distributed, TwoRanksEqualOneRankWithTheWholeBatch) {
   for (const std::string opt : {"muon", "adamw"}) {
     const auto one = temp_dir("one_" + opt), two = temp_dir("two_" + opt);
@@ -120,6 +136,9 @@ TEST(Distributed, TwoRanksEqualOneRankWithTheWholeBatch) {
     EXPECT_LT(max_difference(checkpoint_model(two), checkpoint_model(one)),
               opt == "muon" ? kMuonTolerance : kAdamwTolerance)
         << opt;
+    // The same weights give the same validation loss: it is taken on the global batch (8 windows
+    // per evaluation batch here), not on rank 0's share of it.
+    EXPECT_NEAR(step0_val_loss(two), step0_val_loss(one), 1e-6) << opt;
   }
 }
 

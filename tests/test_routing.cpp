@@ -2,7 +2,10 @@
 #include "muon/routing.h"
 
 #include <gtest/gtest.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
 #include <map>
@@ -121,6 +124,33 @@ TEST(Routing, NameTypeAndRankHeuristics) {
   expect("counts", Role::frozen, "requires_grad is false");
   // "heads" is not "head": whole parts only.
   expect("heads.weight", Role::muon, "hidden 2-D matrix");
+}
+
+TEST(Routing, OutputLayersOfCommonModelsGoToAdamW) {
+  // nn.Sequential(Linear, ReLU, Linear): the last layer produces the output.
+  torch::nn::Sequential mlp(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 4));
+  const auto sequential = route(*mlp);
+  auto named = by_name(sequential);
+  EXPECT_EQ(named.at("0.weight")->role, Role::muon);
+  EXPECT_EQ(named.at("2.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("2.weight")->reason,
+            "the last layer of a sequential model (it produces the output)");
+  // Output layers and positional tables by name; a tensor of a model without one is a guess.
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const auto routes = route(std::vector<NamedParameter>{{"pos", t({32, 8}), ""},
+                                                        {"fc1.weight", t({16, 8}), ""},
+                                                        {"out.weight", t({4, 16}), ""},
+                                                        {"logits.weight", t({4, 16}), ""}});
+  named = by_name(routes);
+  EXPECT_EQ(named.at("pos")->reason, "name part 'pos' marks an input/output layer");
+  EXPECT_EQ(named.at("out.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("logits.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("fc1.weight")->reason, "hidden 2-D matrix");  // io layers were seen
+  const auto guessed = route(
+      std::vector<NamedParameter>{{"fc1.weight", t({16, 8}), ""}, {"fc2.weight", t({4, 16}), ""}});
+  EXPECT_EQ(guessed[0].reason, "hidden 2-D matrix");
+  EXPECT_EQ(guessed[1].role, Role::muon);
+  EXPECT_NE(guessed[1].reason.find("a guess: the model's last matrix"), std::string::npos);
 }
 
 TEST(Routing, OverridesByPatternAndByTagWithClearErrors) {

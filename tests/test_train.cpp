@@ -18,8 +18,8 @@ namespace {
 
 TrainConfig fixture_config(const std::string& out) {
   TrainConfig c;
-  c.data = MUON_TEST_DATA_DIR "/genesis.txt";
-  c.val_fraction = 0.1;
+  c.data.source = MUON_TEST_DATA_DIR "/genesis.txt";
+  c.data.val_fraction = 0.1;
   c.model.d_model = 64;
   c.model.n_layers = 2;
   c.model.n_heads = 4;
@@ -30,9 +30,10 @@ TrainConfig fixture_config(const std::string& out) {
   c.log_every = 30;
   c.eval_every = 60;
   c.eval_batches = 2;
-  c.schedule.warmup_steps = 10;
+  c.optimizer.hybrid.schedule->warmup_steps = 10;
   c.sample_bytes = 40;
   c.out_dir = out;
+  c.overwrite = true;  // the tests rerun into the same directories
   return c;
 }
 
@@ -73,12 +74,22 @@ TEST(Train, ValidationLossFallsFarBelowUniformAndFilesAreWritten) {
   std::ifstream csv(out / "metrics.csv");
   std::string header, line;
   std::getline(csv, header);
-  EXPECT_EQ(header, "step,train_loss,val_loss,lr,tokens_per_s,elapsed_s");
-  int rows = 0;
-  while (std::getline(csv, line)) ++rows;
-  EXPECT_EQ(rows, 4);  // steps 30, 60, 90, 120
+  EXPECT_EQ(header,
+            "step,train_loss,val_loss,muon_lr,adamw_lr,grad_norm,clip_factor,tokens_per_s,"
+            "elapsed_s");
+  std::vector<int64_t> steps;
+  while (std::getline(csv, line)) steps.push_back(std::stoll(line));
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 30, 60, 90, 120}));  // the step-0 validation first
+  ASSERT_EQ(result.rows.size(), 5u);
+  EXPECT_DOUBLE_EQ(*result.rows[0].val_loss, result.initial_val_loss);
+  EXPECT_GT(result.rows[1].grad_norm, 0.0);
+  EXPECT_EQ(result.rows[1].clip_factor, 1.0);  // no clipping configured
   EXPECT_TRUE(std::filesystem::exists(out / "routing.txt"));
-  EXPECT_TRUE(std::filesystem::exists(out / "config.txt"));
+  EXPECT_TRUE(std::filesystem::exists(out / "loss.svg"));
+  // config.yaml is the run: read back, it describes the same run.
+  const auto written = train_config_from_yaml_file((out / "config.yaml").string());
+  auto expected = fixture_config(out.string());
+  EXPECT_EQ(written.to_yaml(), expected.to_yaml());
   EXPECT_NE(log.str().find("step   120/120 | loss"), std::string::npos) << log.str();
 }
 
@@ -100,16 +111,17 @@ TEST(Train, Bf16StateAdamWTrainsLikeFp32State) {
   // so compare the mean over four seeds, the same seeds for both state dtypes: within 2%.
   auto config =
       fixture_config((std::filesystem::temp_directory_path() / "muon_test_bf16").string());
-  config.optimizer = "adamw";
+  config.optimizer = demo_optimizer("adamw");
+  config.optimizer.hybrid.schedule->warmup_steps = 10;
   config.steps = 200;
   config.log_every = config.eval_every = 200;
   std::ostringstream log;
   double fp32 = 0, bf16 = 0;
   for (uint64_t seed : {1, 2, 3, 4}) {
     config.seed = seed;
-    config.state_dtype = at::kFloat;
+    config.optimizer.hybrid.adamw.state_dtype(at::kFloat);
     const double a = train(config, log).final_val_loss;
-    config.state_dtype = at::kBFloat16;
+    config.optimizer.hybrid.adamw.state_dtype(at::kBFloat16);
     const double b = train(config, log).final_val_loss;
     EXPECT_NEAR(b, a, 0.05 * a) << "seed " << seed;
     fp32 += a / 4;
@@ -148,7 +160,7 @@ TEST(Train, DataAndConfigErrors) {
   std::ostringstream log;
   testing::expect_error<Error>([&] { train(config, log); }, {"d_model (64)", "n_heads (3)"});
   config = fixture_config("/tmp/muon_test_unused");
-  config.optimizer = "sgd";
+  config.optimizer.name = "sgd";
   testing::expect_error<Error>([&] { train(config, log); }, {"optimizer must be", "\"sgd\""});
   config = fixture_config("/tmp/muon_test_unused");
   config.model.seq_len = 4096;
@@ -164,7 +176,7 @@ TEST(Train, EachSeedRecipeInExamplesTrains) {
         (std::filesystem::temp_directory_path() / ("muon_test_" + std::string(recipe))).string());
     config.steps = 200;
     config.log_every = config.eval_every = 200;
-    config.optimizer_config =
+    config.optimizer =
         OptimConfig::from_yaml_file(std::string(MUON_EXAMPLES_DIR "/") + recipe + ".yaml");
     std::ostringstream log;
     const auto result = train(config, log);
@@ -184,15 +196,14 @@ cautious: true
   EXPECT_EQ(c.model.d_model, 48);
   EXPECT_EQ(c.model.n_layers, 3);
   EXPECT_EQ(c.model.n_kv_heads, 3);
-  EXPECT_EQ(c.data, "corpus.txt");
-  EXPECT_DOUBLE_EQ(c.val_fraction, 0.2);
+  EXPECT_EQ(c.data.source, "corpus.txt");
+  EXPECT_DOUBLE_EQ(c.data.val_fraction, 0.2);
   EXPECT_EQ(c.steps, 77);
   EXPECT_EQ(c.batch_size, 5);
   EXPECT_EQ(c.checkpoint_every, 10);
-  EXPECT_EQ(c.seed, 9u);
-  ASSERT_TRUE(c.optimizer_config.has_value());
-  EXPECT_DOUBLE_EQ(c.optimizer_config->hybrid.muon.lr(), 0.01);
-  EXPECT_TRUE(c.optimizer_config->cautious);
+  EXPECT_EQ(c.seed, 9);
+  EXPECT_DOUBLE_EQ(c.optimizer.hybrid.muon.lr(), 0.01);
+  EXPECT_TRUE(c.optimizer.cautious);
   testing::expect_error<Error>([] { train_config_from_yaml("model: {layers: 3}"); },
                                {"model.layers: unknown key; did you mean 'n_layers'?"});
   testing::expect_error<Error>([] { train_config_from_yaml("train: {steps: 0}"); },
@@ -203,7 +214,7 @@ cautious: true
                                {"optimizer.lr must be > 0"});
   const auto example = train_config_from_yaml_file(MUON_EXAMPLES_DIR "/run.yaml");
   EXPECT_EQ(example.steps, 400);
-  EXPECT_EQ(example.data, "kjv");
+  EXPECT_EQ(example.data.source, "kjv");
 }
 
 TEST(Data, WindowsAreShiftedByOneByte) {

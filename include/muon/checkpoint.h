@@ -32,4 +32,8 @@ void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
 CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimizer,
                                torch::nn::Module* model = nullptr);
 
+// The step count and saved config of the checkpoint at `path`, changing nothing (what a resumed
+// run needs to know before it can build its optimizer).
+CheckpointInfo read_checkpoint_info(const std::string& path);
+
 }  // namespace muon

@@ -35,6 +35,9 @@ struct OptimConfig {
 
   // The resolved configuration, defaults filled, as YAML that from_yaml() reads back.
   std::string to_yaml() const;
+  // Throws muon::Error naming the key (optimizer.schedule, optimizer.param_groups[i].schedule,
+  // optimizer.momentum_schedule) when a schedule cannot run for `total_steps` updates.
+  void check_steps(int64_t total_steps) const;
 };
 
 // One key of a config section as the schema declares it, its default written as YAML; `kinds`: the

@@ -25,9 +25,10 @@ namespace muon {
 // What a numeric option accepts (checked with its name in the message).
 enum class Range {
   any,
-  nonnegative,    // finite, >= 0
-  positive,       // finite, > 0
-  unit_interval,  // in [0, 1)
+  nonnegative,         // finite, >= 0
+  positive,            // finite, > 0
+  unit_interval,       // in [0, 1)
+  open_unit_interval,  // in (0, 1)
 };
 
 inline const char* range_text(Range range) {
@@ -40,6 +41,8 @@ inline const char* range_text(Range range) {
       return "> 0";
     case Range::unit_interval:
       return "in [0, 1)";
+    case Range::open_unit_interval:
+      return "in (0, 1)";
   }
   return "";
 }
@@ -55,6 +58,8 @@ inline bool in_range(Range range, double value) {
       return std::isfinite(value) && value > 0;
     case Range::unit_interval:
       return value >= 0 && value < 1;
+    case Range::open_unit_interval:
+      return value > 0 && value < 1;
   }
   return false;
 }

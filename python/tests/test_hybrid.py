@@ -44,6 +44,32 @@ def test_routing_of_a_gpt_with_tied_weights_and_a_frozen_table():
     assert "blocks.1.down_proj.weight" in text and "hidden 2-D matrix" in text
 
 
+class Positional(torch.nn.Module):
+    """A positional table as a bare parameter (T, D), a hidden layer and an output layer `out`."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.zeros(16, 8))
+        self.hidden = torch.nn.Linear(8, 8)
+        self.out = torch.nn.Linear(8, 3)
+
+
+def test_routing_sends_output_layers_and_positional_tables_to_adamw():
+    def roles(model):
+        return {row["name"]: (row["role"], row["reason"])
+                for row in muon_cpp.build_optimizer(model, None, 10).report()}
+
+    sequential = roles(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                           torch.nn.Linear(16, 4)))
+    assert sequential["0.weight"] == ("muon", "hidden 2-D matrix")
+    assert sequential["2.weight"] == ("adamw", "the last layer of a sequential model "
+                                               "(it produces the output)")
+    positional = roles(Positional())
+    assert positional["pos"] == ("adamw", "name part 'pos' marks an input/output layer")
+    assert positional["out.weight"] == ("adamw", "name part 'out' marks an input/output layer")
+    assert positional["hidden.weight"][0] == "muon"
+
+
 def rows_for(rows, tensor, model):
     name = next(n for n, p in model.named_parameters() if p is tensor)
     return rows[name]

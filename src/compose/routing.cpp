@@ -55,10 +55,19 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Name parts that mark a layer mapping into or out of a discrete space (Speedtronic's list).
-const std::array<const char*, 12> kInputOutputNames = {
-    "embed",  "embedding",   "wte",   "wpe",        "lm_head", "classifier",
-    "output", "output_proj", "score", "score_proj", "head",    "value_embeds"};
+// Name parts that mark a layer mapping into or out of a discrete space: Speedtronic's list, then
+// common names of output layers and positional tables.
+const std::array<const char*, 22> kInputOutputNames = {"embed",         "embedding",
+                                                       "wte",           "wpe",
+                                                       "lm_head",       "classifier",
+                                                       "output",        "output_proj",
+                                                       "score",         "score_proj",
+                                                       "head",          "value_embeds",
+                                                       "out",           "logits",
+                                                       "fc_out",        "unembed",
+                                                       "readout",       "pos",
+                                                       "pos_emb",       "pos_embed",
+                                                       "pos_embedding", "position_embeddings"};
 
 std::string input_output_part(const std::string& name) {
   std::stringstream parts(lower(name));
@@ -178,6 +187,35 @@ Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank)
   return {Role::muon, "hidden 2-D matrix", {}};
 }
 
+bool is_child_index(const std::string& name) {  // "2.weight": a parameter of a Sequential's child
+  const auto dot = name.find('.');
+  return dot != std::string::npos && dot > 0 && name.find_first_not_of("0123456789") == dot;
+}
+
+// The model's last matrix, when the heuristics made it a hidden one although nothing was seen to
+// map into or out of the model: in a sequential model (every name starts with a child index) it
+// produces the output, so it goes to AdamW; elsewhere the report says the role is a guess.
+void review_last_matrix(std::vector<RoutedParameter>& routes) {
+  RoutedParameter* last = nullptr;
+  bool io_seen = false, sequential = !routes.empty();
+  for (auto& r : routes) {
+    if (r.role == Role::frozen) continue;
+    if (r.tensor.dim() >= 2 && r.tensor.is_floating_point()) last = &r;
+    io_seen = io_seen || r.reason.rfind("name part", 0) == 0 ||
+              r.reason.rfind("owned by an embedding", 0) == 0;
+    sequential = sequential && is_child_index(r.name);
+  }
+  if (last == nullptr || io_seen || last->reason != "hidden 2-D matrix") return;
+  if (sequential) {
+    last->role = Role::adamw;
+    last->reason = "the last layer of a sequential model (it produces the output)";
+  } else {
+    last->reason +=
+        " (a guess: the model's last matrix; if it produces the output, route it to AdamW with "
+        "routing.adamw or a tag)";
+  }
+}
+
 // An explicit override, if any applies (docs/design.md §Routing, rule 3).
 std::optional<Decision> decide_override(const NamedParameter& p, const RoutingRules& rules) {
   std::optional<Role> role;
@@ -235,6 +273,7 @@ std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters
     out.push_back(
         {p.name, p.tensor, d.role, std::move(d.reason), p.module_type, std::move(d.view)});
   }
+  review_last_matrix(out);
   return out;
 }
 

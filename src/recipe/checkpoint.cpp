@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -313,21 +314,50 @@ LoadPlan plan_load(const c10::IValue& loaded, const std::string& path, HybridOpt
 
 }  // namespace
 
-CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimizer,
-                               torch::nn::Module* model) {
+namespace {
+
+// The archive at `path`, read within its declared sizes; errors name the file.
+c10::IValue read_checkpoint_file(const std::string& path) {
+  std::error_code error;
+  check(std::filesystem::is_regular_file(path, error), "checkpoint: cannot read '", path, "': ",
+        std::filesystem::exists(path, error) ? "it is not a regular file" : "it does not exist");
   std::ifstream file(path, std::ios::binary);
   check(file.good(), "checkpoint: cannot read '", path, "'");
   const std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
                                 std::istreambuf_iterator<char>());
-  c10::IValue loaded;
   try {
-    loaded = read_archive(bytes);
+    return read_archive(bytes);
   } catch (const std::exception& e) {
     std::string reason = e.what();
     reason = reason.substr(0, reason.find('\n'));
     throw Error("checkpoint '" + path + "' is truncated or corrupt (" + reason +
                 "); nothing was loaded");
   }
+}
+
+}  // namespace
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  const auto loaded = read_checkpoint_file(path);
+  try {
+    check(loaded.isGenericDict(), "checkpoint '", path, "' is not a muon-cpp checkpoint");
+    const auto root = c10::impl::toTypedDict<std::string, c10::IValue>(loaded.toGenericDict());
+    const auto format = field(root, "format", path);
+    check(format.isString() && format.toStringRef() == kFormat, "checkpoint '", path,
+          "' is not a muon-cpp checkpoint");
+    const auto step = field(root, "step_count", path);
+    check(step.isInt() && step.toInt() >= 0, "checkpoint '", path, "' has no valid step_count");
+    return {step.toInt(), field(root, "config", path).toStringRef()};
+  } catch (const c10::Error& e) {
+    std::string reason = e.what_without_backtrace();
+    throw Error("checkpoint '" + path + "' is malformed (" + reason.substr(0, reason.find('\n')) +
+                ")");
+  }
+}
+
+CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimizer,
+                               torch::nn::Module* model) {
+  const auto loaded = read_checkpoint_file(path);
   LoadPlan plan;
   try {
     plan = plan_load(loaded, path, optimizer, model);

@@ -29,9 +29,25 @@ std::string OptimConfig::to_yaml() const {
   return std::string(out.c_str()) + "\n";
 }
 
+void OptimConfig::check_steps(int64_t total_steps) const {
+  check(total_steps > 0, "total_steps must be > 0, got ", total_steps);
+  if (hybrid.schedule) {
+    with_context("optimizer.schedule", [&] { hybrid.schedule->check(total_steps); });
+  }
+  for (size_t i = 0; i < hybrid.groups.size(); ++i) {
+    if (!hybrid.groups[i].schedule) continue;
+    with_context("optimizer.param_groups[" + std::to_string(i) + "].schedule",
+                 [&] { hybrid.groups[i].schedule->check(total_steps); });
+  }
+  if (hybrid.momentum_schedule) {
+    with_context("optimizer.momentum_schedule", [&] { hybrid.momentum_schedule->check(); });
+  }
+}
+
 std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<NamedParameter>& parameters,
                                                  const OptimConfig& config, int64_t total_steps) {
   check(total_steps > 0, "build_optimizer: total_steps must be > 0, got ", total_steps);
+  config.check_steps(total_steps);
   auto options = config.hybrid;
   options.total_steps = total_steps;
   return std::make_unique<HybridOptimizer>(route(parameters, config.routing), options);

@@ -17,19 +17,10 @@
 #include <vector>
 
 #include "config_sections.h"
+#include "number_text.h"
 #include "muon/error.h"
 
 namespace muon::detail {
-
-// The shortest decimal text that reads back as `v` (0.65, not 0.65000000000000002).
-inline std::string shortest_text(double v) {
-  char text[32];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(text, sizeof text, "%.*g", digits, v);
-    if (std::strtod(text, nullptr) == v) break;
-  }
-  return text;
-}
 
 template <class E>
 using has_enum_names = decltype(EnumNames<E>::table);

@@ -95,7 +95,8 @@ def main():
             print(f"run {run}: finished before the kill")
         elif step is None:
             print(f"run {run}: killed {how} before the first checkpoint; starting over")
-            subprocess.run(command(muon, data, out), check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(command(muon, data, out) + ["--overwrite"], check=True,
+                           stdout=subprocess.DEVNULL)
         elif step < STEPS:
             print(f"run {run}: killed {how}; resuming from step {step}")
             subprocess.run(command(muon, data, out, resume=True), check=True,

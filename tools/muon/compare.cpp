@@ -7,11 +7,13 @@
 
 #include "muon/error.h"
 #include "plot.h"
+#include "recipe/number_text.h"
 
 namespace muon::demo {
 
+namespace fs = std::filesystem;
+
 CompareEntry compare_entry(const std::string& spec) {
-  namespace fs = std::filesystem;
   if (fs::exists(spec)) return {fs::path(spec).stem().string(), spec};
   const auto example = fs::path("examples") / (spec + ".yaml");
   check(fs::exists(example), "compare: '", spec, "' is neither a config file nor examples/", spec,
@@ -19,43 +21,101 @@ CompareEntry compare_entry(const std::string& spec) {
   return {spec, example.string()};
 }
 
-CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& entries,
-                      std::optional<double> target, std::ostream& log) {
-  check(!entries.empty(), "compare: give at least one optimizer");
-  CompareResult result;
-  for (const auto& entry : entries) {
-    auto config = base;
-    config.optimizer_config = OptimConfig::from_yaml_file(entry.config);
-    config.out_dir = (std::filesystem::path(base.out_dir) / entry.name).string();
-    log << "=== " << entry.name << " (" << entry.config << ")\n";
-    result.runs.emplace_back(entry.name, train(config, log));
-  }
-  result.target = target.value_or(result.runs.front().second.final_val_loss);
+namespace {
 
+// Every rate of `config` × m: the base rates of both algorithms and the groups' absolute ones.
+OptimConfig scaled(OptimConfig config, double m) {
+  auto& h = config.hybrid;
+  h.muon.lr(h.muon.lr() * m);
+  h.adamw.lr(h.adamw.lr() * m);
+  for (auto& g : h.groups) {
+    if (g.lr) *g.lr *= m;
+  }
+  return config;
+}
+
+// The report of the runs so far: compare.csv, compare.svg and the table on `log`.
+void report(const TrainConfig& base, CompareResult& result, std::ostream& log);
+
+}  // namespace
+
+CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& entries,
+                      const CompareOptions& options, std::ostream& log) {
+  check(!entries.empty(), "compare: give at least one optimizer");
+  // Every config is read and checked against the run's length before anything trains.
+  std::vector<OptimConfig> configs;
+  for (const auto& entry : entries) {
+    configs.push_back(with_context(entry.config, [&] {
+      auto c = OptimConfig::from_yaml(
+          (std::ostringstream() << std::ifstream(entry.config).rdbuf()).str());
+      c.check_steps(base.steps);
+      return c;
+    }));
+  }
+  const auto grid = options.lr_grid.empty() ? std::vector<double>{1.0} : options.lr_grid;
+  CompareResult result;
+  try {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      CompareRun best{entries[i].name, 1.0, {}, {}};
+      for (const double m : grid) {
+        auto config = base;
+        config.optimizer = scaled(configs[i], m);
+        config.overwrite = true;  // compare owns its directory
+        config.out_dir = (fs::path(base.out_dir) / entries[i].name).string();
+        if (grid.size() > 1) config.out_dir += "/lr" + detail::shortest_text(m);
+        log << "=== " << entries[i].name << " (" << entries[i].config << ")"
+            << (grid.size() > 1 ? ", rates x" + detail::shortest_text(m) : "") << "\n";
+        auto run = train(config, log);
+        best.sweep.emplace_back(m, run.final_val_loss);
+        if (best.sweep.size() == 1 || run.final_val_loss < best.result.final_val_loss) {
+          best.lr_multiplier = m;
+          best.result = std::move(run);
+        }
+      }
+      result.runs.push_back(std::move(best));
+    }
+  } catch (const std::exception&) {
+    if (!result.runs.empty()) {
+      log << "\na run failed; the report of the " << result.runs.size() << " finished:\n";
+      result.target = options.target.value_or(result.runs.front().result.final_val_loss);
+      report(base, result, log);
+    }
+    throw;
+  }
+  result.target = options.target.value_or(result.runs.front().result.final_val_loss);
+  report(base, result, log);
+  return result;
+}
+
+namespace {
+
+void report(const TrainConfig& base, CompareResult& result, std::ostream& log) {
   std::ostringstream csv;
-  csv << "optimizer,step,val_loss\n";
+  csv << "optimizer,lr_multiplier,step,val_loss\n";
   std::vector<Series> curves;
-  for (const auto& [name, run] : result.runs) {
-    Series curve{name, {}};
+  result.steps_to_target.clear();
+  for (const auto& run : result.runs) {
+    Series curve{run.name, {}};
     std::optional<int64_t> reached;
-    for (const auto& row : run.rows) {
+    for (const auto& row : run.result.rows) {
       if (!row.val_loss) continue;
-      csv << name << ',' << row.step << ',' << *row.val_loss << '\n';
+      csv << run.name << ',' << run.lr_multiplier << ',' << row.step << ',' << *row.val_loss
+          << '\n';
       curve.points.emplace_back(static_cast<double>(row.step), *row.val_loss);
       if (!reached && *row.val_loss <= result.target) reached = row.step;
     }
     result.steps_to_target.push_back(reached);
     curves.push_back(std::move(curve));
   }
-  std::ofstream(std::filesystem::path(base.out_dir) / "compare.csv") << csv.str();
-  std::ofstream(std::filesystem::path(base.out_dir) / "compare.svg") << svg_line_chart(
+  std::ofstream(fs::path(base.out_dir) / "compare.csv") << csv.str();
+  std::ofstream(fs::path(base.out_dir) / "compare.svg") << svg_line_chart(
       curves, "validation loss, same model, data and seed", "step", "validation loss (nats/byte)");
 
   // Validation loss at (up to) four equal steps, then the steps each run took to the target.
   const auto& first = result.runs.front();
   std::vector<int64_t> evaluated;
-  for (const auto& row : first.second.rows) {
-    if (row.val_loss) evaluated.push_back(row.step);
+  for (const auto& row : first.result.rows) {
+    if (row.val_loss && row.step > 0) evaluated.push_back(row.step);
   }
   std::vector<int64_t> shown;
   for (size_t q = 1; q <= 4 && !evaluated.empty(); ++q) {
@@ -68,12 +128,13 @@ CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& 
     }
     return "-";
   };
+  const bool tuned = first.sweep.size() > 1;
   char line[256];
-  log << "\n| optimizer |";
+  log << "\n| optimizer |" << (tuned ? " best lr × |" : "");
   for (const auto step : shown) log << " val @" << step << " |";
   std::snprintf(line, sizeof line, " steps to %.4f | ratio to %s |\n", result.target,
-                first.first.c_str());
-  log << line << "|---|";
+                first.name.c_str());
+  log << line << "|---|" << (tuned ? "---|" : "");
   for (size_t i = 0; i < shown.size(); ++i) log << "---|";
   log << "---|---|\n";
   for (size_t i = 0; i < result.runs.size(); ++i) {
@@ -85,13 +146,27 @@ CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& 
             ? std::to_string(static_cast<double>(*reached) / static_cast<double>(*base_reached))
                   .substr(0, 4)
             : "-";
-    log << "| " << result.runs[i].first << " |";
-    for (const auto step : shown) log << ' ' << loss_at(result.runs[i].second, step) << " |";
+    log << "| " << result.runs[i].name << " |"
+        << (tuned ? " " + detail::shortest_text(result.runs[i].lr_multiplier) + " |" : "");
+    for (const auto step : shown) log << ' ' << loss_at(result.runs[i].result, step) << " |";
     log << ' ' << steps << " | " << ratio << " |\n";
   }
-  log << "\nwrote " << (std::filesystem::path(base.out_dir) / "compare.csv").string()
-      << ", compare.svg\n";
-  return result;
+  if (tuned) {  // every rate's final loss, so the grid's edges can be seen
+    log << "\n| optimizer |";
+    for (const auto& [m, loss] : first.sweep) log << " lr ×" << detail::shortest_text(m) << " |";
+    log << "\n|---|";
+    for (size_t i = 0; i < first.sweep.size(); ++i) log << "---|";
+    log << '\n';
+    for (const auto& run : result.runs) {
+      log << "| " << run.name << " |";
+      for (const auto& [m, loss] : run.sweep)
+        log << ' ' << std::to_string(loss).substr(0, 6) << " |";
+      log << '\n';
+    }
+  }
+  log << "\nwrote " << (fs::path(base.out_dir) / "compare.csv").string() << ", compare.svg\n";
 }
+
+}  // namespace
 
 }  // namespace muon::demo

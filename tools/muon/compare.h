@@ -1,4 +1,5 @@
-// `muon compare`: the same model, data and seed trained under several optimizer configs.
+// `muon compare`: the same model, data and seed trained under several optimizer configs, each
+// optionally at a grid of learning rates (its best counts).
 #pragma once
 
 #include <optional>
@@ -15,8 +16,22 @@ struct CompareEntry {
   std::string config;  // YAML file of the optimizer config
 };
 
+struct CompareOptions {
+  std::optional<double> target;  // validation loss to count steps to (default: the baseline's)
+  // Learning-rate multipliers tried per optimizer (every base rate and group rate scaled); the
+  // one with the lowest final validation loss is compared. Empty: each config's own rates only.
+  std::vector<double> lr_grid;
+};
+
+struct CompareRun {
+  std::string name;
+  double lr_multiplier = 1;                      // the winner of the grid (1 without one)
+  TrainResult result;                            // of that rate
+  std::vector<std::pair<double, double>> sweep;  // (multiplier, final validation loss)
+};
+
 struct CompareResult {
-  std::vector<std::pair<std::string, TrainResult>> runs;
+  std::vector<CompareRun> runs;
   double target = 0;                                    // the validation loss steps are counted to
   std::vector<std::optional<int64_t>> steps_to_target;  // per run: first evaluation at or below
 };
@@ -24,10 +39,11 @@ struct CompareResult {
 // Resolves "name" to examples/name.yaml (relative to the working directory) or a path to a file.
 CompareEntry compare_entry(const std::string& spec);
 
-// Trains `base` once per entry (into base.out_dir/<name>), then writes compare.csv and
-// compare.svg into base.out_dir and prints a table. `target` defaults to the first entry's final
-// validation loss.
+// Reads every entry's config and checks it against base.steps (errors name the file and key),
+// then trains `base` once per entry and rate (into base.out_dir/<name>[/lr<multiplier>]) and
+// writes compare.csv and compare.svg into base.out_dir and prints a table. A run that fails
+// leaves the ones before it and their report in place.
 CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& entries,
-                      std::optional<double> target, std::ostream& log);
+                      const CompareOptions& options, std::ostream& log);
 
 }  // namespace muon::demo

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -20,13 +21,23 @@
 namespace muon::demo {
 namespace {
 
+constexpr int kInterrupted = 128 + SIGINT;  // muon train's exit code after a signal
+
 int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
 }
 
+// Signals to the launcher, passed on to every rank once each: the ranks run in their own process
+// group, so a terminal's Ctrl-C reaches them through here and exactly once.
+std::atomic<int> signals_received{0};
+extern "C" void count_signal(int) {
+  ++signals_received;
+}
+
 [[noreturn]] void exec_rank(int rank, int nproc, int port, const std::vector<std::string>& args) {
+  ::setpgid(0, 0);
   const auto set = [](const char* name, const std::string& value) {
     ::setenv(name, value.c_str(), 1);
   };
@@ -70,6 +81,13 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
   check(nproc >= 1, "--nproc must be >= 1, got ", nproc);
   const int port = free_local_port();
   std::map<pid_t, int> running;  // pid → rank
+  struct sigaction forward {
+  }, previous_int, previous_term;
+  forward.sa_handler = count_signal;
+  sigemptyset(&forward.sa_mask);
+  ::sigaction(SIGINT, &forward, &previous_int);
+  ::sigaction(SIGTERM, &forward, &previous_term);
+  int forwarded = 0;
   for (int rank = 0; rank < nproc; ++rank) {
     const pid_t pid = ::fork();
     check(pid >= 0, "launch: fork failed for rank ", rank);
@@ -80,13 +98,18 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
   int result = 0;
   Clock::time_point deadline = Clock::time_point::max();
   while (!running.empty()) {
+    for (; forwarded < signals_received; ++forwarded) {
+      for (const auto& [child, rank] : running) ::kill(child, SIGINT);
+    }
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
       const int rank = running.at(pid);
       running.erase(pid);
       const int code = exit_code(status);
-      if (code != 0 && result == 0) {
+      if (code == kInterrupted) {  // stopped by a signal after its checkpoint: not a failure
+        if (result == 0) result = code;
+      } else if (code != 0 && (result == 0 || result == kInterrupted)) {
         std::cerr << "muon train: rank " << rank << " of " << nproc << " failed (exit code " << code
                   << "); waiting up to " << grace.count() / 1000.0 << " s for the others\n";
         result = code;
@@ -103,6 +126,8 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  ::sigaction(SIGINT, &previous_int, nullptr);
+  ::sigaction(SIGTERM, &previous_term, nullptr);
   return result;
 }
 

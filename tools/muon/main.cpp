@@ -3,12 +3,14 @@
 
 #include <unistd.h>
 
+#include <csignal>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -17,11 +19,12 @@
 
 #include "bench.h"
 #include "compare.h"
-#include "plot.h"
 #include "launch.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/routing.h"
+#include "plot.h"
+#include "run_flags.h"
 #include "train.h"
 
 namespace {
@@ -92,72 +95,54 @@ int main(int argc, char** argv) {
       "muon — Muon + AdamW optimizers for LibTorch.\n"
       "Run `muon train` to train a small GPT on the King James Bible with the hybrid optimizer."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "muon " MUON_VERSION);
 
-  muon::demo::TrainConfig config;
+  muon::demo::ParsedFlags parsed;
+  muon::demo::TrainConfig invocation;
   int threads = 0;
   auto* train = app.add_subcommand(
       "train",
-      "Train the demo GPT (byte-level, RoPE, GQA, SwiGLU) with Muon for hidden matrices "
-      "and AdamW for the rest; prints progress and writes metrics.csv, routing.txt and "
-      "config.txt into --out.");
-  train->add_option("--steps", config.steps, "optimizer updates")->capture_default_str();
-  train->add_option("--seed", config.seed, "seed for initialization and batches")
-      ->capture_default_str();
-  train->add_option("--out", config.out_dir, "output directory")->capture_default_str();
-  train->add_option("--data", config.data, "\"kjv\" (Debian's bible-kjv) or a text file")
-      ->capture_default_str();
-  train->add_option("--batch-size", config.batch_size, "sequences per step")->capture_default_str();
-  train
-      ->add_option("--optimizer", config.optimizer,
-                   "muon: Muon for hidden matrices + AdamW for the rest; adamw: AdamW for all")
-      ->check(CLI::IsMember({"muon", "adamw"}))
-      ->capture_default_str();
-  std::string state_dtype = "float32";
-  train
-      ->add_option("--state-dtype", state_dtype,
-                   "optimizer state storage: float32, or bfloat16 (stochastic rounding)")
-      ->check(CLI::IsMember({"float32", "bfloat16"}))
-      ->capture_default_str();
-  train->add_option("--muon-lr", config.muon_lr, "peak learning rate of the Muon matrices")
-      ->capture_default_str();
-  train->add_option("--adamw-lr", config.adamw_lr, "peak learning rate of the AdamW tensors")
-      ->capture_default_str();
-  train->add_option("--log-every", config.log_every, "steps between progress lines")
-      ->capture_default_str();
-  train->add_option("--eval-every", config.eval_every, "steps between validation evaluations")
-      ->capture_default_str();
+      "Train the demo GPT (byte-level, RoPE, GQA, SwiGLU) with Muon for hidden matrices and AdamW "
+      "for the rest. Prints progress; writes into --out: config.yaml (the run, readable by "
+      "--config), routing.txt, metrics.csv and metrics.jsonl (a row per log interval, appended as "
+      "logged), loss.svg (redrawn at each evaluation) and checkpoint.pt (at the end, every "
+      "--checkpoint-every steps and on Ctrl-C). Ctrl-C or SIGTERM: the current step finishes, a "
+      "checkpoint is written and the resume command printed; a second one exits at once.");
+  const auto run_flags = muon::demo::add_run_flags(*train, parsed);
+  auto* out_option =
+      train->add_option("--out", invocation.out_dir, "output directory (with --resume: that one)")
+          ->capture_default_str();
   train->add_option("--threads", threads, "intra-op threads (0: LibTorch's default)")
       ->capture_default_str();
   std::string config_path;
   bool print_config = false;
   train
       ->add_option("--config", config_path,
-                   "YAML run config: optimizer (docs/config.md) and optional model, data and "
-                   "train sections; its optimizer replaces --optimizer, --state-dtype, "
-                   "--muon-lr and --adamw-lr, its sections override the other flags")
+                   "YAML run config: the optimizer (docs/config.md) and optional model, data and "
+                   "train sections; flags given beside it override it")
       ->check(CLI::ExistingFile);
   train
-      ->add_option("--resume", config.resume_dir,
-                   "continue from DIR/checkpoint.pt (weights, optimizer state, step)")
+      ->add_option("--resume", invocation.resume_dir,
+                   "continue the run in DIR from its checkpoint: its config is the run's; "
+                   "--steps, --log-every, --eval-every, --eval-batches and --checkpoint-every may "
+                   "change, any other flag must agree with it")
       ->check(CLI::ExistingDirectory);
-  train
-      ->add_option("--checkpoint-every", config.checkpoint_every,
-                   "also write checkpoint.pt every N steps (0: at the end only)")
-      ->capture_default_str();
+  train->add_flag("--overwrite", invocation.overwrite, "replace a run already in --out");
   int nproc = 1;
-  train->add_option("--nproc", nproc,
-                    "data-parallel ranks to launch on this machine (loopback, Gloo); under an "
-                    "external launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT instead")
+  train
+      ->add_option("--nproc", nproc,
+                   "data-parallel ranks to launch on this machine (loopback, Gloo); under an "
+                   "external launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT instead")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   double dist_timeout = 120;
-  train->add_option("--dist-timeout", dist_timeout,
-                    "seconds a rank waits for the others before failing")
+  train
+      ->add_option("--dist-timeout", dist_timeout,
+                   "seconds a rank waits for the others before failing")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
   train->add_flag("--print-config", print_config,
-                  "print the resolved optimizer config (defaults filled) and exit");
-  add_model_options(*train, config.model);
+                  "print the run config (the YAML the run stores as config.yaml) and exit");
 
   muon::demo::GptConfig route_model;
   bool untied = false;
@@ -174,7 +159,9 @@ int main(int argc, char** argv) {
   muon::demo::TrainConfig compare_config;
   compare_config.out_dir = "runs/compare";
   std::string compare_list = "adamw,muon";
-  std::optional<double> compare_target;
+  muon::demo::CompareOptions compare_options;
+  bool tune_lr = false;
+  std::vector<double> lr_grid{0.25, 0.5, 1, 2, 4};
   auto* compare = app.add_subcommand(
       "compare",
       "Train the same model, data and seed under several optimizer configs; print "
@@ -185,17 +172,20 @@ int main(int argc, char** argv) {
                    "comma-separated names of examples/*.yaml (run from the repository root) "
                    "or paths to YAML configs; the first is the baseline")
       ->capture_default_str();
-  compare->add_option("--target", compare_target,
+  compare->add_option("--target", compare_options.target,
                       "validation loss to count steps to (default: the baseline's final)");
   compare->add_option("--steps", compare_config.steps, "optimizer updates")->capture_default_str();
   compare->add_option("--seed", compare_config.seed, "seed")->capture_default_str();
   compare->add_option("--out", compare_config.out_dir, "output directory")->capture_default_str();
-  compare->add_option("--data", compare_config.data, "\"kjv\" or a text file")
+  compare->add_option("--data", compare_config.data.source, "\"kjv\" or a text file")
       ->capture_default_str();
   compare->add_option("--batch-size", compare_config.batch_size, "sequences per step")
       ->capture_default_str();
-  compare->add_option("--eval-every", compare_config.eval_every, "steps between evaluations")
-      ->capture_default_str();
+  auto* compare_eval = compare->add_option("--eval-every", compare_config.eval_every,
+                                           "steps between evaluations (default: steps / 10)");
+  compare->add_flag("--tune-lr", tune_lr,
+                    "train each optimizer at every rate of --lr-grid and compare the best of each");
+  compare->add_option("--lr-grid", lr_grid, "rate multipliers of --tune-lr")->capture_default_str();
   compare->add_option("--log-every", compare_config.log_every, "steps between progress lines")
       ->capture_default_str();
   add_model_options(*compare, compare_config.model);
@@ -224,8 +214,9 @@ int main(int argc, char** argv) {
       "Measure orthogonalization against this machine's GEMM rate, a whole Muon step "
       "against the same math in plain ATen, and AdamW against torch::optim::AdamW and "
       "the memory bandwidth — all in one run.");
-  bench->add_option("--only", bench_only,
-                    "sections to run: orthogonalize, muon, load, adamw, distributed")
+  bench
+      ->add_option("--only", bench_only,
+                   "sections to run: orthogonalize, muon, load, adamw, distributed")
       ->check(CLI::IsMember({"orthogonalize", "muon", "load", "adamw", "distributed"}));
   bool bench_one_environment = false;
   bench->add_flag("--one-environment", bench_one_environment,
@@ -244,8 +235,9 @@ int main(int argc, char** argv) {
                    "layers of the GPT-shaped AdamW parameter set")
       ->capture_default_str();
   bench->add_option("--adamw-width", bench_config.adamw_width, "its width")->capture_default_str();
-  bench->add_option("--dist-layers", bench_config.dist_layers,
-                    "layers of the demo GPT stepped on 1 and 2 ranks")
+  bench
+      ->add_option("--dist-layers", bench_config.dist_layers,
+                   "layers of the demo GPT stepped on 1 and 2 ranks")
       ->capture_default_str();
   bench->add_option("--dist-width", bench_config.dist_width, "its width")->capture_default_str();
   bench
@@ -253,32 +245,46 @@ int main(int argc, char** argv) {
                    "threads of every library (LibTorch's intra-op pool, OpenBLAS; 0: one per core)")
       ->capture_default_str();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {
+      const auto hint =
+          muon::demo::did_you_mean(app, std::vector<std::string>(argv + 1, argv + argc));
+      if (!hint.empty()) std::cerr << "error: " << hint << '\n';
+    }
+    return app.exit(e);
+  }
   try {
     if (threads > 0) at::set_num_threads(threads);
     if (*train) {
-      config.state_dtype = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-      if (!config_path.empty()) {
-        config = muon::demo::train_config_from_yaml_file(config_path, config);
-      }
+      invocation.progress_bar = isatty(STDOUT_FILENO) != 0;
+      invocation.handle_signals = true;
+      const auto run = muon::demo::resolve_run(invocation, out_option->count() > 0, run_flags,
+                                               config_path, std::cerr);
       if (print_config) {
-        std::cout
-            << (config.optimizer_config ? *config.optimizer_config : muon::OptimConfig()).to_yaml();
+        std::cout << run.to_yaml();
         return 0;
       }
-      config.progress_bar = isatty(STDOUT_FILENO) != 0;
       const auto timeout =
           std::chrono::milliseconds(static_cast<int64_t>(std::ceil(dist_timeout * 1000)));
       if (nproc > 1 && std::getenv("WORLD_SIZE") == nullptr) {
         return muon::demo::launch_local_ranks(nproc, without_nproc(argc, argv), timeout);
       }
-      muon::demo::train(config, std::cout, muon::Communicator::from_environment(timeout));
+      const auto result =
+          muon::demo::train(run, std::cout, muon::Communicator::from_environment(timeout));
+      if (result.interrupted_by != 0) return 128 + SIGINT;
     } else if (*compare) {
       std::vector<muon::demo::CompareEntry> entries;
       std::stringstream names(compare_list);
       std::string name;
       while (std::getline(names, name, ',')) entries.push_back(muon::demo::compare_entry(name));
-      muon::demo::compare(compare_config, entries, compare_target, std::cout);
+      if (compare_eval->count() == 0) {  // at least ten points per curve
+        compare_config.eval_every = std::max<int64_t>(1, compare_config.steps / 10);
+        compare_config.log_every = std::min(compare_config.log_every, compare_config.eval_every);
+      }
+      if (tune_lr) compare_options.lr_grid = lr_grid;
+      muon::demo::compare(compare_config, entries, compare_options, std::cout);
     } else if (*schedule) {
       const auto c = muon::OptimConfig::from_yaml_file(schedule_config);
       print_schedule(
@@ -313,10 +319,7 @@ int main(int argc, char** argv) {
       run.model = route_model;
       if (!route_config.empty()) run = muon::demo::train_config_from_yaml_file(route_config, run);
       muon::demo::Gpt model(run.model);
-      const auto optimizer =
-          run.optimizer_config
-              ? muon::build_optimizer(*model, *run.optimizer_config, run.steps)
-              : std::make_unique<muon::HybridOptimizer>(muon::route(*model), hybrid_options(run));
+      const auto optimizer = muon::build_optimizer(*model, run.optimizer, run.steps);
       std::cout << optimizer->report_text();
     }
   } catch (const muon::Error& e) {

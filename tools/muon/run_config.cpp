@@ -1,4 +1,5 @@
-// A whole run in one YAML file: `model`, `data` and `train` sections beside the optimizer config.
+// A whole run in one YAML file: `model`, `data` and `train` sections beside the optimizer config,
+// read and written by their schemas (gpt.h, train.h).
 #include <fstream>
 #include <sstream>
 
@@ -9,29 +10,49 @@ namespace muon::demo {
 
 namespace {
 
-void read_model(detail::Section s, GptConfig& m) {
-  detail::read_fields(s, m);  // every field of the model's schema (gpt.h)
+template <class S>
+void read_section(const YAML::Node& root, const char* key, S& out) {
+  if (!root[key]) return;
+  detail::Section s(root[key], key);
+  detail::read_fields(s, out);
   s.finish();
-  with_context(s.path(), [&] { m.check(); });
 }
 
-void read_train(detail::Section s, TrainConfig& c) {
-  s.read_positive("steps", c.steps);
-  s.read_positive("batch_size", c.batch_size);
-  s.read_positive("log_every", c.log_every);
-  s.read_positive("eval_every", c.eval_every);
-  s.read_positive("eval_batches", c.eval_batches);
-  if (const auto v = s.integer("checkpoint_every")) {
-    check(*v >= 0, s.key_path("checkpoint_every"), " must be >= 0, got ", *v);
-    c.checkpoint_every = *v;
-  }
-  if (const auto v = s.integer("seed")) c.seed = static_cast<uint64_t>(*v);
-  if (const auto v = s.integer("sample_bytes")) c.sample_bytes = *v;
-  if (const auto v = s.text("sample_prompt")) c.sample_prompt = *v;
-  s.finish();
+template <class S>
+void emit_section(YAML::Emitter& out, const char* key, const S& fields) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow;
+  detail::emit_fields(out, fields);
 }
 
 }  // namespace
+
+OptimConfig demo_optimizer(const std::string& name, at::ScalarType state, double muon_lr,
+                           double adamw_lr) {
+  OptimConfig c;
+  c.name = name;
+  auto& h = c.hybrid;
+  h.all_adamw = name == "adamw";
+  h.muon.lr(muon_lr).weight_decay(0.0).state_dtype(state);
+  h.adamw.lr(adamw_lr).betas({0.9, 0.95}).weight_decay(0.0).state_dtype(state);
+  LrSchedule s;
+  s.kind = ScheduleKind::warmdown;
+  s.warmup_steps = 20;
+  s.warmdown_ratio = 0.4;
+  s.final_lr_frac = 0.05;
+  h.schedule = s;
+  return c;
+}
+
+std::string TrainConfig::to_yaml() const {
+  YAML::Emitter out;
+  out.SetNullFormat(YAML::LowerNull);
+  out << YAML::BeginMap;
+  emit_section(out, "model", model);
+  emit_section(out, "data", data);
+  emit_section(out, "train", *this);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n" + optimizer.to_yaml();
+}
 
 TrainConfig train_config_from_yaml(const std::string& text, TrainConfig config) {
   YAML::Node root;
@@ -41,20 +62,13 @@ TrainConfig train_config_from_yaml(const std::string& text, TrainConfig config) 
     throw Error("config: invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
   check(root.IsMap(), "config: expected a mapping at the top");
-  if (root["model"]) read_model(detail::Section(root["model"], "model"), config.model);
-  if (root["data"]) {
-    detail::Section s(root["data"], "data");
-    if (const auto v = s.text("source")) config.data = *v;
-    if (const auto v = s.number("val_fraction")) {
-      check(*v > 0 && *v < 1, s.key_path("val_fraction"), " must be in (0, 1), got ", *v);
-      config.val_fraction = *v;
-    }
-    s.finish();
-  }
-  if (root["train"]) read_train(detail::Section(root["train"], "train"), config);
+  read_section(root, "model", config.model);
+  with_context("model", [&] { config.model.check(); });
+  read_section(root, "data", config.data);
+  read_section(root, "train", config);
   // Everything else is the optimizer's: its own reader checks it (and rejects unknown keys).
   for (const char* section : {"model", "data", "train"}) root.remove(section);
-  config.optimizer_config = OptimConfig::from_yaml(YAML::Dump(root));
+  if (root.size() > 0) config.optimizer = OptimConfig::from_yaml(YAML::Dump(root));
   return config;
 }
 

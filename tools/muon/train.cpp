@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,9 @@
 #include "muon/hybrid.h"
 #include "muon/routing.h"
 #include "plot.h"
+#include "recipe/number_text.h"
+#include "recipe/yaml_section.h"
+#include "signals.h"
 
 namespace muon::demo {
 
@@ -36,57 +40,74 @@ std::string clock_text(double seconds) {
   return buffer;
 }
 
-void write_file(const std::filesystem::path& path, const std::string& content) {
-  std::ofstream file(path);
-  check(file.good(), "train: cannot write '", path.string(), "'");
-  file << content;
-}
+namespace fs = std::filesystem;
 
-std::string metrics_jsonl(const std::vector<MetricsRow>& rows) {
-  std::ostringstream out;
-  out.precision(8);
-  for (const auto& r : rows) {
-    out << "{\"step\": " << r.step << ", \"train_loss\": " << r.train_loss << ", \"val_loss\": ";
-    if (r.val_loss) {
-      out << *r.val_loss;
-    } else {
-      out << "null";
-    }
-    out << ", \"lr\": " << r.lr << ", \"tokens_per_s\": " << r.tokens_per_s
-        << ", \"elapsed_s\": " << r.elapsed_s << "}\n";
+// Through a temporary file and a rename: a reader (or a second Ctrl-C) never sees half a file.
+void write_file(const fs::path& path, const std::string& content) {
+  const auto temporary = fs::path(path.string() + ".tmp");
+  {
+    std::ofstream file(temporary);
+    file << content;
+    check(file.good(), "train: cannot write '", temporary.string(), "'");
   }
-  return out.str();
+  fs::rename(temporary, path);
 }
 
 std::string loss_chart(const std::vector<MetricsRow>& rows) {
   Series train{"train loss", {}}, val{"val loss", {}};
   for (const auto& r : rows) {
-    train.points.emplace_back(static_cast<double>(r.step), r.train_loss);
+    if (!std::isnan(r.train_loss)) {
+      train.points.emplace_back(static_cast<double>(r.step), r.train_loss);
+    }
     if (r.val_loss) val.points.emplace_back(static_cast<double>(r.step), *r.val_loss);
   }
   return svg_line_chart({train, val}, "muon train", "step", "loss (nats/byte)");
-}
-
-std::string metrics_csv(const std::vector<MetricsRow>& rows) {
-  std::ostringstream out;
-  out << "step,train_loss,val_loss,lr,tokens_per_s,elapsed_s\n";
-  for (const auto& r : rows) {
-    out << r.step << ',' << r.train_loss << ',';
-    if (r.val_loss) out << *r.val_loss;
-    out << ',' << r.lr << ',' << r.tokens_per_s << ',' << r.elapsed_s << '\n';
-  }
-  return out.str();
 }
 
 void check_config(const TrainConfig& c) {
   c.model.check();
   check(c.steps > 0, "train: steps must be > 0, got ", c.steps);
   check(c.batch_size > 0, "train: batch_size must be > 0, got ", c.batch_size);
-  c.schedule.check(c.steps);
-  check(c.optimizer == "muon" || c.optimizer == "adamw", "train: optimizer must be \"muon\" or ",
-        "\"adamw\", got \"", c.optimizer, "\"");
+  const auto& name = c.optimizer.name;
+  check(name == "muon" || name == "muonclip" || name == "adamw",
+        "train: optimizer must be muon, muonclip or adamw, got \"", name, "\"");
   check(c.log_every > 0 && c.eval_every > 0 && c.eval_batches > 0,
         "train: log_every, eval_every and eval_batches must be > 0");
+  c.optimizer.check_steps(c.steps);
+}
+
+// The rate the last step used in the first group of one algorithm (NaN when it has none).
+double first_rate(const HybridOptimizer& optimizer, bool muon) {
+  for (const auto& group : optimizer.param_groups()) {
+    const bool is_muon = dynamic_cast<const MuonOptions*>(&group.options()) != nullptr;
+    if (is_muon == muon) return group.options().get_lr();
+  }
+  return NAN;
+}
+
+// Files of a run; a directory holding any is a run that only --resume (or overwrite) may touch.
+constexpr const char* kRunFiles[] = {"checkpoint.pt", "metrics.csv", "metrics.jsonl",
+                                     "config.yaml",   "routing.txt", "loss.svg"};
+
+bool holds_a_run(const fs::path& dir) {
+  for (const char* name : kRunFiles) {
+    if (fs::exists(dir / name)) return true;
+  }
+  return false;
+}
+
+// The loop's position within a log interval, saved with each checkpoint so that a resumed run
+// logs the rows the uninterrupted one would.
+struct Progress {
+  double window_loss = 0;  // sum of the losses since the last row
+  int64_t window_steps = 0;
+  double elapsed_s = 0;  // training time before this process
+};
+
+std::string checkpoint_text(const TrainConfig& config, const Progress& p) {
+  return config.to_yaml() + "progress: {window_loss: " + detail::shortest_text(p.window_loss) +
+         ", window_steps: " + std::to_string(p.window_steps) +
+         ", elapsed_s: " + detail::shortest_text(p.elapsed_s) + "}\n";
 }
 
 // One terminal line redrawn in place: [#####.....] step | loss | elapsed / ETA.
@@ -95,11 +116,42 @@ void draw_progress(std::ostream& log, int64_t done, int64_t last, double loss, d
   constexpr int kWidth = 30;
   const double fraction = static_cast<double>(done) / static_cast<double>(last);
   const int filled = static_cast<int>(fraction * kWidth);
-  const double eta = elapsed / static_cast<double>(done - first_step) *
-                     static_cast<double>(last - done);
+  const double eta =
+      elapsed / static_cast<double>(done - first_step) * static_cast<double>(last - done);
   log << "\r\033[K[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
       << done << '/' << last << " | loss " << loss << " | " << clock_text(elapsed) << " / ETA "
       << clock_text(eta) << std::flush;
+}
+
+// The log line of one metrics row: step, losses, each algorithm's rate, the gradient norm,
+// throughput and time.
+std::string progress_line(const MetricsRow& row, int64_t steps, int64_t steps_here,
+                          double seconds_here) {
+  const auto rate = [](double lr) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%.2e", lr);
+    return std::isnan(lr) ? std::string("-") : std::string(text);
+  };
+  const double per_step = seconds_here / static_cast<double>(std::max<int64_t>(steps_here, 1));
+  char line[320];
+  std::snprintf(
+      line, sizeof line,
+      "step %5lld/%lld | loss %.4f | val %s | lr muon %s adamw %s | grad %.3f | %7.0f tok/s | "
+      "%.2f it/s | %s / ETA %s",
+      static_cast<long long>(row.step), static_cast<long long>(steps), row.train_loss,
+      row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "  -   ",
+      rate(row.muon_lr).c_str(), rate(row.adamw_lr).c_str(), row.grad_norm, row.tokens_per_s,
+      1.0 / per_step, clock_text(row.elapsed_s).c_str(),
+      clock_text(per_step * static_cast<double>(steps - row.step)).c_str());
+  return line;
+}
+
+// The signal that stops the run after this step, the same on every rank: any rank's first.
+int agree_on_stop(int signal, Communicator& communicator) {
+  if (communicator.world_size() == 1) return signal;
+  auto value = at::full({1}, static_cast<double>(signal), at::kDouble);
+  communicator.all_reduce(value, ReduceOp::max);
+  return static_cast<int>(value.item<double>());
 }
 
 // splitmix64 (Steele, Lea, Flood 2014) of (seed, step): well-separated generator seeds for
@@ -109,16 +161,6 @@ uint64_t batch_seed(uint64_t seed, int64_t step) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
-}
-
-// The rate the last step used in the first Muon group (AdamW's without Muon): what the log shows.
-double leading_rate(const HybridOptimizer& optimizer) {
-  for (const auto& group : optimizer.param_groups()) {
-    if (dynamic_cast<const MuonOptions*>(&group.options()) != nullptr) {
-      return group.options().get_lr();
-    }
-  }
-  return optimizer.param_groups().front().options().get_lr();
 }
 
 }  // namespace
@@ -144,45 +186,12 @@ std::optional<std::string> LossMonitor::observe(int64_t step, double loss) {
   return std::string(line);
 }
 
-std::string TrainConfig::describe() const {
-  std::ostringstream out;
-  out << "model: {vocab_size: " << model.vocab_size << ", seq_len: " << model.seq_len
-      << ", d_model: " << model.d_model << ", n_layers: " << model.n_layers
-      << ", n_heads: " << model.n_heads << ", n_kv_heads: " << model.n_kv_heads
-      << ", ffn_hidden: " << model.hidden()
-      << ", tie_embeddings: " << (model.tie_embeddings ? "true" : "false") << "}\n"
-      << "data: " << data << "\nval_fraction: " << val_fraction << "\nsteps: " << steps
-      << "\nbatch_size: " << batch_size << "\noptimizer: " << optimizer
-      << "\nstate_dtype: " << state_dtype << "\nmuon_lr: " << muon_lr << "\nadamw_lr: " << adamw_lr
-      << "\nweight_decay: " << weight_decay << "\nschedule: {name: " << to_string(schedule.kind)
-      << ", warmup_steps: " << schedule.warmup_steps
-      << ", warmdown_ratio: " << schedule.warmdown_ratio
-      << ", final_lr_frac: " << schedule.final_lr_frac << "}\nlog_every: " << log_every
-      << "\neval_every: " << eval_every << "\neval_batches: " << eval_batches << "\nseed: " << seed
-      << "\nout_dir: " << out_dir << '\n';
-  return out.str();
-}
-
-HybridOptions hybrid_options(const TrainConfig& config) {
-  HybridOptions options;
-  options.muon =
-      MuonOptions(config.muon_lr).weight_decay(config.weight_decay).state_dtype(config.state_dtype);
-  options.adamw = AdamWOptions(config.adamw_lr)
-                      .betas({0.9, 0.95})
-                      .weight_decay(config.weight_decay)
-                      .state_dtype(config.state_dtype);
-  options.all_adamw = config.optimizer == "adamw";
-  options.schedule = config.schedule;
-  options.total_steps = config.steps;
-  return options;
-}
-
-double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config) {
+double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config, int64_t world) {
   at::NoGradGuard no_grad;
   double total = 0;
+  const int64_t batch = config.batch_size * world;  // the step's global batch: any world size
   for (int64_t i = 0; i < config.eval_batches; ++i) {
-    const auto [x, y] =
-        data.val_batch(i, config.batch_size, config.model.seq_len, config.eval_batches);
+    const auto [x, y] = data.val_batch(i, batch, config.model.seq_len, config.eval_batches);
     total += model->loss(x, y).item<double>();
   }
   return total / static_cast<double>(config.eval_batches);
@@ -201,7 +210,7 @@ class NullStream : public std::ostream {
 Gpt seeded_model(const TrainConfig& config) {
   static std::mutex global_generator;
   std::lock_guard<std::mutex> lock(global_generator);
-  at::manual_seed(config.seed);
+  at::manual_seed(static_cast<uint64_t>(config.seed));
   return Gpt(config.model);
 }
 
@@ -214,6 +223,43 @@ double global_mean(const at::Tensor& loss, Communicator& communicator) {
 
 }  // namespace
 
+StoredRun read_stored_run(const std::string& dir) {
+  const auto path = (fs::path(dir) / "checkpoint.pt").string();
+  const auto info = read_checkpoint_info(path);
+  return with_context(path, [&] {
+    YAML::Node root;
+    try {
+      root = YAML::Load(info.config_yaml);
+    } catch (const YAML::Exception& e) {
+      throw Error(std::string("its run config is not YAML (") + e.what() + ")");
+    }
+    check(root.IsMap() && root["progress"] && root["model"],
+          "it does not describe its run (written by an older muon train?); start a new run");
+    StoredRun stored;
+    stored.step = info.step_count;
+    detail::Section progress(root["progress"], "progress");
+    stored.window_loss = progress.number("window_loss").value_or(0.0);
+    stored.window_steps = progress.integer("window_steps").value_or(0);
+    stored.elapsed_s = progress.number("elapsed_s").value_or(0.0);
+    progress.finish();
+    root.remove("progress");
+    stored.config = train_config_from_yaml(YAML::Dump(root));
+    return stored;
+  });
+}
+
+void check_out_dir(const TrainConfig& config) {
+  const fs::path out(config.out_dir);
+  std::error_code error;
+  check(!fs::exists(out, error) || fs::is_directory(out, error), "train: --out '", config.out_dir,
+        "' exists and is not a directory");
+  const bool same_run = !config.resume_dir.empty() && fs::exists(out, error) &&
+                        fs::equivalent(out, config.resume_dir, error);
+  check(same_run || config.overwrite || !holds_a_run(out), "train: '", config.out_dir,
+        "' holds a run already; continue it with --resume ", config.out_dir,
+        ", choose another --out, or pass --overwrite to replace it");
+}
+
 TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
                   std::shared_ptr<Communicator> communicator) {
   check_config(config);
@@ -223,33 +269,44 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   const bool writer = rank == 0;  // rank 0 logs and writes the run's files
   NullStream quiet;
   std::ostream& log = writer ? rank0_log : quiet;
-  const std::filesystem::path out_dir(config.out_dir);
-  if (writer) {
-    std::filesystem::create_directories(out_dir);
-    write_file(out_dir / "config.txt", config.describe());
-  }
+  const fs::path out_dir(config.out_dir);
 
-  const TextDataset data(load_text(config.data), config.val_fraction);
+  // Everything is checked before the first file is written.
+  const TextDataset data(load_text(config.data.source), config.data.val_fraction);
   Gpt model = seeded_model(config);
-
-  auto owned = config.optimizer_config
-                   ? build_optimizer(*model, *config.optimizer_config, config.steps)
-                   : std::make_unique<HybridOptimizer>(route(*model), hybrid_options(config));
+  auto owned = build_optimizer(*model, config.optimizer, config.steps);
   auto& optimizer = *owned;
   optimizer.set_communicator(communicator);
-  if (config.optimizer_config && writer) {
-    write_file(out_dir / "config.yaml", config.optimizer_config->to_yaml());
-    for (const auto& note : config.optimizer_config->notes) log << note << '\n';
-  }
   optimizer.set_qk_clip_source(model.get());  // used when the config sets qk_clip
-  if (writer) write_file(out_dir / "routing.txt", optimizer.report_text());
   int64_t first_step = 0;
+  Progress progress;
   if (!config.resume_dir.empty()) {
-    const auto path = (std::filesystem::path(config.resume_dir) / "checkpoint.pt").string();
+    const auto stored = read_stored_run(config.resume_dir);
+    const auto path = (fs::path(config.resume_dir) / "checkpoint.pt").string();
     first_step = load_checkpoint(path, optimizer, model.get()).step_count;
     check(first_step < config.steps, "train: the checkpoint in '", config.resume_dir,
           "' is at step ", first_step, ", not before --steps ", config.steps);
-    log << "resumed from " << path << " at step " << first_step << "\n";
+    progress = {stored.window_loss, stored.window_steps, stored.elapsed_s};
+  }
+  std::optional<MetricsLog> metrics;
+  if (writer) {
+    check_out_dir(config);
+    std::optional<fs::path> earlier;
+    if (!config.resume_dir.empty()) earlier = fs::path(config.resume_dir);
+    metrics.emplace(out_dir, earlier, first_step);
+    // Checked: write.
+    fs::create_directories(out_dir);
+    if (config.resume_dir.empty()) {
+      for (const char* name : kRunFiles) fs::remove(out_dir / name);
+    }
+    write_file(out_dir / "config.yaml", config.to_yaml());
+    write_file(out_dir / "routing.txt", optimizer.report_text());
+    metrics->open();
+    for (const auto& note : config.optimizer.notes) log << note << '\n';
+    if (first_step > 0) {
+      log << "resumed from " << (fs::path(config.resume_dir) / "checkpoint.pt").string()
+          << " at step " << first_step << "\n";
+    }
   }
   const auto checkpoint_path = (out_dir / "checkpoint.pt").string();
   int64_t muon_tensors = 0, adamw_tensors = 0;
@@ -263,10 +320,10 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
       << (world > 1 ? ", " + std::to_string(world) + " ranks" : "") << "\n";
 
   TrainResult result;
-  if (writer) {
-    result.initial_val_loss = evaluate(model, data, config);
-    log << "step 0 | val loss " << result.initial_val_loss << " (uniform: " << std::log(256.0)
-        << ")\n";
+  if (writer && first_step == 0) {
+    const double val = evaluate(model, data, config, world);
+    metrics->append({0, NAN, val, NAN, NAN, NAN, 1.0, 0.0, 0.0});  // before any update
+    log << "step 0 | val loss " << val << " (uniform: " << std::log(256.0) << ")\n";
   }
 
   const auto tokens_per_step =
@@ -274,16 +331,22 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   const auto start = Clock::now();
   double optimizer_seconds = 0;
   double eval_seconds = 0;  // excluded from throughput and the optimizer's share
-  double window_loss = 0;
   auto window_start = Clock::now();
   const int64_t last =
       config.stop_after > 0 ? std::min(config.stop_after, config.steps) : config.steps;
+  std::optional<StopRequests> signals;
+  if (config.handle_signals) signals.emplace();
   LossMonitor monitor;
-  for (int64_t step = first_step; step < last; ++step) {
+  int64_t done = first_step;
+  int stopped_by = 0;
+  const auto elapsed = [&] { return progress.elapsed_s + seconds_since(start); };
+  while (done < last && stopped_by == 0) {
+    const int64_t step = done;
     // Each step's batch depends on (seed, step) only, so a resumed run sees the same data. With
     // ranks, the step draws world × batch_size windows and each rank takes its own rows: N ranks
     // see exactly the batch one process with N × batch_size would.
-    auto generator = at::detail::createCPUGenerator(batch_seed(config.seed, step));
+    auto generator =
+        at::detail::createCPUGenerator(batch_seed(static_cast<uint64_t>(config.seed), step));
     auto [x, y] = data.train_batch(config.batch_size * world, config.model.seq_len, generator);
     x = x.narrow(0, rank * config.batch_size, config.batch_size);
     y = y.narrow(0, rank * config.batch_size, config.batch_size);
@@ -294,69 +357,89 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
     optimizer.step();
     optimizer_seconds += seconds_since(optimizer_start);
     const double step_loss = world > 1 ? global_mean(loss, *communicator) : loss.item<double>();
-    window_loss += step_loss;
-    if (const auto alert = monitor.observe(step + 1, step_loss)) {
+    progress.window_loss += step_loss;
+    ++progress.window_steps;
+    done = step + 1;
+    if (const auto alert = monitor.observe(done, step_loss)) {
       log << (config.progress_bar ? "\r\033[K" : "") << *alert << std::endl;
     }
-
-    const int64_t done = step + 1;
     if (config.progress_bar && writer) {
       draw_progress(log, done, last, step_loss, seconds_since(start), first_step);
     }
-    const bool evaluate_now = done % config.eval_every == 0 || done == last;
-    const bool log_now = done % config.log_every == 0 || evaluate_now;
-    if (log_now) {
-      const int64_t window_steps = std::min((done - 1) % config.log_every + 1, done - first_step);
-      MetricsRow row{
-          done,
-          window_loss / static_cast<double>(window_steps),
-          std::nullopt,
-          leading_rate(optimizer),
-          tokens_per_step * static_cast<double>(window_steps) / seconds_since(window_start),
-          seconds_since(start)};
+    // Every rank stops after the same step (the first signal on any of them).
+    stopped_by = signals ? agree_on_stop(StopRequests::signal(), *communicator) : 0;
+
+    const bool evaluate_now = done % config.eval_every == 0 || done == config.steps;
+    if (done % config.log_every == 0 || evaluate_now) {
+      const auto& stats = optimizer.last_step();
+      MetricsRow row{done,
+                     progress.window_loss / static_cast<double>(progress.window_steps),
+                     std::nullopt,
+                     first_rate(optimizer, true),
+                     first_rate(optimizer, false),
+                     stats.grad_norm,
+                     stats.clip_factor,
+                     tokens_per_step * static_cast<double>(progress.window_steps) /
+                         seconds_since(window_start),
+                     0.0};
       if (evaluate_now && writer) {
         const auto eval_start = Clock::now();
-        row.val_loss = evaluate(model, data, config);
+        row.val_loss = evaluate(model, data, config, world);
         eval_seconds += seconds_since(eval_start);
       }
-      const double eta = row.elapsed_s / static_cast<double>(done - first_step) *
-                         static_cast<double>(last - done);
-      char line[256];
-      std::snprintf(
-          line, sizeof line,
-          "step %5lld/%lld | loss %.4f | val loss %s | lr %.2e | %7.0f tok/s | %s / ETA %s",
-          static_cast<long long>(done), static_cast<long long>(config.steps), row.train_loss,
-          row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "   -  ", row.lr,
-          row.tokens_per_s, clock_text(row.elapsed_s).c_str(), clock_text(eta).c_str());
-      log << (config.progress_bar ? "\r\033[K" : "") << line << std::endl;
-      result.rows.push_back(row);
-      window_loss = 0;
+      row.elapsed_s = elapsed();
+      log << (config.progress_bar ? "\r\033[K" : "")
+          << progress_line(row, config.steps, done - first_step, seconds_since(start)) << std::endl;
+      if (writer) {
+        metrics->append(row);
+        if (row.val_loss) write_file(out_dir / "loss.svg", loss_chart(metrics->rows()));
+      }
+      progress.window_loss = 0;
+      progress.window_steps = 0;
       window_start = Clock::now();
     }
     if (config.checkpoint_every > 0 && done % config.checkpoint_every == 0 && done < last) {
-      save_checkpoint(checkpoint_path, optimizer, model.get(), config.describe());
+      save_checkpoint(
+          checkpoint_path, optimizer, model.get(),
+          checkpoint_text(config, {progress.window_loss, progress.window_steps, elapsed()}));
     }
   }
-  save_checkpoint(checkpoint_path, optimizer, model.get(), config.describe());
+  save_checkpoint(
+      checkpoint_path, optimizer, model.get(),
+      checkpoint_text(config, {progress.window_loss, progress.window_steps, elapsed()}));
   const double total_seconds = seconds_since(start) - eval_seconds;
-  result.tokens_per_s = tokens_per_step * static_cast<double>(last - first_step) / total_seconds;
+  result.tokens_per_s = tokens_per_step * static_cast<double>(done - first_step) / total_seconds;
   result.optimizer_share = optimizer_seconds / total_seconds;
   result.loss_alerts = monitor.alerts();
+  result.steps_done = done;
+  result.interrupted_by = stopped_by;
   if (!writer) return result;
-  result.final_val_loss = *result.rows.back().val_loss;
-  write_file(out_dir / "metrics.csv", metrics_csv(result.rows));
-  write_file(out_dir / "metrics.jsonl", metrics_jsonl(result.rows));
-  write_file(out_dir / "loss.svg", loss_chart(result.rows));
+  result.rows = metrics->rows();
+  for (const auto& row : result.rows) {
+    if (row.step == 0 && row.val_loss) result.initial_val_loss = *row.val_loss;
+    if (row.val_loss) result.final_val_loss = *row.val_loss;
+  }
+  if (stopped_by != 0) {
+    log << (config.progress_bar ? "\r\033[K" : "") << "interrupted by "
+        << (stopped_by == SIGTERM ? "SIGTERM" : "SIGINT") << " after step " << done << "/"
+        << config.steps << "; wrote " << checkpoint_path << "\nresume with: muon train --resume "
+        << config.out_dir << "\n";
+    return result;
+  }
+  if (done < config.steps) {
+    log << "stopped after step " << done << "/" << config.steps << "; wrote " << checkpoint_path
+        << "\n";
+    return result;
+  }
 
-  auto sample_generator = at::detail::createCPUGenerator(config.seed);
+  auto sample_generator = at::detail::createCPUGenerator(static_cast<uint64_t>(config.seed));
   result.sample = generate(model, config.sample_prompt, config.sample_bytes, 0.8, sample_generator);
   log << "final val loss " << result.final_val_loss << " | "
       << static_cast<int64_t>(result.tokens_per_s) << " tok/s | optimizer "
       << static_cast<int>(100 * result.optimizer_share) << "% of step time\n--- sample ---\n"
       << result.sample << "\n--------------\n"
-      << "wrote " << (out_dir / "metrics.csv").string() << ", metrics.jsonl, loss.svg, "
-      << "checkpoint.pt, routing.txt, config.txt"
-      << (config.optimizer_config ? ", config.yaml" : "") << "\n";
+      << "wrote " << (out_dir / "metrics.csv").string()
+      << ", metrics.jsonl, loss.svg, checkpoint.pt, routing.txt, config.yaml\n";
   return result;
 }
 

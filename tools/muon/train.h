@@ -10,60 +10,67 @@
 #include <vector>
 
 #include "gpt.h"
+#include "metrics.h"
 #include "muon/config.h"
 #include "muon/hybrid.h"
 #include "muon/schedule.h"
 
 namespace muon::demo {
 
-// The embedded default run: a 4-layer, 128-wide GPT on the KJV, a few minutes on 2 CPU cores.
+// Where the text comes from (the `data` section of a run config).
+// clang-format off
+#define MUON_DATA_FIELDS(X)                                                                        \
+  X(std::string, source, source, "", "kjv", any, "", "kjv (Debian's bible-kjv) or a text file")    \
+  X(double, val_fraction, val_fraction, "", 0.05, open_unit_interval, "",                          \
+    "the last fraction of the text, held out for validation")
+// clang-format on
+struct DataConfig {
+  MUON_DATA_FIELDS(MUON_FIELD_MEMBER)
+};
+MUON_DEFINE_VISIT(DataConfig, MUON_DATA_FIELDS)
+
+// The training loop's settings (the `train` section of a run config).
+// clang-format off
+#define MUON_TRAIN_FIELDS(X)                                                                       \
+  X(int64_t, steps, steps, "", 400, positive, "", "optimizer updates")                             \
+  X(int64_t, batch_size, batch_size, "", 32, positive, "", "sequences per step and rank")          \
+  X(int64_t, log_every, log_every, "", 20, positive, "", "steps between metrics rows")             \
+  X(int64_t, eval_every, eval_every, "", 100, positive, "", "steps between validation losses")     \
+  X(int64_t, eval_batches, eval_batches, "", 8, positive, "", "validation batches per evaluation") \
+  X(int64_t, checkpoint_every, checkpoint_every, "", 0, nonnegative, "",                           \
+    "also write checkpoint.pt every N steps (0: at the end and on a signal only)")                 \
+  X(int64_t, seed, seed, "", 1337, nonnegative, "", "seed of initialization and batches")          \
+  X(int64_t, sample_bytes, sample_bytes, "", 240, nonnegative, "", "bytes of the final sample")    \
+  X(std::string, sample_prompt, sample_prompt, "", "And God said", any, "", "the sample's prompt")
+// clang-format on
+
+// The embedded default optimizer of `muon train`: Muon at 0.02 for the hidden matrices, AdamW at
+// 0.004 with betas (0.9, 0.95) for the rest, no weight decay, warmdown (20 warmup steps, the last
+// 40% down to 5%). `name` muon or adamw (AdamW for everything at `adamw_lr`).
+OptimConfig demo_optimizer(const std::string& name = "muon", at::ScalarType state = at::kFloat,
+                           double muon_lr = 0.02, double adamw_lr = 0.004);
+
+// A whole run: what it trains (model, data, optimizer) and how (the loop's settings), the same
+// object whether it comes from flags, a YAML file or a checkpoint; and where it goes.
 struct TrainConfig {
   GptConfig model;
-  std::string data = "kjv";  // "kjv" or a text file
-  double val_fraction = 0.05;
-  int64_t steps = 400;
-  int64_t batch_size = 32;
-  std::string optimizer = "muon";           // "muon": Muon + AdamW routed; "adamw": AdamW for all
-  at::ScalarType state_dtype = at::kFloat;  // optimizer state: kFloat or kBFloat16
-  double muon_lr = 0.02;                    // hidden matrices
-  double adamw_lr = 0.004;                  // embedding and norm weights
-  double weight_decay = 0.0;
-  LrSchedule schedule = default_schedule();  // warmdown: 20 warmup steps, last 40% down to 5%
-  int64_t log_every = 20;
-  int64_t eval_every = 100;
-  int64_t eval_batches = 8;
-  uint64_t seed = 1337;
+  DataConfig data;
+  MUON_TRAIN_FIELDS(MUON_FIELD_MEMBER)
+  OptimConfig optimizer = demo_optimizer();
+
+  // The invocation, not the run (not saved):
   std::string out_dir = "runs/latest";
-  // A YAML optimizer config (muon train --config); replaces optimizer, state_dtype, muon_lr,
-  // adamw_lr, weight_decay and schedule when set.
-  std::optional<OptimConfig> optimizer_config;
-  int64_t checkpoint_every = 0;  // also write out_dir/checkpoint.pt every N steps (0: end only)
-  std::string resume_dir;        // continue from resume_dir/checkpoint.pt
-  int64_t stop_after = 0;        // stop (with a checkpoint) after this many steps; 0: run all
-  bool progress_bar = false;     // redraw a progress line every step (set when on a terminal)
-  int64_t sample_bytes = 240;
-  std::string sample_prompt = "And God said";
+  std::string resume_dir;       // continue from resume_dir/checkpoint.pt
+  int64_t stop_after = 0;       // stop (with a checkpoint) after this many steps; 0: run all
+  bool progress_bar = false;    // redraw a progress line every step (set when on a terminal)
+  bool handle_signals = false;  // SIGINT/SIGTERM: finish the step, checkpoint, exit (muon train)
+  bool overwrite = false;       // replace a run already in out_dir
 
-  std::string describe() const;  // the resolved settings, one `key: value` per line
-
-  static LrSchedule default_schedule() {
-    LrSchedule s;
-    s.kind = ScheduleKind::warmdown;
-    s.warmup_steps = 20;
-    s.warmdown_ratio = 0.4;
-    s.final_lr_frac = 0.05;
-    return s;
-  }
+  // The run as YAML (model, data, train and the optimizer config), read back by
+  // train_config_from_yaml to the same run.
+  std::string to_yaml() const;
 };
-
-struct MetricsRow {
-  int64_t step;  // updates done
-  double train_loss;
-  std::optional<double> val_loss;
-  double lr;  // Muon's rate at this step
-  double tokens_per_s;
-  double elapsed_s;
-};
+MUON_DEFINE_VISIT(TrainConfig, MUON_TRAIN_FIELDS)
 
 // Watches the training loss for trouble a long run must not hide: a non-finite loss, or a spike
 // above `factor` × the running mean (an exponential average, trusted after `warmup` steps).
@@ -82,29 +89,46 @@ class LossMonitor {
 };
 
 struct TrainResult {
-  std::vector<MetricsRow> rows;
+  std::vector<MetricsRow> rows;  // every row of the run, earlier processes' included
   double initial_val_loss = 0;
   double final_val_loss = 0;
   double tokens_per_s = 0;
   double optimizer_share = 0;  // fraction of step time spent in optimizer.step()
   int64_t loss_alerts = 0;     // non-finite losses and spikes reported (LossMonitor)
-  std::string sample;
+  int64_t steps_done = 0;      // the step the run stopped at (its steps unless stopped early)
+  int interrupted_by = 0;      // the signal that stopped it (0: none)
+  std::string sample;          // empty unless the run finished
 };
 
-// A run from YAML: optional `model`, `data` ({source, val_fraction}) and `train` ({steps,
-// batch_size, log_every, eval_every, eval_batches, checkpoint_every, seed, sample_bytes,
-// sample_prompt}) sections over `defaults`; everything else is the optimizer config.
+// What a run directory's checkpoint says of its run: the run config (as TrainConfig, invocation
+// fields at their defaults), the step it reached, and the loop's position in its log interval.
+struct StoredRun {
+  TrainConfig config;
+  int64_t step = 0;
+  double window_loss = 0;
+  int64_t window_steps = 0;
+  double elapsed_s = 0;
+};
+StoredRun read_stored_run(const std::string& dir);
+
+// Throws unless config.out_dir may receive the run's files: a new or empty directory, the run
+// being resumed, or anything with config.overwrite.
+void check_out_dir(const TrainConfig& config);
+
+// A run from YAML: optional `model`, `data` and `train` sections over `defaults` (their keys:
+// MUON_GPT_FIELDS, MUON_DATA_FIELDS, MUON_TRAIN_FIELDS); everything else is the optimizer config,
+// which replaces the defaults' when the text has any of it.
 TrainConfig train_config_from_yaml(const std::string& text, TrainConfig defaults = {});
 TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig defaults = {});
 
-// The optimizer settings a run uses (also what `muon route` reports).
-HybridOptions hybrid_options(const TrainConfig& config);
+// Mean loss over the fixed validation windows: eval_batches batches of the step's global batch
+// (batch_size × world), so the figure does not depend on the number of ranks.
+double evaluate(Gpt& model, const class TextDataset& data, const TrainConfig& config,
+                int64_t world = 1);
 
-// Mean loss over the fixed validation windows.
-double evaluate(Gpt& model, const class TextDataset& data, const TrainConfig& config);
-
-// Runs the whole job, printing one progress line per log interval to `log` and writing config.txt,
-// routing.txt, metrics.csv and checkpoint.pt into config.out_dir. With a communicator of N ranks
+// Runs the whole job, printing one progress line per log interval to `log` and writing
+// config.yaml, routing.txt, metrics.csv/.jsonl (appended row by row), loss.svg (at each
+// evaluation) and checkpoint.pt into config.out_dir. With a communicator of N ranks
 // (every rank calls train), each rank computes batch_size of the step's N·batch_size windows, the
 // hybrid optimizer averages and shards (docs/design.md §Data parallelism), and rank 0 alone logs
 // and writes files; the others' results hold throughput only.

@@ -1,0 +1,130 @@
+"""Ctrl-C in `muon train`: a real SIGINT to a real process finishes the step, writes a checkpoint
+and prints the resume command; `--resume` then logs exactly the rows an uninterrupted run logs
+(every column but the timings, bit for bit, none lost or repeated). A flag that contradicts the run
+is refused and changes no file; `--print-config` is the config the run stores; an existing run is
+not overwritten without --overwrite; a second signal ends the process at once, leaving no torn
+checkpoint.
+
+    signal_resume.py MUON_BINARY DATA_FILE WORK_DIR
+"""
+import csv
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from torch_checkpoint import load_checkpoint
+
+STEPS = 150
+TIMED = {"tokens_per_s", "elapsed_s"}  # differ between any two runs
+
+
+def command(muon, data, out, *extra):
+    return [muon, "train", "--data", data, "--steps", str(STEPS), "--layers", "1",
+            "--d-model", "48", "--seq-len", "32", "--batch-size", "8", "--log-every", "10",
+            "--eval-every", "30", "--out", out, *extra]
+
+
+def rows(out):
+    with open(os.path.join(out, "metrics.csv"), newline="") as f:
+        return [{k: v for k, v in row.items() if k not in TIMED} for row in csv.DictReader(f)]
+
+
+def hashes(out):
+    return {name: hashlib.sha256(open(os.path.join(out, name), "rb").read()).hexdigest()
+            for name in sorted(os.listdir(out))}
+
+
+def run(args, **kwargs):
+    return subprocess.run(args, capture_output=True, text=True, **kwargs)
+
+
+def interrupt(args, out, rows_before, signals=1):
+    """Starts `args`, waits for `rows_before` metrics rows, sends SIGINT `signals` times."""
+    shutil.rmtree(out, ignore_errors=True)
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    path = os.path.join(out, "metrics.csv")
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None:
+        if os.path.exists(path) and len(open(path).readlines()) > rows_before:
+            break
+        time.sleep(0.01)
+    time.sleep(0.05)  # between two log rows
+    for _ in range(signals):
+        process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    return process.returncode, output
+
+
+def main():
+    muon, data, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    reference = os.path.join(work, "reference")
+    subprocess.run(command(muon, data, reference), check=True, stdout=subprocess.DEVNULL)
+    expected = rows(reference)
+    assert [int(r["step"]) for r in expected] == list(range(0, STEPS + 1, 10)), expected
+
+    # Ctrl-C mid-run, then --resume.
+    cut = os.path.join(work, "cut")
+    code, output = interrupt(command(muon, data, cut), cut, rows_before=4)
+    assert code == 130, (code, output)
+    assert f"resume with: muon train --resume {cut}" in output, output
+    step = load_checkpoint(os.path.join(cut, "checkpoint.pt"))["step_count"]
+    assert 0 < step < STEPS, step
+    print(f"signal_resume: SIGINT stopped the run after step {step} with a checkpoint")
+    resumed = run([muon, "train", "--resume", cut])
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"resumed from {cut}/checkpoint.pt at step {step}" in resumed.stdout, resumed.stdout
+    assert rows(cut) == expected, (rows(cut), expected)
+    print(f"signal_resume: the resumed run's {len(expected)} metrics rows equal the "
+          "uninterrupted run's")
+
+    # A contradicting flag changes nothing; a safe one is allowed (checked with --print-config).
+    before = hashes(cut)
+    refused = run([muon, "train", "--resume", cut, "--steps", str(STEPS + 50), "--d-model", "64"])
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert (f"--d-model 64 contradicts the run in {cut} (model.d_model: 48)" in refused.stderr), \
+        refused.stderr
+    assert hashes(cut) == before
+    config = open(os.path.join(cut, "config.yaml")).read()
+    printed = run([muon, "train", "--resume", cut, "--print-config"])
+    assert printed.returncode == 0 and printed.stdout == config, printed.stdout + printed.stderr
+    fresh = run(command(muon, data, os.path.join(work, "unused"), "--print-config"))
+    assert fresh.stdout == open(os.path.join(reference, "config.yaml")).read(), fresh.stdout
+    saved = load_checkpoint(os.path.join(cut, "checkpoint.pt"))["config"]
+    assert saved.startswith(config), (saved, config)
+    longer = run([muon, "train", "--resume", cut, "--steps", str(STEPS + 50), "--print-config"])
+    assert f"steps: {STEPS + 50}" in longer.stdout, longer.stdout
+    assert f"warning: --steps {STEPS + 50} changes the run's length from {STEPS}" in longer.stderr
+    print("signal_resume: a contradicting flag is refused and no file changes; --print-config "
+          "is the stored config")
+
+    # An existing run is not overwritten.
+    again = run(command(muon, data, cut))
+    assert again.returncode == 2 and "holds a run already" in again.stderr, again.stderr
+    assert hashes(cut) == before
+
+    # Two signals: out at once, no torn checkpoint.
+    twice = os.path.join(work, "twice")
+    code, output = interrupt(command(muon, data, twice, "--checkpoint-every", "1"), twice,
+                             rows_before=2, signals=2)
+    assert code == 130, (code, output)
+    path = os.path.join(twice, "checkpoint.pt")
+    if os.path.exists(path):
+        load_checkpoint(path)  # whole
+    print("signal_resume: a second signal ends the process at once; the checkpoint is whole")
+    # A directory where the checkpoint should be: a clear error, not an abort.
+    odd = os.path.join(work, "odd")
+    os.makedirs(os.path.join(odd, "checkpoint.pt"))
+    refused = run([muon, "train", "--resume", odd])
+    assert refused.returncode == 2, (refused.returncode, refused.stderr)
+    assert f"cannot read '{odd}/checkpoint.pt': it is not a regular file" in refused.stderr
+    print("signal_resume: OK")
+
+
+if __name__ == "__main__":
+    main()

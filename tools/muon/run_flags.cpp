@@ -1,0 +1,239 @@
+#include "run_flags.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <utility>
+
+#include "muon/error.h"
+#include "recipe/number_text.h"
+#include "recipe/yaml_section.h"
+
+namespace muon::demo {
+
+namespace {
+
+std::string text_of(const std::string& v) {
+  return v;
+}
+std::string text_of(double v) {
+  return detail::shortest_text(v);
+}
+std::string text_of(int64_t v) {
+  return std::to_string(v);
+}
+
+// A flag that sets one field of the run config; `get(config)` is that field.
+template <class Get>
+void field_flag(CLI::App& app, std::vector<RunFlag>& flags, TrainConfig& parsed, const char* name,
+                const char* key, bool safe, const char* help, Get get) {
+  auto* option = app.add_option(name, get(parsed), help)->capture_default_str();
+  flags.push_back({name, key, safe, option,
+                   [get, &parsed](TrainConfig& c) { get(c) = get(std::as_const(parsed)); },
+                   [get](const TrainConfig& c) { return text_of(get(c)); }});
+}
+
+// The base rate at update `step` of a run of `steps` under `config`'s schedule.
+double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
+  const auto& h = config.hybrid;
+  const double peak = h.all_adamw ? h.adamw.lr() : h.muon.lr();
+  return h.schedule ? peak * h.schedule->multiplier(step, steps, peak) : peak;
+}
+
+}  // namespace
+
+std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
+  std::vector<RunFlag> flags;
+  auto& parsed = values.run;
+  const auto add = [&](const char* name, const char* key, bool safe, const char* help, auto get) {
+    field_flag(train, flags, parsed, name, key, safe, help, get);
+  };
+  add(
+      "--steps", "train.steps", true, "optimizer updates",
+      [](auto& c) -> auto& { return c.steps; });
+  add(
+      "--seed", "train.seed", false, "seed for initialization and batches",
+      [](auto& c) -> auto& { return c.seed; });
+  add(
+      "--data", "data.source", false, "\"kjv\" (Debian's bible-kjv) or a text file",
+      [](auto& c) -> auto& { return c.data.source; });
+  add(
+      "--batch-size", "train.batch_size", false, "sequences per step (and rank)",
+      [](auto& c) -> auto& { return c.batch_size; });
+  add(
+      "--log-every", "train.log_every", true, "steps between progress lines and metrics rows",
+      [](auto& c) -> auto& { return c.log_every; });
+  add(
+      "--eval-every", "train.eval_every", true, "steps between validation evaluations",
+      [](auto& c) -> auto& { return c.eval_every; });
+  add(
+      "--eval-batches", "train.eval_batches", true, "validation batches per evaluation",
+      [](auto& c) -> auto& { return c.eval_batches; });
+  add(
+      "--checkpoint-every", "train.checkpoint_every", true,
+      "also write checkpoint.pt every N steps (0: at the end and on Ctrl-C only)",
+      [](auto& c) -> auto& { return c.checkpoint_every; });
+  add(
+      "--layers", "model.n_layers", false, "transformer blocks",
+      [](auto& c) -> auto& { return c.model.n_layers; });
+  add(
+      "--d-model", "model.d_model", false, "model width",
+      [](auto& c) -> auto& { return c.model.d_model; });
+  add(
+      "--heads", "model.n_heads", false, "query heads",
+      [](auto& c) -> auto& { return c.model.n_heads; });
+  add(
+      "--kv-heads", "model.n_kv_heads", false, "key/value heads (grouped-query attention)",
+      [](auto& c) -> auto& { return c.model.n_kv_heads; });
+  add(
+      "--seq-len", "model.seq_len", false, "context length in bytes",
+      [](auto& c) -> auto& { return c.model.seq_len; });
+
+  // The optimizer's flags set fields of its config.
+  auto& optimizer = values.optimizer;
+  auto& state_dtype = values.state_dtype;
+  auto& muon_lr = values.muon_lr;
+  auto& adamw_lr = values.adamw_lr;
+  auto* name = train
+                   .add_option("--optimizer", optimizer,
+                               "muon: Muon for hidden matrices + AdamW for the rest; adamw: AdamW "
+                               "for all")
+                   ->check(CLI::IsMember({"muon", "muonclip", "adamw"}))
+                   ->capture_default_str();
+  flags.push_back({"--optimizer", "optimizer.name", false, name,
+                   [&optimizer](TrainConfig& c) {
+                     c.optimizer.name = optimizer;
+                     c.optimizer.hybrid.all_adamw = optimizer == "adamw";
+                     if (optimizer == "muonclip" && !c.optimizer.hybrid.qk_clip_tau) {
+                       c.optimizer.hybrid.qk_clip_tau = 100.0;
+                     }
+                   },
+                   [](const TrainConfig& c) { return c.optimizer.name; }});
+  auto* dtype = train
+                    .add_option("--state-dtype", state_dtype,
+                                "optimizer state storage: float32, or bfloat16 (stochastic "
+                                "rounding)")
+                    ->check(CLI::IsMember({"float32", "bfloat16"}))
+                    ->capture_default_str();
+  flags.push_back({"--state-dtype", "optimizer.muon.state_dtype", false, dtype,
+                   [&state_dtype](TrainConfig& c) {
+                     const auto t = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+                     c.optimizer.hybrid.muon.state_dtype(t);
+                     c.optimizer.hybrid.adamw.state_dtype(t);
+                   },
+                   [](const TrainConfig& c) {
+                     return std::string(c.optimizer.hybrid.muon.state_dtype() == at::kBFloat16
+                                            ? "bfloat16"
+                                            : "float32");
+                   }});
+  auto* mlr = train.add_option("--muon-lr", muon_lr, "peak learning rate of the Muon matrices")
+                  ->capture_default_str();
+  flags.push_back({"--muon-lr", "optimizer.muon.lr", false, mlr,
+                   [&muon_lr](TrainConfig& c) { c.optimizer.hybrid.muon.lr(muon_lr); },
+                   [](const TrainConfig& c) { return text_of(c.optimizer.hybrid.muon.lr()); }});
+  auto* alr = train.add_option("--adamw-lr", adamw_lr, "peak learning rate of the AdamW tensors")
+                  ->capture_default_str();
+  flags.push_back({"--adamw-lr", "optimizer.adamw.lr", false, alr,
+                   [&adamw_lr](TrainConfig& c) { c.optimizer.hybrid.adamw.lr(adamw_lr); },
+                   [](const TrainConfig& c) { return text_of(c.optimizer.hybrid.adamw.lr()); }});
+  return flags;
+}
+
+TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
+                        const std::vector<RunFlag>& flags, const std::string& config_path,
+                        std::ostream& log) {
+  TrainConfig run;
+  if (invocation.resume_dir.empty()) {
+    if (!config_path.empty()) run = train_config_from_yaml_file(config_path);
+    for (const auto& flag : flags) {
+      if (flag.option->count() > 0) flag.apply(run);
+    }
+  } else {
+    const auto& dir = invocation.resume_dir;
+    const auto stored = read_stored_run(dir);
+    run = stored.config;
+    if (!config_path.empty()) {
+      auto described = train_config_from_yaml_file(config_path);
+      for (const auto& flag : flags) {  // what may change is not a contradiction
+        if (flag.safe_on_resume) flag.apply(described), flag.apply(run);
+      }
+      check(described.to_yaml() == run.to_yaml(), "train: --config ", config_path,
+            " describes another run than the one in ", dir,
+            " (compare it with --print-config --resume ", dir, "); drop --config to resume");
+      run = stored.config;
+    }
+    for (const auto& flag : flags) {
+      if (flag.option->count() == 0) continue;
+      auto changed = run;
+      flag.apply(changed);
+      const auto before = flag.value(run), after = flag.value(changed);
+      if (before == after) continue;
+      check(flag.safe_on_resume, "train: ", flag.name, " ", after, " contradicts the run in ", dir,
+            " (", flag.key, ": ", before, "); drop the flag to resume it, or start a new run ",
+            "with another --out");
+      if (flag.name == "--steps") {
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "warning: --steps %s changes the run's length from %s: its schedules are "
+                      "re-planned (the rate at step %lld moves from %.3g to %.3g)\n",
+                      after.c_str(), before.c_str(), static_cast<long long>(stored.step),
+                      rate_at(run.optimizer, stored.step, run.steps),
+                      rate_at(changed.optimizer, stored.step, changed.steps));
+        log << line;
+      }
+      run = changed;
+    }
+  }
+  run.out_dir =
+      out_given || invocation.resume_dir.empty() ? invocation.out_dir : invocation.resume_dir;
+  run.resume_dir = invocation.resume_dir;
+  run.stop_after = invocation.stop_after;
+  run.progress_bar = invocation.progress_bar;
+  run.handle_signals = invocation.handle_signals;
+  run.overwrite = invocation.overwrite;
+  return run;
+}
+
+std::string did_you_mean(const CLI::App& app, const std::vector<std::string>& args) {
+  const auto nearest = [](const std::string& word, const std::vector<std::string>& known) {
+    std::string best;
+    size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+    for (const auto& k : known) {
+      const auto d = detail::distance(word, k);
+      if (d < best_distance) best_distance = d, best = k;
+    }
+    return best;
+  };
+  std::vector<std::string> commands;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    commands.push_back(sub->get_name());
+  }
+  if (args.empty()) return "";
+  const CLI::App* command = nullptr;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == args[0]) command = sub;
+  }
+  if (command == nullptr) {
+    if (args[0].rfind("-", 0) == 0) return "";
+    const auto guess = nearest(args[0], commands);
+    return guess.empty() ? "" : "unknown command '" + args[0] + "'; did you mean '" + guess + "'?";
+  }
+  std::vector<std::string> flags;
+  for (const auto* option : command->get_options()) {
+    for (const auto& name : option->get_lnames()) flags.push_back("--" + name);
+  }
+  for (size_t i = 1; i < args.size(); ++i) {
+    const auto word = args[i].substr(0, args[i].find('='));
+    if (word.rfind("--", 0) != 0 || std::find(flags.begin(), flags.end(), word) != flags.end()) {
+      continue;
+    }
+    const auto guess = nearest(word, flags);
+    if (!guess.empty()) {
+      return "unknown option '" + word + "' of " + command->get_name() + "; did you mean '" +
+             guess + "'?";
+    }
+  }
+  return "";
+}
+
+}  // namespace muon::demo

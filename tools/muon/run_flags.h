@@ -1,0 +1,48 @@
+// The flags of `muon train` that describe the run, one declaration each: its name, the key it
+// sets in the run config, and whether a resumed run may change it. From the same list come the
+// CLI options, a fresh run's config (embedded default or --config, then the flags given) and a
+// resumed run's (the checkpoint's, refusing a flag that contradicts it).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "train.h"
+
+namespace muon::demo {
+
+struct RunFlag {
+  std::string name;     // "--layers"
+  std::string key;      // "model.n_layers"
+  bool safe_on_resume;  // a resumed run may change it (intervals, the run's length)
+  CLI::Option* option;
+  std::function<void(TrainConfig&)> apply;               // the parsed value into a config
+  std::function<std::string(const TrainConfig&)> value;  // the config's value, as text
+};
+
+// Where the parsed values land (it must outlive the flags).
+struct ParsedFlags {
+  TrainConfig run;
+  std::string optimizer = "muon", state_dtype = "float32";
+  double muon_lr = 0.02, adamw_lr = 0.004;
+};
+
+// Registers the run's flags on `train`.
+std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values);
+
+// The run to train: fresh (the embedded default or `config_path`, then every flag given) or, when
+// invocation.resume_dir is set, the checkpoint's run with the safe flags given applied (a change
+// of --steps is reported on `log`). The invocation fields (out_dir — default: the resumed
+// directory —, stop_after, overwrite, ...) come from `invocation`; out_given says --out was typed.
+TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
+                        const std::vector<RunFlag>& flags, const std::string& config_path,
+                        std::ostream& log);
+
+// For arguments CLI11 refused: "did you mean ..." for a mistyped command or option ("" when
+// nothing is close). `args` are the program's arguments without its name.
+std::string did_you_mean(const CLI::App& app, const std::vector<std::string>& args);
+
+}  // namespace muon::demo

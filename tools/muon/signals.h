@@ -1,0 +1,19 @@
+// SIGINT/SIGTERM for a training run: the first asks the loop to stop after the current step (it
+// then checkpoints and prints how to resume); a second ends the process at once.
+#pragma once
+
+namespace muon::demo {
+
+// Installs the handlers for as long as the guard lives (the previous ones come back after).
+class StopRequests {
+ public:
+  StopRequests();
+  ~StopRequests();
+  StopRequests(const StopRequests&) = delete;
+  StopRequests& operator=(const StopRequests&) = delete;
+
+  static bool requested();  // a signal arrived since the guard was made
+  static int signal();      // which (0: none)
+};
+
+}  // namespace muon::demo
