@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,16 @@ class PythonQkClipSource : public QkClipSource {
 };
 
 // ---- the engine: one C++ optimizer behind a Python optimizer ----
+
+// A state's step from PyTorch's layout (a float tensor): checked to be a whole number in range
+// before it becomes an integer.
+int64_t step_count(const std::string& key, const at::Tensor& t) {
+  check(t.numel() == 1, key, " must be a one-element tensor, got shape ", t.sizes());
+  const double v = t.item<double>();
+  check(std::isfinite(v) && v >= 0 && v <= 9007199254740992.0 && std::floor(v) == v, key,
+        " must be a whole number in [0, 2^53], got ", v);
+  return static_cast<int64_t>(v);
+}
 
 class Engine {
  public:
@@ -196,7 +207,7 @@ class Engine {
           const auto key = text(where + " key", key_object);
           if (key == "step") {
             entry.step = THPVariable_Check(value.ptr())
-                             ? static_cast<int64_t>(value.cast<at::Tensor>().item<double>())
+                             ? step_count(where + "['step']", value.cast<at::Tensor>())
                              : integer(where + "['step']", value);
           } else {
             if (!THPVariable_Check(value.ptr()))

@@ -27,7 +27,13 @@ double number(const std::string& key, py::handle v) {
 
 int64_t integer(const std::string& key, py::handle v) {
   if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) type_error(key, "an int", v);
-  return v.cast<int64_t>();
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow != 0) {
+    throw py::value_error(key + " must be an int that fits 64 bits, got " +
+                          py::repr(v).cast<std::string>());
+  }
+  return value;
 }
 
 // A list or tuple of ints.

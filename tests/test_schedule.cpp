@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "helpers.h"
+#include "muon/config.h"
 #include "muon/error.h"
 
 namespace muon {
@@ -158,6 +159,29 @@ TEST(Schedule, InvalidRangesAreErrors) {
   MomentumSchedule m;
   m.target = 1.0;
   expect_error<Error>([&] { m.check(); }, {"start and target must be in [0, 1)"});
+}
+
+}  // namespace
+}  // namespace muon
+
+namespace muon {
+namespace {
+
+TEST(Schedule, WarmdownWarmsUpForFlaxchatsFortyStepsUnlessSet) {
+  // flaxchat's warmdown schedule: 40 warmup steps by default, (t+1)/40 during them.
+  const auto config = OptimConfig::from_yaml("optimizer: {schedule: {name: warmdown}}");
+  const auto& s = *config.hybrid.schedule;
+  EXPECT_FALSE(s.warmup_steps.has_value());
+  EXPECT_EQ(s.warmup(), 40);
+  EXPECT_DOUBLE_EQ(s.multiplier(0, 1000), 1.0 / 40.0);
+  EXPECT_DOUBLE_EQ(s.multiplier(39, 1000), 1.0);
+  EXPECT_NE(config.to_yaml().find("warmup_steps: null"), std::string::npos);
+  // Set, it is what it says; other kinds default to none.
+  EXPECT_EQ(OptimConfig::from_yaml("optimizer: {schedule: {name: warmdown, warmup_steps: 0}}")
+                .hybrid.schedule->warmup(),
+            0);
+  EXPECT_EQ(
+      OptimConfig::from_yaml("optimizer: {schedule: {name: cosine}}").hybrid.schedule->warmup(), 0);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "helpers.h"
 #include "muon/config.h"
 #include "muon/error.h"
+#include "run_flags.h"
 
 namespace muon::demo {
 namespace {
@@ -150,6 +152,51 @@ TEST(Train, ResumedRunEqualsAnUninterruptedOne) {
   EXPECT_EQ(rest.final_val_loss, whole.final_val_loss) << log.str();
   EXPECT_EQ(rest.sample, whole.sample);
   EXPECT_NE(log.str().find("resumed from"), std::string::npos);
+}
+
+TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
+  const auto dir = (std::filesystem::temp_directory_path() / "muon_resume_flags").string();
+  auto config = fixture_config(dir);
+  config.steps = 20;
+  config.log_every = config.eval_every = 10;
+  config.stop_after = 10;
+  std::ostringstream log;
+  train(config, log);
+  const auto resolve = [&](std::vector<std::string> args) {
+    CLI::App app;
+    ParsedFlags parsed;
+    const auto flags = add_run_flags(app, parsed);
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+    app.parse(args);
+    TrainConfig invocation;
+    invocation.resume_dir = dir;
+    return resolve_run(invocation, false, flags, "", log);
+  };
+  const auto resumed = resolve({"--eval-every", "5", "--d-model", "64"});  // 64: as stored
+  EXPECT_EQ(resumed.eval_every, 5);
+  EXPECT_EQ(resumed.model.n_layers, config.model.n_layers);
+  EXPECT_EQ(resumed.data.source, config.data.source);
+  EXPECT_EQ(resumed.out_dir, dir);  // continued in place
+  testing::expect_error<Error>(
+      [&] {
+        resolve({"--d-model", "32"});
+      },
+      {"--d-model 32 contradicts the run in", "(model.d_model: 64)"});
+  testing::expect_error<Error>(
+      [&] {
+        resolve({"--muon-lr", "0.05"});
+      },
+      {"--muon-lr 0.05 contradicts the run in", "optimizer.muon.lr: 0.02"});
+  EXPECT_EQ(resolve({"--steps", "40"}).steps, 40);
+  EXPECT_NE(log.str().find("warning: --steps 40 changes the run's length from 20"),
+            std::string::npos)
+      << log.str();
+  auto fresh = fixture_config(dir);
+  fresh.overwrite = false;
+  testing::expect_error<Error>([&] { check_out_dir(fresh); },
+                               {"holds a run already; continue it with --resume"});
+  fresh.overwrite = true;
+  check_out_dir(fresh);
 }
 
 TEST(Train, DataAndConfigErrors) {

@@ -137,6 +137,8 @@ void check_ranges(const char* who, const Options& options) {
       in(static_cast<double>(value), info.name);
     } else if constexpr (std::is_same_v<T, std::optional<double>>) {
       if (value) in(*value, info.name);
+    } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
+      if (value) in(static_cast<double>(*value), info.name);
     } else if constexpr (std::is_same_v<T, std::tuple<double, double>>) {
       in(std::get<0>(value), std::string(info.name) + "[0]");
       in(std::get<1>(value), std::string(info.name) + "[1]");

@@ -83,7 +83,8 @@ MUON_DEFINE_VISIT(PowerTail, MUON_POWER_TAIL_FIELDS)
 #define MUON_LR_SCHEDULE_FIELDS(X)                                                                 \
   X(ScheduleKind, kind, name, "", ScheduleKind::constant, any, "",                                 \
     "constant, cosine, power, linear, warmdown, one_cycle or exponential (required)")              \
-  X(int64_t, warmup_steps, warmup_steps, "", 0, nonnegative, "", "updates of warmup")              \
+  X(std::optional<int64_t>, warmup_steps, warmup_steps, "", std::nullopt, nonnegative, "",         \
+    "updates of warmup; unset: 40 for warmdown (flaxchat/nanochat), 0 for the others")            \
   X(std::optional<int64_t>, decay_steps, decay_steps, "", std::nullopt, any, "cosine linear",      \
     "where the decay ends; unset: the run's length")                                               \
   X(double, init_value, init_value, "", 0.0, any, "cosine", "the multiplier the warmup starts at") \
@@ -112,6 +113,9 @@ MUON_DEFINE_VISIT(PowerTail, MUON_POWER_TAIL_FIELDS)
 struct LrSchedule {
   MUON_LR_SCHEDULE_FIELDS(MUON_FIELD_MEMBER)
 
+  static constexpr int64_t kWarmdownWarmup = 40;  // flaxchat's warmup for its warmdown schedule
+  // warmup_steps, or the kind's default when unset.
+  int64_t warmup() const;
   // Throws muon::Error naming the field when the schedule cannot run for `total_steps`.
   void check(int64_t total_steps) const;
   // The multiplier for update `step`; `peak` is the group's peak rate (power's law is absolute).

@@ -122,6 +122,8 @@ class HybridOptimizer(_EngineOptimizer):
     def __init__(self, model_or_named_parameters, config, total_steps):
         if isinstance(total_steps, bool) or not isinstance(total_steps, int):
             raise TypeError(f"total_steps must be an int, got {type(total_steps).__name__}")
+        if not 0 < total_steps <= 2**53:
+            raise ValueError(f"total_steps must be > 0 and <= 2^53, got {total_steps}")
         engine = _core.Engine.hybrid(_named_parameters(model_or_named_parameters),
                                      _config_text(config), total_steps)
         super().__init__(engine.groups(), {}, engine=engine)

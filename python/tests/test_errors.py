@@ -131,3 +131,26 @@ def test_hybrid_groups_are_fixed():
         optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
     with pytest.raises(TypeError, match="keeps its state in C\\+\\+"):
         optimizer.state = {model.wte.weight: {}}
+
+
+def test_out_of_range_numbers_name_the_setting_and_change_nothing():
+    p = torch.nn.Parameter(torch.randn(4, 3))
+    with pytest.raises(ValueError, match=r"ns_steps must be an int that fits 64 bits, got 10{30}"):
+        muon_cpp.Muon([p], ns_steps=10**30)
+    model = torch.nn.Linear(3, 4)
+    with pytest.raises(ValueError,
+                       match=r"total_steps must be > 0 and <= 2\^53, got 1180591620717411303424"):
+        muon_cpp.build_optimizer(model, None, 2**70)
+    # A state's step is checked before it becomes an integer (NaN, 1e30, fractions).
+    optimizer = muon_cpp.AdamW([p])
+    p.grad = torch.ones_like(p)
+    optimizer.step()
+    before = optimizer.state_dict()
+    for bad in (float("nan"), 1e30, 2.5, -1.0):
+        state = optimizer.state_dict()
+        state["state"][0]["step"] = torch.tensor(bad)
+        with pytest.raises(ValueError, match=r"\['step'\] must be a whole number in \[0, 2\^53\]"):
+            optimizer.load_state_dict(state)
+        after = optimizer.state_dict()
+        assert float(after["state"][0]["step"]) == float(before["state"][0]["step"])
+        assert torch.equal(after["state"][0]["exp_avg"], before["state"][0]["exp_avg"])

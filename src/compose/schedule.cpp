@@ -19,23 +19,28 @@ double half_cosine(double progress) {  // 1 at 0, 0 at 1
 
 }  // namespace
 
+int64_t LrSchedule::warmup() const {
+  return warmup_steps.value_or(kind == ScheduleKind::warmdown ? kWarmdownWarmup : 0);
+}
+
 void LrSchedule::check(int64_t total_steps) const {
+  const int64_t warmup = this->warmup();
   const auto name = to_string(kind);
   muon::check(total_steps > 0, "schedule: total_steps must be > 0, got ", total_steps);
-  muon::check(warmup_steps >= 0, "schedule.warmup_steps must be >= 0, got ", warmup_steps);
+  muon::check(warmup >= 0, "schedule.warmup_steps must be >= 0, got ", warmup);
   const int64_t end = decay_steps.value_or(total_steps);
   switch (kind) {
     case ScheduleKind::constant:
       return;
     case ScheduleKind::cosine:
-      muon::check(end - warmup_steps > 0, "schedule (cosine): decay_steps (", end,
-                  ") must exceed warmup_steps (", warmup_steps, ")");
+      muon::check(end - warmup > 0, "schedule (cosine): decay_steps (", end,
+                  ") must exceed warmup_steps (", warmup, ")");
       muon::check(exponent > 0, "schedule (cosine): exponent must be > 0, got ", exponent);
       return;
     case ScheduleKind::linear: {
-      const int64_t start = decay_start.value_or(warmup_steps);
-      muon::check(start >= warmup_steps, "schedule (linear): decay_start (", start,
-                  ") must be >= warmup_steps (", warmup_steps, ")");
+      const int64_t start = decay_start.value_or(warmup);
+      muon::check(start >= warmup, "schedule (linear): decay_start (", start,
+                  ") must be >= warmup_steps (", warmup, ")");
       muon::check(end > start, "schedule (linear): decay_steps (", end,
                   ") must exceed decay_start (", start, ")");
       return;
@@ -43,8 +48,8 @@ void LrSchedule::check(int64_t total_steps) const {
     case ScheduleKind::power:
       muon::check(power_a > 0 && power_c > 0, "schedule (power): a and c must be > 0");
       if (tail) {
-        muon::check(tail->start >= warmup_steps && tail->steps.value_or(total_steps) > tail->start,
-                    "schedule (power): the tail must start after the warmup (", warmup_steps,
+        muon::check(tail->start >= warmup && tail->steps.value_or(total_steps) > tail->start,
+                    "schedule (power): the tail must start after the warmup (", warmup,
                     ") and end after its start (", tail->start, ")");
       }
       return;
@@ -67,19 +72,20 @@ void LrSchedule::check(int64_t total_steps) const {
 }
 
 double LrSchedule::multiplier(int64_t step, int64_t total_steps, double peak) const {
+  const int64_t warmup = this->warmup();
   const int64_t end = decay_steps.value_or(total_steps);
   switch (kind) {
     case ScheduleKind::constant:
       return 1.0;
     case ScheduleKind::cosine: {
-      if (step < warmup_steps) return init_value + (1.0 - init_value) * ramp(step, warmup_steps);
-      const double T = static_cast<double>(end - warmup_steps);
-      const double t = std::min(static_cast<double>(step - warmup_steps), T);
+      if (step < warmup) return init_value + (1.0 - init_value) * ramp(step, warmup);
+      const double T = static_cast<double>(end - warmup);
+      const double t = std::min(static_cast<double>(step - warmup), T);
       return end_value + (1.0 - end_value) * std::pow(half_cosine(t / T), exponent);
     }
     case ScheduleKind::linear: {
-      if (step < warmup_steps) return ramp(step, warmup_steps);
-      const int64_t start = decay_start.value_or(warmup_steps);
+      if (step < warmup) return ramp(step, warmup);
+      const int64_t start = decay_start.value_or(warmup);
       if (step <= start) return 1.0;
       if (step >= end) return end_value;
       return 1.0 + (end_value - 1.0) * ramp(step - start, end - start);
@@ -89,8 +95,8 @@ double LrSchedule::multiplier(int64_t step, int64_t total_steps, double peak) co
         return std::min(peak, power_a * std::pow(static_cast<double>(t) * power_c, power_b));
       };
       double rate;
-      if (step < warmup_steps) {
-        rate = law(warmup_steps) * ramp(step, warmup_steps);
+      if (step < warmup) {
+        rate = law(warmup) * ramp(step, warmup);
       } else if (tail && step >= tail->start) {
         const int64_t tail_end = tail->steps.value_or(total_steps);
         const double from = law(tail->start);
@@ -103,7 +109,7 @@ double LrSchedule::multiplier(int64_t step, int64_t total_steps, double peak) co
       return rate / peak;
     }
     case ScheduleKind::warmdown: {
-      if (step < warmup_steps) return ramp(step + 1, warmup_steps);
+      if (step < warmup) return ramp(step + 1, warmup);
       const auto warmdown = std::llround(warmdown_ratio * static_cast<double>(total_steps));
       if (step <= total_steps - warmdown) return 1.0;
       // progress falls from 1 at the warmdown's start to 0 at total_steps (nanochat's form).
@@ -123,8 +129,8 @@ double LrSchedule::multiplier(int64_t step, int64_t total_steps, double peak) co
              (1.0 - final_low) * half_cosine((s - up) / (static_cast<double>(total_steps) - up));
     }
     case ScheduleKind::exponential:
-      if (step < warmup_steps) return ramp(step, warmup_steps);
-      return std::pow(decay_rate, static_cast<double>(step - warmup_steps) /
+      if (step < warmup) return ramp(step, warmup);
+      return std::pow(decay_rate, static_cast<double>(step - warmup) /
                                       static_cast<double>(transition_steps));
   }
   return 1.0;

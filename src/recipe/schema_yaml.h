@@ -183,7 +183,8 @@ void check_range(const OptionInfo& info, const std::string& path, const T& value
   if constexpr (std::is_same_v<T, double> || std::is_same_v<T, int64_t>) {
     require(in_range(info.range, static_cast<double>(value)), path, range_text(info.range),
             static_cast<double>(value));
-  } else if constexpr (std::is_same_v<T, std::optional<double>>) {
+  } else if constexpr (std::is_same_v<T, std::optional<double>> ||
+                       std::is_same_v<T, std::optional<int64_t>>) {
     if (value) check_range(info, path, *value);
   }
 }

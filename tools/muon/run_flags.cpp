@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 #include "muon/error.h"
@@ -26,8 +27,13 @@ std::string text_of(int64_t v) {
 // A flag that sets one field of the run config; `get(config)` is that field.
 template <class Get>
 void field_flag(CLI::App& app, std::vector<RunFlag>& flags, TrainConfig& parsed, const char* name,
-                const char* key, bool safe, const char* help, Get get) {
+                const char* key, bool safe, int64_t least, const char* help, Get get) {
   auto* option = app.add_option(name, get(parsed), help)->capture_default_str();
+  using T = std::decay_t<decltype(get(parsed))>;
+  if constexpr (std::is_same_v<T, int64_t>) {
+    // Whole numbers a double holds exactly; CLI11 alone would clamp 1e20 to 2^63 − 1 silently.
+    option->check(CLI::Range(least, int64_t{9007199254740992}));
+  }
   flags.push_back({name, key, safe, option,
                    [get, &parsed](TrainConfig& c) { get(c) = get(std::as_const(parsed)); },
                    [get](const TrainConfig& c) { return text_of(get(c)); }});
@@ -45,48 +51,50 @@ double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
 std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   std::vector<RunFlag> flags;
   auto& parsed = values.run;
-  const auto add = [&](const char* name, const char* key, bool safe, const char* help, auto get) {
-    field_flag(train, flags, parsed, name, key, safe, help, get);
+  // A flag of one field; `least` bounds a whole number from below.
+  const auto add = [&](const char* name, const char* key, bool safe, int64_t least,
+                       const char* help, auto get) {
+    field_flag(train, flags, parsed, name, key, safe, least, help, get);
   };
   add(
-      "--steps", "train.steps", true, "optimizer updates",
+      "--steps", "train.steps", true, 1, "optimizer updates",
       [](auto& c) -> auto& { return c.steps; });
   add(
-      "--seed", "train.seed", false, "seed for initialization and batches",
+      "--seed", "train.seed", false, 0, "seed for initialization and batches",
       [](auto& c) -> auto& { return c.seed; });
   add(
-      "--data", "data.source", false, "\"kjv\" (Debian's bible-kjv) or a text file",
+      "--data", "data.source", false, 0, "\"kjv\" (Debian's bible-kjv) or a text file",
       [](auto& c) -> auto& { return c.data.source; });
   add(
-      "--batch-size", "train.batch_size", false, "sequences per step (and rank)",
+      "--batch-size", "train.batch_size", false, 1, "sequences per step (and rank)",
       [](auto& c) -> auto& { return c.batch_size; });
   add(
-      "--log-every", "train.log_every", true, "steps between progress lines and metrics rows",
+      "--log-every", "train.log_every", true, 1, "steps between progress lines and metrics rows",
       [](auto& c) -> auto& { return c.log_every; });
   add(
-      "--eval-every", "train.eval_every", true, "steps between validation evaluations",
+      "--eval-every", "train.eval_every", true, 1, "steps between validation evaluations",
       [](auto& c) -> auto& { return c.eval_every; });
   add(
-      "--eval-batches", "train.eval_batches", true, "validation batches per evaluation",
+      "--eval-batches", "train.eval_batches", true, 1, "validation batches per evaluation",
       [](auto& c) -> auto& { return c.eval_batches; });
   add(
-      "--checkpoint-every", "train.checkpoint_every", true,
+      "--checkpoint-every", "train.checkpoint_every", true, 0,
       "also write checkpoint.pt every N steps (0: at the end and on Ctrl-C only)",
       [](auto& c) -> auto& { return c.checkpoint_every; });
   add(
-      "--layers", "model.n_layers", false, "transformer blocks",
+      "--layers", "model.n_layers", false, 1, "transformer blocks",
       [](auto& c) -> auto& { return c.model.n_layers; });
   add(
-      "--d-model", "model.d_model", false, "model width",
+      "--d-model", "model.d_model", false, 1, "model width",
       [](auto& c) -> auto& { return c.model.d_model; });
   add(
-      "--heads", "model.n_heads", false, "query heads",
+      "--heads", "model.n_heads", false, 1, "query heads",
       [](auto& c) -> auto& { return c.model.n_heads; });
   add(
-      "--kv-heads", "model.n_kv_heads", false, "key/value heads (grouped-query attention)",
+      "--kv-heads", "model.n_kv_heads", false, 1, "key/value heads (grouped-query attention)",
       [](auto& c) -> auto& { return c.model.n_kv_heads; });
   add(
-      "--seq-len", "model.seq_len", false, "context length in bytes",
+      "--seq-len", "model.seq_len", false, 1, "context length in bytes",
       [](auto& c) -> auto& { return c.model.seq_len; });
 
   // The optimizer's flags set fields of its config.
