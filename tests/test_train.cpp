@@ -212,6 +212,19 @@ TEST(Train, DataAndConfigErrors) {
   config = fixture_config("/tmp/muon_test_unused");
   config.model.seq_len = 4096;
   testing::expect_error<Error>([&] { train(config, log); }, {"shorter than one window"});
+  // Sizes the machine cannot hold are refused before anything is allocated or written.
+  config = fixture_config("/tmp/muon_test_too_big");
+  std::filesystem::remove_all(config.out_dir);
+  config.batch_size = 1'000'000'000;
+  testing::expect_error<Error>([&] { train(config, log); },
+                               {"train: the run needs about", "GiB this machine has",
+                                "make --batch-size, --seq-len, --d-model or --layers smaller"});
+  EXPECT_FALSE(std::filesystem::exists(config.out_dir));
+  config = fixture_config("/tmp/muon_test_too_big");
+  setenv("MUON_MEMORY_LIMIT", "0.001", 1);  // GiB
+  testing::expect_error<Error>([&] { train(config, log); }, {"MUON_MEMORY_LIMIT allows"});
+  unsetenv("MUON_MEMORY_LIMIT");
+  EXPECT_FALSE(std::filesystem::exists(config.out_dir));
 }
 
 TEST(Train, EachSeedRecipeInExamplesTrains) {

@@ -58,6 +58,13 @@ TextDataset::TextDataset(const std::string& text, double val_fraction) {
   val_ = to_tokens(text, split, text.size());
 }
 
+void TextDataset::check_window(int64_t seq_len) const {
+  for (const auto& [split, tokens] : {std::pair{"training", &train_}, {"validation", &val_}}) {
+    check(tokens->numel() > seq_len + 1, "data: the ", split, " split (", tokens->numel(),
+          " bytes) is shorter than one window of ", seq_len + 1, " bytes");
+  }
+}
+
 std::pair<at::Tensor, at::Tensor> TextDataset::train_batch(int64_t batch, int64_t seq_len,
                                                            at::Generator& generator) const {
   check(train_.numel() > seq_len + 1, "data: the training split (", train_.numel(),

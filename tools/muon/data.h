@@ -27,6 +27,8 @@ class TextDataset {
   std::pair<at::Tensor, at::Tensor> val_batch(int64_t index, int64_t batch, int64_t seq_len,
                                               int64_t n_batches) const;
 
+  // Throws muon::Error unless both splits hold a window of seq_len + 1 bytes.
+  void check_window(int64_t seq_len) const;
   int64_t train_bytes() const { return train_.numel(); }
   int64_t val_bytes() const { return val_.numel(); }
 
