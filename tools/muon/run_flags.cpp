@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -24,6 +25,24 @@ std::string text_of(int64_t v) {
   return std::to_string(v);
 }
 
+// A whole number in [least, 2^53] (what a double holds exactly); text that is not a number is left
+// to CLI11's conversion, which names it.
+CLI::Validator whole_number(int64_t least) {
+  const auto most = int64_t{9007199254740992};
+  return CLI::Validator(
+      [least, most](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long double v = std::strtold(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "";
+        if (v < static_cast<long double>(least) || v > static_cast<long double>(most)) {
+          return "Value " + text + " not in range " + std::to_string(least) + " to " +
+                 std::to_string(most);
+        }
+        return "";
+      },
+      "INT in [" + std::to_string(least) + " - 2^53]");
+}
+
 // A flag that sets one field of the run config; `get(config)` is that field.
 template <class Get>
 void field_flag(CLI::App& app, std::vector<RunFlag>& flags, TrainConfig& parsed, const char* name,
@@ -32,7 +51,7 @@ void field_flag(CLI::App& app, std::vector<RunFlag>& flags, TrainConfig& parsed,
   using T = std::decay_t<decltype(get(parsed))>;
   if constexpr (std::is_same_v<T, int64_t>) {
     // Whole numbers a double holds exactly; CLI11 alone would clamp 1e20 to 2^63 − 1 silently.
-    option->check(CLI::Range(least, int64_t{9007199254740992}));
+    option->check(whole_number(least));
   }
   flags.push_back({name, key, safe, option,
                    [get, &parsed](TrainConfig& c) { get(c) = get(std::as_const(parsed)); },
