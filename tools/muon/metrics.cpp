@@ -84,6 +84,8 @@ std::vector<MetricsRow> read_rows(const fs::path& path, int64_t upto) {
   return rows;
 }
 
+}  // namespace
+
 void write_atomically(const fs::path& path, const std::string& content) {
   const auto temporary = fs::path(path.string() + ".tmp");
   {
@@ -93,8 +95,6 @@ void write_atomically(const fs::path& path, const std::string& content) {
   }
   fs::rename(temporary, path);
 }
-
-}  // namespace
 
 MetricsLog::MetricsLog(fs::path dir, const std::optional<fs::path>& from, int64_t upto)
     : dir_(std::move(dir)) {

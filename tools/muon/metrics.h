@@ -26,6 +26,10 @@ struct MetricsRow {
 // elapsed_s (an empty cell: none).
 extern const char* const kMetricsHeader;
 
+// Writes `path` through a temporary file and a rename: a reader (or a second Ctrl-C) never sees
+// half a file.
+void write_atomically(const std::filesystem::path& path, const std::string& content);
+
 class MetricsLog {
  public:
   // The files in `dir`: fresh (a header only), or continuing the run in `from` (its rows up to

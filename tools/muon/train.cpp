@@ -44,17 +44,6 @@ std::string clock_text(double seconds) {
 
 namespace fs = std::filesystem;
 
-// Through a temporary file and a rename: a reader (or a second Ctrl-C) never sees half a file.
-void write_file(const fs::path& path, const std::string& content) {
-  const auto temporary = fs::path(path.string() + ".tmp");
-  {
-    std::ofstream file(temporary);
-    file << content;
-    check(file.good(), "train: cannot write '", temporary.string(), "'");
-  }
-  fs::rename(temporary, path);
-}
-
 std::string loss_chart(const std::vector<MetricsRow>& rows) {
   Series train{"train loss", {}}, val{"val loss", {}};
   for (const auto& r : rows) {
@@ -340,8 +329,8 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
     if (config.resume_dir.empty()) {
       for (const char* name : kRunFiles) fs::remove(out_dir / name);
     }
-    write_file(out_dir / "config.yaml", config.to_yaml());
-    write_file(out_dir / "routing.txt", optimizer.report_text());
+    write_atomically(out_dir / "config.yaml", config.to_yaml());
+    write_atomically(out_dir / "routing.txt", optimizer.report_text());
     metrics->open();
     for (const auto& note : config.optimizer.notes) log << note << '\n';
     if (first_step > 0) {
@@ -433,7 +422,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
           << progress_line(row, config.steps, done - first_step, seconds_since(start)) << std::endl;
       if (writer) {
         metrics->append(row);
-        if (row.val_loss) write_file(out_dir / "loss.svg", loss_chart(metrics->rows()));
+        if (row.val_loss) write_atomically(out_dir / "loss.svg", loss_chart(metrics->rows()));
       }
       progress.window_loss = 0;
       progress.window_steps = 0;
