@@ -210,11 +210,19 @@ py::dict to_dict(const Options& o) {
   return d;
 }
 
-// A missing key keeps the current setting; a value of the wrong type is a TypeError naming it.
+// A missing key keeps the current setting; a value of the wrong type is a TypeError naming it, a
+// value out of its domain (an unknown table or mode) a ValueError naming it.
 template <class Options>
 void update(Options& o, const py::dict& d) {
   visit_options(o, [&](const OptionInfo& info, auto& value) {
-    if (d.contains(info.name)) from_python(info.name, d[info.name], value);
+    if (!d.contains(info.name)) return;
+    try {
+      from_python(info.name, d[info.name], value);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.rfind(info.name, 0) == 0) throw;
+      throw Error(std::string(info.name) + ": " + what);
+    }
   });
 }
 

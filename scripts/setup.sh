@@ -16,6 +16,7 @@ packages=(
   bible-kjv                                 # the training text of `muon train`
   python3-torch python3-dev pybind11-dev    # the Python module muon_cpp (for /usr/bin/python3)
   python3-pytest python3-venv               # its tests, and `pip install .` in a virtual environment
+  python3-hypothesis python3-yaml           # the property tests (docs/robustness.md)
   bc                                        # arithmetic in tests/distributed_faults.sh
 )
 

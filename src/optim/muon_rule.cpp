@@ -43,7 +43,12 @@ void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOpti
   detail::check_kernels(o.fused(), p, "Muon", where);
   // The orthogonalization can run (a bf16 dtype on CPU needs bf16 dot products): checked before
   // anything changes, not in the middle of the step.
-  resolve_method(view, p.scalar_type(), p.device(), orthogonalize_options(o));
+  try {
+    resolve_method(view, p.scalar_type(), p.device(), orthogonalize_options(o));
+  } catch (const Error& e) {
+    const std::string dtype = o.ns_dtype() ? c10::toString(*o.ns_dtype()) : "unset";
+    throw Error("Muon: " + where + " with ns_dtype " + dtype + ": " + e.what());
+  }
 }
 
 MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,

@@ -20,6 +20,7 @@
 #include "bench_parts.h"
 #include "gpt.h"
 #include "launch.h"
+#include "memory.h"
 #include "math/cpu/newton_schulz_bf16.h"
 #include "muon/adam.h"
 #include "muon/distributed.h"
@@ -342,7 +343,32 @@ void bench_machine(BenchReport& report, std::ostream& log) {
 
 }  // namespace
 
+namespace {
+
+// Refuses sizes this machine cannot hold before anything is allocated. Each section keeps several
+// copies of its parameters side by side (ours, the reference's, gradients, state): ten for the
+// Muon and AdamW sections, weights, gradients and two moments on three models for the distributed.
+void check_bench_memory(const BenchConfig& c) {
+  const double w = static_cast<double>(c.muon_width), a = static_cast<double>(c.adamw_width);
+  const double muon = c.muon_step ? 10 * 16 * w * w * static_cast<double>(c.muon_layers) : 0;
+  const double adamw =
+      c.adamw ? 10 * (12 * a * a * static_cast<double>(c.adamw_layers) +
+                      static_cast<double>(c.vocab) * a)
+              : 0;
+  GptConfig dist_model;
+  dist_model.n_layers = c.dist_layers;
+  dist_model.d_model = c.dist_width;
+  const double dist = c.distributed ? 3 * 4 * dist_model.weight_count() : 0;
+  check_memory_need(4 * std::max({muon, adamw, dist}), "bench",
+                    "the parameters, gradients and state of its largest section",
+                    "--muon-width, --muon-layers, --adamw-width, --adamw-layers, --dist-width or "
+                    "--dist-layers");
+}
+
+}  // namespace
+
 BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
+  check_bench_memory(config);
   BenchReport report;
   report.threads = config.threads > 0
                        ? config.threads

@@ -14,6 +14,13 @@ namespace muon::demo {
 
 namespace F = torch::nn::functional;
 
+double GptConfig::weight_count() const {
+  const double d = static_cast<double>(d_model), L = static_cast<double>(n_layers);
+  const double kv = static_cast<double>(n_kv_heads) * static_cast<double>(head_dim());
+  return static_cast<double>(vocab_size) * d * (tie_embeddings ? 1 : 2) +
+         L * (2 * d * d + 2 * d * kv + 3 * d * static_cast<double>(hidden()));
+}
+
 void GptConfig::check() const {
   muon::check(vocab_size > 0 && seq_len > 0 && d_model > 0 && n_layers > 0,
               "model: vocab_size, seq_len, d_model and n_layers must be > 0");

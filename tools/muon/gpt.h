@@ -37,7 +37,8 @@ struct GptConfig {
 
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t hidden() const { return ffn_hidden > 0 ? ffn_hidden : (8 * d_model / 3 + 31) / 32 * 32; }
-  void check() const;  // throws muon::Error naming the inconsistent field
+  double weight_count() const;  // parameters (embeddings and head included)
+  void check() const;           // throws muon::Error naming the inconsistent field
 };
 MUON_DEFINE_VISIT(GptConfig, MUON_GPT_FIELDS)
 

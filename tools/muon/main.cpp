@@ -15,11 +15,12 @@
 #include <optional>
 #include <sstream>
 
-#include <fstream>
 
 #include "bench.h"
 #include "compare.h"
 #include "launch.h"
+#include "memory.h"
+#include "metrics.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/routing.h"
@@ -29,13 +30,29 @@
 
 namespace {
 
+using muon::demo::positive_number;
+using muon::demo::whole_number;
+
+// An option holding a whole number in [least, 2^53].
+template <class T>
+CLI::Option* add_count(CLI::App& cmd, const char* name, T& value, const char* help,
+                       int64_t least = 1) {
+  return cmd.add_option(name, value, help)->check(whole_number(least))->capture_default_str();
+}
+
 void add_model_options(CLI::App& cmd, muon::demo::GptConfig& model) {
-  cmd.add_option("--layers", model.n_layers, "transformer blocks")->capture_default_str();
-  cmd.add_option("--d-model", model.d_model, "model width")->capture_default_str();
-  cmd.add_option("--heads", model.n_heads, "query heads")->capture_default_str();
-  cmd.add_option("--kv-heads", model.n_kv_heads, "key/value heads (grouped-query attention)")
+  add_count(cmd, "--layers", model.n_layers, "transformer blocks");
+  add_count(cmd, "--d-model", model.d_model, "model width");
+  add_count(cmd, "--heads", model.n_heads, "query heads");
+  add_count(cmd, "--kv-heads", model.n_kv_heads, "key/value heads (grouped-query attention)");
+  add_count(cmd, "--seq-len", model.seq_len, "context length in bytes");
+}
+
+// The threads option of train and bench (0: one per core).
+CLI::Option* add_threads(CLI::App& cmd, int& threads, const char* help) {
+  return cmd.add_option("--threads", threads, help)
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  cmd.add_option("--seq-len", model.seq_len, "context length in bytes")->capture_default_str();
 }
 
 // One row per `every` steps: the multipliers the hybrid optimizer would apply.
@@ -53,8 +70,8 @@ void print_schedule(const muon::OptimConfig& c, int64_t steps, int64_t every,
       wd.points.emplace_back(
           x, h.weight_decay_schedule ? h.weight_decay_schedule->multiplier(t, steps) : 1.0);
     }
-    std::ofstream(svg_path) << muon::demo::svg_line_chart({lr, momentum, wd}, "schedules", "step",
-                                                          "value");
+    muon::demo::write_atomically(
+        svg_path, muon::demo::svg_line_chart({lr, momentum, wd}, "schedules", "step", "value"));
   }
   std::printf("%8s  %12s  %10s  %10s\n", "step", "lr_multiplier", "momentum", "wd_multiplier");
   for (int64_t t = 0; t < steps; t += every) {
@@ -88,6 +105,33 @@ std::string rank_label() {
   return std::string(" (rank ") + rank + " of " + world + ")";
 }
 
+// Every exception a command can end with, as one line on stderr and an exit status: 2 for input
+// the checks refused, 3 for a failed data-parallel collective, 1 for anything else — an error a
+// check should have caught first, reported all the same rather than ending by a signal.
+int report_failure(const std::exception_ptr& failure) {
+  const auto say = [](const std::string& what, int status) {
+    std::cerr << "error" << rank_label() << ": " << what << '\n';
+    return status;
+  };
+  try {
+    std::rethrow_exception(failure);
+  } catch (const muon::Error& e) {
+    return say(e.what(), 2);
+  } catch (const muon::DistributedError& e) {
+    return say(e.what(), 3);
+  } catch (const std::bad_alloc&) {
+    return say("out of memory (the sizes given passed the estimate of what this machine holds, "
+               "but an allocation failed); make the run smaller",
+               1);
+  } catch (const c10::Error& e) {
+    return say(e.what_without_backtrace(), 1);
+  } catch (const std::exception& e) {
+    return say(e.what(), 1);
+  } catch (...) {
+    return say("an unknown exception", 1);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,8 +156,7 @@ int main(int argc, char** argv) {
   auto* out_option =
       train->add_option("--out", invocation.out_dir, "output directory (with --resume: that one)")
           ->capture_default_str();
-  train->add_option("--threads", threads, "intra-op threads (0: LibTorch's default)")
-      ->capture_default_str();
+  add_threads(*train, threads, "intra-op threads (0: LibTorch's default)");
   std::string config_path;
   bool print_config = false;
   train
@@ -172,22 +215,26 @@ int main(int argc, char** argv) {
                    "comma-separated names of examples/*.yaml (run from the repository root) "
                    "or paths to YAML configs; the first is the baseline")
       ->capture_default_str();
-  compare->add_option("--target", compare_options.target,
-                      "validation loss to count steps to (default: the baseline's final)");
-  compare->add_option("--steps", compare_config.steps, "optimizer updates")->capture_default_str();
-  compare->add_option("--seed", compare_config.seed, "seed")->capture_default_str();
+  compare
+      ->add_option("--target", compare_options.target,
+                   "validation loss to count steps to (default: the baseline's final)")
+      ->check(positive_number());
+  add_count(*compare, "--steps", compare_config.steps, "optimizer updates");
+  add_count(*compare, "--seed", compare_config.seed, "seed", 0);
   compare->add_option("--out", compare_config.out_dir, "output directory")->capture_default_str();
   compare->add_option("--data", compare_config.data.source, "\"kjv\" or a text file")
       ->capture_default_str();
-  compare->add_option("--batch-size", compare_config.batch_size, "sequences per step")
-      ->capture_default_str();
-  auto* compare_eval = compare->add_option("--eval-every", compare_config.eval_every,
-                                           "steps between evaluations (default: steps / 10)");
+  add_count(*compare, "--batch-size", compare_config.batch_size, "sequences per step");
+  auto* compare_eval = compare
+                           ->add_option("--eval-every", compare_config.eval_every,
+                                        "steps between evaluations (default: steps / 10)")
+                           ->check(whole_number(1));
   compare->add_flag("--tune-lr", tune_lr,
                     "train each optimizer at every rate of --lr-grid and compare the best of each");
-  compare->add_option("--lr-grid", lr_grid, "rate multipliers of --tune-lr")->capture_default_str();
-  compare->add_option("--log-every", compare_config.log_every, "steps between progress lines")
+  compare->add_option("--lr-grid", lr_grid, "rate multipliers of --tune-lr")
+      ->check(positive_number())
       ->capture_default_str();
+  add_count(*compare, "--log-every", compare_config.log_every, "steps between progress lines");
   add_model_options(*compare, compare_config.model);
 
   std::string schedule_config;
@@ -200,9 +247,8 @@ int main(int argc, char** argv) {
   schedule->add_option("--config", schedule_config, "YAML optimizer config")
       ->required()
       ->check(CLI::ExistingFile);
-  schedule->add_option("--steps", schedule_steps, "the run's length")->capture_default_str();
-  schedule->add_option("--every", schedule_every, "print every N steps (0: about 20 rows)")
-      ->capture_default_str();
+  add_count(*schedule, "--steps", schedule_steps, "the run's length");
+  add_count(*schedule, "--every", schedule_every, "print every N steps (0: about 20 rows)", 0);
   std::string schedule_svg;
   schedule->add_option("--svg", schedule_svg, "also plot the curves into this SVG file");
 
@@ -223,27 +269,19 @@ int main(int argc, char** argv) {
                   "skip the second run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset");
   bench->add_option("--json", bench_json, "also write every figure to this JSON file");
   bench->add_option("--reps", bench_config.reps, "timed repetitions per figure (the best counts)")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  bench
-      ->add_option("--muon-layers", bench_config.muon_layers,
-                   "layers of the GPT-shaped Muon step (7 matrices each)")
-      ->capture_default_str();
-  bench->add_option("--muon-width", bench_config.muon_width, "width of those matrices")
-      ->capture_default_str();
-  bench
-      ->add_option("--adamw-layers", bench_config.adamw_layers,
-                   "layers of the GPT-shaped AdamW parameter set")
-      ->capture_default_str();
-  bench->add_option("--adamw-width", bench_config.adamw_width, "its width")->capture_default_str();
-  bench
-      ->add_option("--dist-layers", bench_config.dist_layers,
-                   "layers of the demo GPT stepped on 1 and 2 ranks")
-      ->capture_default_str();
-  bench->add_option("--dist-width", bench_config.dist_width, "its width")->capture_default_str();
-  bench
-      ->add_option("--threads", threads,
-                   "threads of every library (LibTorch's intra-op pool, OpenBLAS; 0: one per core)")
-      ->capture_default_str();
+  add_count(*bench, "--muon-layers", bench_config.muon_layers,
+            "layers of the GPT-shaped Muon step (7 matrices each)");
+  add_count(*bench, "--muon-width", bench_config.muon_width, "width of those matrices");
+  add_count(*bench, "--adamw-layers", bench_config.adamw_layers,
+            "layers of the GPT-shaped AdamW parameter set");
+  add_count(*bench, "--adamw-width", bench_config.adamw_width, "its width");
+  add_count(*bench, "--dist-layers", bench_config.dist_layers,
+            "layers of the demo GPT stepped on 1 and 2 ranks");
+  add_count(*bench, "--dist-width", bench_config.dist_width, "its width");
+  add_threads(*bench, threads,
+              "threads of every library (LibTorch's intra-op pool, OpenBLAS; 0: one per core)");
 
   try {
     app.parse(argc, argv);
@@ -305,7 +343,7 @@ int main(int argc, char** argv) {
       bench_config.threads = threads;
       const auto report = muon::demo::run_bench(bench_config, std::cout);
       if (!bench_json.empty()) {
-        std::ofstream(bench_json) << report.to_json();
+        muon::demo::write_atomically(bench_json, report.to_json());
         std::cout << "\nwrote " << bench_json << '\n';
       }
       if (report.openblas_env != "unset" && !bench_one_environment) {
@@ -318,16 +356,15 @@ int main(int argc, char** argv) {
       muon::demo::TrainConfig run;
       run.model = route_model;
       if (!route_config.empty()) run = muon::demo::train_config_from_yaml_file(route_config, run);
+      run.model.check();
+      muon::demo::check_memory_need(4 * run.model.weight_count(), "route: the model",
+                                    "its weights", "--d-model or --layers");
       muon::demo::Gpt model(run.model);
       const auto optimizer = muon::build_optimizer(*model, run.optimizer, run.steps);
       std::cout << optimizer->report_text();
     }
-  } catch (const muon::Error& e) {
-    std::cerr << "error" << rank_label() << ": " << e.what() << '\n';
-    return 2;
-  } catch (const muon::DistributedError& e) {
-    std::cerr << "error" << rank_label() << ": " << e.what() << '\n';
-    return 3;
+  } catch (...) {
+    return report_failure(std::current_exception());
   }
   return 0;
 }

@@ -91,9 +91,15 @@ void write_atomically(const fs::path& path, const std::string& content) {
   {
     std::ofstream file(temporary);
     file << content;
-    check(file.good(), "train: cannot write '", temporary.string(), "'");
+    check(file.good(), "cannot write '", temporary.string(), "'");
   }
-  fs::rename(temporary, path);
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) {
+    const auto why = error.message();
+    fs::remove(temporary, error);
+    throw Error("cannot write '" + path.string() + "': " + why);
+  }
 }
 
 MetricsLog::MetricsLog(fs::path dir, const std::optional<fs::path>& from, int64_t upto)

@@ -25,8 +25,8 @@ std::string text_of(int64_t v) {
   return std::to_string(v);
 }
 
-// A whole number in [least, 2^53] (what a double holds exactly); text that is not a number is left
-// to CLI11's conversion, which names it.
+}  // namespace
+
 CLI::Validator whole_number(int64_t least) {
   const auto most = int64_t{9007199254740992};
   return CLI::Validator(
@@ -42,6 +42,19 @@ CLI::Validator whole_number(int64_t least) {
       },
       "INT in [" + std::to_string(least) + " - 2^53]");
 }
+
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "";
+        return std::isfinite(v) && v > 0 ? "" : "Value " + text + " is not a finite number > 0";
+      },
+      "NUMBER > 0");
+}
+
+namespace {
 
 // A flag that sets one field of the run config; `get(config)` is that field.
 template <class Get>
@@ -154,11 +167,13 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
                                             : "float32");
                    }});
   auto* mlr = train.add_option("--muon-lr", muon_lr, "peak learning rate of the Muon matrices")
+                  ->check(positive_number())
                   ->capture_default_str();
   flags.push_back({"--muon-lr", "optimizer.muon.lr", false, mlr,
                    [&muon_lr](TrainConfig& c) { c.optimizer.hybrid.muon.lr(muon_lr); },
                    [](const TrainConfig& c) { return text_of(c.optimizer.hybrid.muon.lr()); }});
   auto* alr = train.add_option("--adamw-lr", adamw_lr, "peak learning rate of the AdamW tensors")
+                  ->check(positive_number())
                   ->capture_default_str();
   flags.push_back({"--adamw-lr", "optimizer.adamw.lr", false, alr,
                    [&adamw_lr](TrainConfig& c) { c.optimizer.hybrid.adamw.lr(adamw_lr); },

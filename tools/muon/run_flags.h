@@ -41,6 +41,12 @@ TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
                         const std::vector<RunFlag>& flags, const std::string& config_path,
                         std::ostream& log);
 
+// Validators of numeric flags. A whole number in [least, 2^53] (what a double holds exactly; CLI11
+// alone clamps 1e20 to 2^63 − 1 silently); a finite number > 0. Text that is not a number is left
+// to CLI11's conversion, which names it.
+CLI::Validator whole_number(int64_t least);
+CLI::Validator positive_number();
+
 // For arguments CLI11 refused: "did you mean ..." for a mistyped command or option ("" when
 // nothing is close). `args` are the program's arguments without its name.
 std::string did_you_mean(const CLI::App& app, const std::vector<std::string>& args);

@@ -1,7 +1,6 @@
 #include "train.h"
 
 #include <ATen/Parallel.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "data.h"
+#include "memory.h"
 #include "muon/checkpoint.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
@@ -91,37 +91,20 @@ bool holds_a_run(const fs::path& dir) {
 // activations kept for the backward pass (naive attention keeps B·heads·T² scores per layer, three
 // times over) and the RoPE tables. An estimate to refuse a run the machine cannot hold before it
 // allocates, not a measurement.
-double estimated_bytes(const TrainConfig& c, int64_t world) {
+void check_memory(const TrainConfig& c, int64_t world) {
   const auto& m = c.model;
   const double d = static_cast<double>(m.d_model), T = static_cast<double>(m.seq_len);
   const double L = static_cast<double>(m.n_layers), V = static_cast<double>(m.vocab_size);
-  const double hd = d / static_cast<double>(m.n_heads);
-  const double kv = static_cast<double>(m.n_kv_heads) * hd;
-  const double params = V * d * (m.tie_embeddings ? 1 : 2) +
-                        L * (2 * d * d + 2 * d * kv + 3 * d * static_cast<double>(m.hidden()));
   const double B = static_cast<double>(c.batch_size) * static_cast<double>(world);
   const double activations =
       L * B * (3 * static_cast<double>(m.n_heads) * T * T + 34 * T * d) + B * T * V * 3;
-  return 4.0 * (4 * params + activations + 2 * T * hd);
-}
-
-// Throws when the estimate exceeds the machine's memory (or MUON_MEMORY_LIMIT, in GiB).
-void check_memory(const TrainConfig& c, int64_t world) {
-  double limit =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  const char* override_gib = std::getenv("MUON_MEMORY_LIMIT");
-  if (override_gib != nullptr) limit = std::strtod(override_gib, nullptr) * 1073741824.0;
-  const double need = estimated_bytes(c, world);
-  char text[320];
-  std::snprintf(text, sizeof text,
-                "train: the run needs about %.3g GiB (weights, state and the activations of %lld "
-                "× %lld tokens), more than the %.3g GiB %s; make --batch-size, --seq-len, "
-                "--d-model or --layers smaller%s",
-                need / 1073741824.0, static_cast<long long>(c.batch_size * world),
-                static_cast<long long>(c.model.seq_len), limit / 1073741824.0,
-                override_gib != nullptr ? "MUON_MEMORY_LIMIT allows" : "this machine has",
-                override_gib != nullptr ? "" : " (or set MUON_MEMORY_LIMIT=GiB to try anyway)");
-  check(need <= limit, text);
+  const double bytes =
+      4.0 * (4 * m.weight_count() + activations + 2 * T * static_cast<double>(m.head_dim()));
+  check_memory_need(bytes, "train: the run",
+                    "weights, state and the activations of " +
+                        std::to_string(c.batch_size * world) + " × " + std::to_string(m.seq_len) +
+                        " tokens",
+                    "--batch-size, --seq-len, --d-model or --layers");
 }
 
 // The loop's position within a log interval, saved with each checkpoint so that a resumed run
