@@ -140,9 +140,17 @@ NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options
 NsMethod resolve_method(at::IntArrayRef sizes, at::ScalarType input, at::Device device,
                         const OrthogonalizeOptions& options);
 
+// The names errors give the options: orthogonalize's own, or an optimizer's that forwards them.
+struct OrthogonalizeNames {
+  const char* who = "orthogonalize";
+  const char* steps = "steps";
+  const char* dtype = "dtype";
+};
+inline constexpr OrthogonalizeNames kMuonOrthogonalizeNames{"Muon", "ns_steps", "ns_dtype"};
+
 // Throws muon::Error when the options cannot run (steps < 1, empty or non-finite table,
-// eps or safety ≤ 0, non-floating dtype).
-void check_options(const OrthogonalizeOptions& options);
+// eps or safety ≤ 0, non-floating dtype), naming each option as `names` says.
+void check_options(const OrthogonalizeOptions& options, const OrthogonalizeNames& names = {});
 
 // The dtype orthogonalize() computes in for x under `requested` (see OrthogonalizeOptions::dtype).
 at::ScalarType orthogonalize_dtype(const at::Tensor& x, std::optional<at::ScalarType> requested);

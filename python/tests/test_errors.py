@@ -154,3 +154,25 @@ def test_out_of_range_numbers_name_the_setting_and_change_nothing():
         after = optimizer.state_dict()
         assert float(after["state"][0]["step"]) == float(before["state"][0]["step"])
         assert torch.equal(after["state"][0]["exp_avg"], before["state"][0]["exp_avg"])
+
+
+def test_setting_errors_name_the_setting_and_change_nothing():
+    # Found by the property tests: errors from a setting's domain must name the setting.
+    p = torch.nn.Parameter(torch.randn(4, 3))
+    with pytest.raises(ValueError, match="coefficients: unknown coefficient table 'row'; valid"):
+        muon_cpp.Muon([p], coefficients="row")
+    with pytest.raises(ValueError, match="Muon: coefficients: table 'custom' has no rows"):
+        muon_cpp.Muon([p], coefficients=[])
+    with pytest.raises(ValueError, match="Muon: ns_steps must be >= 1, got 0"):
+        muon_cpp.Muon([p], ns_steps=0)
+    with pytest.raises(ValueError, match="Muon: ns_dtype must be a floating-point type"):
+        muon_cpp.Muon([p], ns_dtype=torch.int32)
+    optimizer = muon_cpp.Muon([p])
+    p.grad = torch.ones_like(p)
+    optimizer.step()
+    before = p.detach().clone(), optimizer.state[p]["momentum_buffer"].clone()
+    optimizer.param_groups[0]["coefficients"] = []  # between steps, as a scheduler would
+    with pytest.raises(RuntimeError, match="Muon: coefficients: table 'custom' has no rows"):
+        optimizer.step()
+    assert torch.equal(p.detach(), before[0])
+    assert torch.equal(optimizer.state[p]["momentum_buffer"], before[1])

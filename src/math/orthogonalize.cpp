@@ -104,30 +104,30 @@ void check_input(const at::Tensor& x) {
 
 }  // namespace
 
-void check_options(const OrthogonalizeOptions& options) {
-  check(options.steps() >= 1, "orthogonalize: steps must be >= 1, got ", options.steps());
+void check_options(const OrthogonalizeOptions& options, const OrthogonalizeNames& names) {
+  const std::string who = names.who;
+  check(options.steps() >= 1, who, ": ", names.steps, " must be >= 1, got ", options.steps());
   if (options.dtype()) {
-    check(at::isFloatingType(*options.dtype()),
-          "orthogonalize: dtype must be a floating-point type (float32, float64, bfloat16 or ",
-          "float16), got ", *options.dtype());
+    check(at::isFloatingType(*options.dtype()), who, ": ", names.dtype,
+          " must be a floating-point type (float32, float64, bfloat16 or float16), got ",
+          *options.dtype());
   }
   const auto& table = options.coefficients();
-  check(!table.rows.empty(), "orthogonalize: coefficient table '", table.name,
-        "' has no rows; give at least one [a, b, c] row");
+  const auto where = who + ": coefficients: table '" + table.name + "'";
+  check(!table.rows.empty(), where, " has no rows; give at least one [a, b, c] row");
   for (const auto& row : table.rows) {
-    check(std::isfinite(row[0]) && std::isfinite(row[1]) && std::isfinite(row[2]),
-          "orthogonalize: coefficient table '", table.name, "' has a non-finite coefficient");
+    check(std::isfinite(row[0]) && std::isfinite(row[1]) && std::isfinite(row[2]), where,
+          " has a non-finite coefficient");
   }
-  check(table.eps > 0 && std::isfinite(table.eps), "orthogonalize: eps must be > 0, got ",
-        table.eps, " (coefficient table '", table.name, "')");
-  check(table.safety > 0 && std::isfinite(table.safety), "orthogonalize: safety must be > 0, got ",
-        table.safety, " (coefficient table '", table.name, "')");
-  check(table.gram_restart_interval >= 1, "orthogonalize: gram_restart_interval must be >= 1, got ",
-        table.gram_restart_interval, " (coefficient table '", table.name, "')");
+  check(table.eps > 0 && std::isfinite(table.eps), where, ": eps must be > 0, got ", table.eps);
+  check(table.safety > 0 && std::isfinite(table.safety), where, ": safety must be > 0, got ",
+        table.safety);
+  check(table.gram_restart_interval >= 1, where, ": gram_restart_interval must be >= 1, got ",
+        table.gram_restart_interval);
   if (const auto& restarts = options.gram_restarts()) {
     for (size_t i = 0; i < restarts->size(); ++i) {
-      check((*restarts)[i] >= 1 && (i == 0 || (*restarts)[i] > (*restarts)[i - 1]),
-            "orthogonalize: gram_restarts must be strictly increasing iteration counts >= 1, got ",
+      check((*restarts)[i] >= 1 && (i == 0 || (*restarts)[i] > (*restarts)[i - 1]), who,
+            ": gram_restarts must be strictly increasing iteration counts >= 1, got ",
             at::IntArrayRef(*restarts));
     }
   }

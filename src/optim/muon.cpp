@@ -37,7 +37,7 @@ void check_options(const MuonOptions& o) {
     check(o.normuon()->beta2 >= 0 && o.normuon()->beta2 < 1,
           "Muon: normuon beta2 must be in [0, 1), got ", o.normuon()->beta2);
   }
-  check_options(orthogonalize_options(o));
+  check_options(orthogonalize_options(o), kMuonOrthogonalizeNames);
 }
 
 void check_matrix_view(const at::Tensor& param, const std::vector<int64_t>& view,
