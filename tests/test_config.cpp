@@ -3,6 +3,7 @@
 // docs/config.md).
 #include "muon/config.h"
 
+#include <filesystem>
 #include <gtest/gtest.h>
 
 #include "gpt.h"
@@ -279,6 +280,10 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
 TEST(Config, FileErrorsNameTheFile) {
   testing::expect_error<Error>([] { OptimConfig::from_yaml_file("/nonexistent/optim.yaml"); },
                                {"config: cannot read '/nonexistent/optim.yaml'"});
+  // A directory opens as a stream that reads nothing: refused, not read as an empty config.
+  const auto dir = std::filesystem::temp_directory_path().string();
+  testing::expect_error<Error>([&] { OptimConfig::from_yaml_file(dir); },
+                               {"config: cannot read '", "': it is not a regular file"});
 }
 
 }  // namespace

@@ -201,7 +201,7 @@ TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
 
 TEST(Train, DataAndConfigErrors) {
   testing::expect_error<Error>([] { load_text("/nonexistent/file.txt"); },
-                               {"cannot open '/nonexistent/file.txt'", "kjv"});
+                               {"cannot read '/nonexistent/file.txt': it does not exist", "kjv"});
   auto config = fixture_config("/tmp/muon_test_unused");
   config.model.n_heads = 3;
   std::ostringstream log;
@@ -223,6 +223,11 @@ TEST(Train, DataAndConfigErrors) {
   config = fixture_config("/tmp/muon_test_too_big");
   setenv("MUON_MEMORY_LIMIT", "0.001", 1);  // GiB
   testing::expect_error<Error>([&] { train(config, log); }, {"MUON_MEMORY_LIMIT allows"});
+  // A text file larger than memory allows is refused before it is read.
+  setenv("MUON_MEMORY_LIMIT", "1e-6", 1);
+  testing::expect_error<Error>([&] { load_text(config.data.source); },
+                               {"data: '", "' needs about", "(the text and its tokens)",
+                                "make the text file smaller"});
   unsetenv("MUON_MEMORY_LIMIT");
   EXPECT_FALSE(std::filesystem::exists(config.out_dir));
 }

@@ -3,14 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <set>
-#include <sstream>
 
 #include "config_sections.h"
 #include "muon/error.h"
 #include "muon/rules.h"
+#include "read_file.h"
 #include "yaml_section.h"
 
 namespace muon {
@@ -188,11 +187,8 @@ OptimConfig read_config(const YAML::Node& root) {
 }  // namespace
 
 OptimConfig OptimConfig::from_yaml_file(const std::string& path) {
-  std::ifstream file(path);
-  check(file.good(), "config: cannot read '", path, "'");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return with_context(path, [&] { return from_yaml(text.str()); });
+  const auto text = detail::read_file(path, "config");
+  return with_context(path, [&] { return from_yaml(text); });
 }
 
 }  // namespace muon

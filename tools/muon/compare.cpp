@@ -8,6 +8,7 @@
 #include "muon/error.h"
 #include "plot.h"
 #include "recipe/number_text.h"
+#include "recipe/read_file.h"
 
 namespace muon::demo {
 
@@ -46,8 +47,7 @@ CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& 
   std::vector<OptimConfig> configs;
   for (const auto& entry : entries) {
     configs.push_back(with_context(entry.config, [&] {
-      auto c = OptimConfig::from_yaml(
-          (std::ostringstream() << std::ifstream(entry.config).rdbuf()).str());
+      auto c = OptimConfig::from_yaml(detail::read_file(entry.config, "compare"));
       c.check_steps(base.steps);
       return c;
     }));

@@ -1,11 +1,12 @@
 #include "data.h"
 
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <memory>
-#include <sstream>
 
+#include "memory.h"
 #include "muon/error.h"
+#include "recipe/read_file.h"
 
 namespace muon::demo {
 
@@ -25,11 +26,14 @@ std::string load_kjv() {
 
 std::string load_text(const std::string& source) {
   if (source == "kjv") return load_kjv();
-  std::ifstream file(source, std::ios::binary);
-  check(file.good(), "data: cannot open '", source, "'; give \"kjv\" or a readable text file");
-  std::ostringstream content;
-  content << file.rdbuf();
-  return content.str();
+  // The text and its byte tokens are both held: twice the file, checked before reading it.
+  std::error_code error;
+  const auto size = std::filesystem::file_size(source, error);
+  if (!error) {
+    check_memory_need(2.0 * static_cast<double>(size), "data: '" + source + "'",
+                      "the text and its tokens", "the text file");
+  }
+  return detail::read_file(source, "data", "; give \"kjv\" or a readable text file");
 }
 
 namespace {

@@ -21,6 +21,12 @@ double GptConfig::weight_count() const {
          L * (2 * d * d + 2 * d * kv + 3 * d * static_cast<double>(hidden()));
 }
 
+double GptConfig::rope_bytes() const {
+  // float64 positions, angles and their cosine or sine, then the two float32 tables kept.
+  const double T = static_cast<double>(seq_len), half = static_cast<double>(head_dim() / 2);
+  return 8 * T + 24 * T * half;
+}
+
 void GptConfig::check() const {
   muon::check(vocab_size > 0 && seq_len > 0 && d_model > 0 && n_layers > 0,
               "model: vocab_size, seq_len, d_model and n_layers must be > 0");

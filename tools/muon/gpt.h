@@ -38,6 +38,7 @@ struct GptConfig {
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t hidden() const { return ffn_hidden > 0 ? ffn_hidden : (8 * d_model / 3 + 31) / 32 * 32; }
   double weight_count() const;  // parameters (embeddings and head included)
+  double rope_bytes() const;    // the RoPE tables at their peak, while they are built
   void check() const;           // throws muon::Error naming the inconsistent field
 };
 MUON_DEFINE_VISIT(GptConfig, MUON_GPT_FIELDS)

@@ -357,8 +357,9 @@ int main(int argc, char** argv) {
       run.model = route_model;
       if (!route_config.empty()) run = muon::demo::train_config_from_yaml_file(route_config, run);
       run.model.check();
-      muon::demo::check_memory_need(4 * run.model.weight_count(), "route: the model",
-                                    "its weights", "--d-model or --layers");
+      muon::demo::check_memory_need(4 * run.model.weight_count() + run.model.rope_bytes(),
+                                    "route: the model", "its weights and RoPE tables",
+                                    "--d-model, --layers or --seq-len");
       muon::demo::Gpt model(run.model);
       const auto optimizer = muon::build_optimizer(*model, run.optimizer, run.steps);
       std::cout << optimizer->report_text();

@@ -1,8 +1,7 @@
 // A whole run in one YAML file: `model`, `data` and `train` sections beside the optimizer config,
 // read and written by their schemas (gpt.h, train.h).
-#include <fstream>
-#include <sstream>
 
+#include "recipe/read_file.h"
 #include "recipe/schema_yaml.h"
 #include "train.h"
 
@@ -73,12 +72,8 @@ TrainConfig train_config_from_yaml(const std::string& text, TrainConfig config) 
 }
 
 TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig defaults) {
-  std::ifstream file(path);
-  check(file.good(), "config: cannot read '", path, "'");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return with_context(path,
-                      [&] { return train_config_from_yaml(text.str(), std::move(defaults)); });
+  const auto text = detail::read_file(path, "config");
+  return with_context(path, [&] { return train_config_from_yaml(text, std::move(defaults)); });
 }
 
 }  // namespace muon::demo

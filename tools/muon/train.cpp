@@ -89,7 +89,7 @@ bool holds_a_run(const fs::path& dir) {
 
 // Bytes a run needs, roughly: weights, gradients and optimizer state (4 floats per parameter), the
 // activations kept for the backward pass (naive attention keeps B·heads·T² scores per layer, three
-// times over) and the RoPE tables. An estimate to refuse a run the machine cannot hold before it
+// times over) and the RoPE tables as they are built. An estimate to refuse a run the machine cannot hold before it
 // allocates, not a measurement.
 void check_memory(const TrainConfig& c, int64_t world) {
   const auto& m = c.model;
@@ -98,8 +98,7 @@ void check_memory(const TrainConfig& c, int64_t world) {
   const double B = static_cast<double>(c.batch_size) * static_cast<double>(world);
   const double activations =
       L * B * (3 * static_cast<double>(m.n_heads) * T * T + 34 * T * d) + B * T * V * 3;
-  const double bytes =
-      4.0 * (4 * m.weight_count() + activations + 2 * T * static_cast<double>(m.head_dim()));
+  const double bytes = 4.0 * (4 * m.weight_count() + activations) + m.rope_bytes();
   check_memory_need(bytes, "train: the run",
                     "weights, state and the activations of " +
                         std::to_string(c.batch_size * world) + " × " + std::to_string(m.seq_len) +
