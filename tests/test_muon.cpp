@@ -489,7 +489,7 @@ TEST(Muon, RejectsBadOptions) {
   expect_error<Error>([&] { Muon({W}, MuonOptions().momentum(1.0)); }, {"momentum", "[0, 1)"});
   expect_error<Error>([&] { Muon({W}, MuonOptions().weight_decay(-0.1)); }, {"weight_decay"});
   expect_error<Error>([&] { Muon({W}, MuonOptions().ns_steps(0)); },
-                      {"Muon: ns_steps must be >= 1, got 0"});
+                      {"Muon: ns_steps must be a whole number in [1, 1000], got 0"});
   expect_error<Error>([&] { Muon({W}, MuonOptions().state_dtype(at::kHalf)); },
                       {"Muon: state_dtype Half", "Float", "BFloat16"});
 }

@@ -327,7 +327,7 @@ TEST(Orthogonalize, ErrorsNameTheProblem) {
       [] {
         orthogonalize(at::ones({2, 2}), OrthogonalizeOptions().steps(0));
       },
-      {"steps must be >= 1", "got 0"});
+      {"steps must be a whole number in [1, 1000]", "got 0"});
   expect_error<Error>(
       [] {
         orthogonalize(at::ones({2, 2}), OrthogonalizeOptions().coefficients(

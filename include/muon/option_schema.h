@@ -29,6 +29,7 @@ enum class Range {
   positive,            // finite, > 0
   unit_interval,       // in [0, 1)
   open_unit_interval,  // in (0, 1)
+  iteration_count,     // a whole number in [1, 1000]: more iterations would only stall a run
 };
 
 inline const char* range_text(Range range) {
@@ -43,6 +44,8 @@ inline const char* range_text(Range range) {
       return "in [0, 1)";
     case Range::open_unit_interval:
       return "in (0, 1)";
+    case Range::iteration_count:
+      return "a whole number in [1, 1000]";
   }
   return "";
 }
@@ -60,6 +63,8 @@ inline bool in_range(Range range, double value) {
       return value >= 0 && value < 1;
     case Range::open_unit_interval:
       return value > 0 && value < 1;
+    case Range::iteration_count:
+      return value >= 1 && value <= 1000 && std::floor(value) == value;
   }
   return false;
 }
@@ -81,7 +86,7 @@ struct OptionInfo {
   X(bool, nesterov, true, any, "orthogonalize the Nesterov look-ahead instead of the buffer")      \
   X(double, weight_decay, 0.0, nonnegative,                                                        \
     "decoupled decay W ← W·(1 − lr·weight_decay), the shape factor not applied")                   \
-  X(int64_t, ns_steps, 5, any, "Newton–Schulz iterations (≥ 1)")                                  \
+  X(int64_t, ns_steps, 5, iteration_count, "Newton–Schulz iterations")                            \
   X(CoefficientTable, coefficients, CoefficientTable::quintic(), any,                              \
     "the iterations' polynomial: quintic, polar_express, dion or rows [a, b, c]")                  \
   X(MomentumForm, momentum_form, MomentumForm::ema, any,                                           \

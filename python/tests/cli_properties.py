@@ -156,7 +156,7 @@ def cli_settings(share):
     return settings(max_examples=max(2, int(settings.default.max_examples * share)))
 
 
-@cli_settings(0.5)
+@cli_settings(0.2)
 @given(argv=invocations("train"))
 def test_cli_train(argv):
     """`muon train` (fresh runs): every run flag with small valid values, zero, negative,
@@ -170,7 +170,7 @@ def test_cli_train(argv):
         assert digest(out) in (None, {}), f"a refused run wrote {digest(out)}"
 
 
-@cli_settings(0.5)
+@cli_settings(0.2)
 @given(argv=invocations("train"), overwrite=st.booleans())
 def test_cli_train_into_a_run(argv, overwrite):
     """`muon train --out DIR` where DIR holds a finished run, with and without --overwrite, and
@@ -186,14 +186,14 @@ def test_cli_train_into_a_run(argv, overwrite):
         assert digest(target) == before, "a refused run changed the run directory"
 
 
-@cli_settings(1.0)
+@cli_settings(0.4)
 @given(argv=invocations("route"))
 def test_cli_route(argv):
     """`muon route`: model sizes valid, zero, negative, huge; configs valid, malformed, missing."""
     run("cli_route", argv)
 
 
-@cli_settings(1.0)
+@cli_settings(0.4)
 @given(argv=invocations("schedule"))
 def test_cli_schedule(argv):
     """`muon schedule`: configs, lengths, intervals and SVG paths (a directory, unwritable)."""
@@ -202,7 +202,7 @@ def test_cli_schedule(argv):
     run("cli_schedule", argv, out)
 
 
-@cli_settings(0.2)
+@cli_settings(0.08)
 @given(argv=invocations("compare"))
 def test_cli_compare(argv):
     """`muon compare`: optimizer lists with unknown names and missing files, targets, learning-rate
@@ -211,7 +211,7 @@ def test_cli_compare(argv):
     run("cli_compare", [*argv, "--out", out], cwd=REPO)
 
 
-@cli_settings(0.15)
+@cli_settings(0.06)
 @given(argv=invocations("bench"))
 def test_cli_bench(argv):
     """`muon bench`: sections, repetitions, sizes valid, zero, huge, and JSON paths."""
@@ -220,7 +220,7 @@ def test_cli_bench(argv):
     run("cli_bench", argv, out)
 
 
-@cli_settings(1.0)
+@cli_settings(0.4)
 @given(argv=st.lists(st.one_of(st.sampled_from(
     ["train", "trian", "route", "compare", "schedule", "bench", "--version", "--help", "-h", "",
      "--", "-", "--steps", "1"]), words), max_size=3))

@@ -2,8 +2,8 @@
 profiles, the contract every refusal must meet, and a tally of outcomes per property.
 
 Profiles (MUON_PROPERTY_PROFILE): ``ci`` (the default) draws a fixed sequence of examples
-(derandomized), MUON_PROPERTY_EXAMPLES per property (default 40), so CTest runs are reproducible
-and bounded; ``long`` draws fresh examples (seed: pytest's --hypothesis-seed) and many more —
+(derandomized), MUON_PROPERTY_EXAMPLES per property (default 100; the commands that start
+processes take a share of it), so CTest runs are reproducible and bounded; ``long`` draws fresh examples (seed: pytest's --hypothesis-seed) and many more —
 scripts/property_run.sh runs it for a given time. With MUON_PROPERTY_REPORT=FILE, the outcomes
 of every example (accepted, or the exception type that refused it) are added to FILE (JSON), from
 which scripts/robustness_tables.py writes the table of docs/robustness.md.
@@ -19,7 +19,7 @@ _relaxed = dict(deadline=None, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                        HealthCheck.data_too_large])
 settings.register_profile(
-    "ci", max_examples=int(os.environ.get("MUON_PROPERTY_EXAMPLES", "40")), derandomize=True,
+    "ci", max_examples=int(os.environ.get("MUON_PROPERTY_EXAMPLES", "100")), derandomize=True,
     **_relaxed)
 settings.register_profile(
     "long", max_examples=int(os.environ.get("MUON_PROPERTY_EXAMPLES", "300")), **_relaxed)

@@ -163,8 +163,12 @@ def test_setting_errors_name_the_setting_and_change_nothing():
         muon_cpp.Muon([p], coefficients="row")
     with pytest.raises(ValueError, match="Muon: coefficients: table 'custom' has no rows"):
         muon_cpp.Muon([p], coefficients=[])
-    with pytest.raises(ValueError, match="Muon: ns_steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"Muon: ns_steps must be a whole number in \[1, 1000\], "
+                                         "got 0"):
         muon_cpp.Muon([p], ns_steps=0)
+    with pytest.raises(ValueError, match=r"ns_steps must be a whole number in \[1, 1000\], got "
+                                         "1e\+12"):
+        muon_cpp.Muon([p], ns_steps=10**12)  # found by the property tests: it ran for ever
     with pytest.raises(ValueError, match="Muon: ns_dtype must be a floating-point type"):
         muon_cpp.Muon([p], ns_dtype=torch.int32)
     optimizer = muon_cpp.Muon([p])

@@ -6,6 +6,7 @@
 #include "cpu/newton_schulz_bf16.h"
 #include "cpu/newton_schulz_blas.h"
 #include "muon/error.h"
+#include "muon/option_schema.h"
 
 namespace muon {
 
@@ -106,7 +107,8 @@ void check_input(const at::Tensor& x) {
 
 void check_options(const OrthogonalizeOptions& options, const OrthogonalizeNames& names) {
   const std::string who = names.who;
-  check(options.steps() >= 1, who, ": ", names.steps, " must be >= 1, got ", options.steps());
+  check(in_range(Range::iteration_count, static_cast<double>(options.steps())), who, ": ",
+        names.steps, " must be ", range_text(Range::iteration_count), ", got ", options.steps());
   if (options.dtype()) {
     check(at::isFloatingType(*options.dtype()), who, ": ", names.dtype,
           " must be a floating-point type (float32, float64, bfloat16 or float16), got ",

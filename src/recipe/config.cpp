@@ -33,12 +33,11 @@ void read_rates(Section& s, OptimConfig& config) {
   h.adamw.lr(adamw_lr);
 }
 
-// ns_steps: a whole number in [1, 1000] (Newton–Schulz converges in about 5 iterations;
-// thousands would only stall the run).
+// ns_steps: in its option's range, checked on the number read (before it becomes an integer).
 void read_ns_steps(Section& s, HybridOptions& h) {
   if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
-    require(*v >= 1 && std::floor(*v) == *v, s.key_path("ns_steps"), "a whole number >= 1", *v);
-    require(*v <= 1000, s.key_path("ns_steps"), "<= 1000", *v);
+    require(in_range(Range::iteration_count, *v), s.key_path("ns_steps"),
+            range_text(Range::iteration_count), *v);
     h.muon.ns_steps(static_cast<int64_t>(*v));
   }
 }
