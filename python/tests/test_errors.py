@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import muon_cpp
-from helpers import TinyGpt
+from helpers import TinyGpt, reference_newton_schulz
 
 
 
@@ -171,6 +171,18 @@ def test_setting_errors_name_the_setting_and_change_nothing():
         muon_cpp.Muon([p], ns_steps=10**12)  # found by the property tests: it ran for ever
     with pytest.raises(ValueError, match="Muon: ns_dtype must be a floating-point type"):
         muon_cpp.Muon([p], ns_dtype=torch.int32)
+    # float16 products on the CPU: refused where LibTorch lacks them (1.13), computed where not.
+    optimizer = muon_cpp.Muon([p], ns_dtype=torch.float16)
+    p.grad = torch.ones_like(p)
+    start = p.detach().clone()
+    try:
+        optimizer.step()
+        torch.testing.assert_close(p.detach(), start - 0.02 * reference_newton_schulz(
+            torch.ones(4, 3)) * 1.1547005383792517, rtol=0, atol=2e-3)  # √(4/3)
+    except RuntimeError as error:
+        assert "Muon: parameter 0 of param group 0 with ns_dtype Half: orthogonalize: float16 on " \
+            "CPU needs half-precision matrix products" in str(error), error
+        assert torch.equal(p.detach(), start) and optimizer.state == {}
     optimizer = muon_cpp.Muon([p])
     p.grad = torch.ones_like(p)
     optimizer.step()

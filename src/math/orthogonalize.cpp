@@ -94,6 +94,21 @@ at::ScalarType orthogonalize_dtype(at::ScalarType input, at::Device device,
 
 namespace {
 
+// Whether this LibTorch multiplies float16 matrices on the CPU (1.13 does not: "bmm not
+// implemented for 'Half'"). Asked once, of LibTorch itself.
+bool cpu_half_products_available() {
+  static const bool available = [] {
+    try {
+      const auto x = at::ones({2, 2, 2}, at::kHalf);
+      at::bmm(x, x);
+      return true;
+    } catch (const c10::Error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 void check_input(const at::Tensor& x) {
   check(x.dim() >= 2, "orthogonalize: expected a matrix or a batch of matrices (at least 2 dims), ",
         "got a tensor of shape ", x.sizes());
@@ -188,6 +203,9 @@ NsMethod resolve_method(at::IntArrayRef sizes, at::ScalarType input, at::Device 
   const auto dtype = orthogonalize_dtype(input, device, options.dtype());
   const auto method = options.method();
   const int64_t rows = sizes[sizes.size() - 2], cols = sizes.back();
+  check(!device.is_cpu() || dtype != at::kHalf || cpu_half_products_available(),
+        "orthogonalize: float16 on CPU needs half-precision matrix products, which this LibTorch "
+        "lacks; use float32 (the CPU default)");
   if (device.is_cpu() && dtype == at::kBFloat16) {  // bf16 products through oneDNN
     check(detail::bf16_products_available(),
           "orthogonalize: bfloat16 on CPU runs on bf16 dot products, and ",
