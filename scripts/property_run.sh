@@ -3,8 +3,8 @@
 # (python/tests/test_properties.py) and the command line (python/tests/cli_properties.py), each
 # in rounds under the `long` profile with a fresh seed per round, side by side (one core each),
 # until SECONDS have passed; then their tallies go into docs/property_run.json and the table of
-# docs/robustness.md (scripts/robustness_tables.py). Any failing example stops the run with
-# Hypothesis's report of it.
+# docs/robustness.md (scripts/robustness_tables.py). A failing example ends its file's rounds
+# with Hypothesis's report of it, and the run with a non-zero status (nothing recorded).
 #
 #   scripts/property_run.sh [SECONDS=600]      # after scripts/setup.sh built build/
 set -euo pipefail
@@ -33,8 +33,10 @@ rounds test_properties.py &
 python_run=$!
 rounds cli_properties.py &
 cli_run=$!
-wait "$python_run"
-wait "$cli_run"
+status=0
+wait "$python_run" || status=1
+wait "$cli_run" || status=1
+[ "$status" -eq 0 ] || exit 1
 elapsed=$(($(date +%s) - start))
 /usr/bin/python3 scripts/robustness_tables.py --record "$work" --seconds "$elapsed" \
   --command "scripts/property_run.sh $seconds"

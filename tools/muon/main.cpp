@@ -15,7 +15,6 @@
 #include <optional>
 #include <sstream>
 
-
 #include "bench.h"
 #include "compare.h"
 #include "launch.h"
