@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 
 #include "helpers.h"
 #include "muon/compat.h"
@@ -95,6 +97,52 @@ TEST(Adam, CoupledWeightDecayEqualsLibtorchAdam) {
     }
     expect_close(ours, theirs, 1e-6);
   }
+}
+
+// Each weight-decay method as libtorch's optimizers express it: decoupled is AdamW's own, l2 is
+// Adam's, independent W·(1 − λ) is AdamW at λ/lr, palm W·(1 − lr²·λ) is AdamW at lr·λ — whichever
+// class (AdamW or Adam) carries the method.
+template <class Ours>
+void expect_method_matches_libtorch(WeightDecayMethod method, std::optional<bool> fused) {
+  const double lr = 2e-2, wd = 0.2;
+  auto gen = seeded(40 + static_cast<int>(method));
+  auto ours = assorted_parameters(gen);
+  auto theirs = clones(ours);
+  Ours opt(ours,
+           typename Ours::Options(lr).weight_decay(wd).weight_decay_method(method).fused(fused));
+  std::unique_ptr<torch::optim::Optimizer> ref;
+  if (method == WeightDecayMethod::l2) {
+    ref = std::make_unique<torch::optim::Adam>(theirs, torch::optim::AdamOptions(lr).weight_decay(wd));
+  } else {
+    const double as_adamw = method == WeightDecayMethod::decoupled     ? wd
+                            : method == WeightDecayMethod::independent ? wd / lr
+                                                                       : wd * lr;
+    ref = std::make_unique<torch::optim::AdamW>(
+        theirs, torch::optim::AdamWOptions(lr).weight_decay(as_adamw));
+  }
+  for (int step = 0; step < 50; ++step) {
+    set_same_gradients(ours, theirs, gen);
+    opt.step();
+    ref->step();
+  }
+  expect_close(ours, theirs, 1e-5);
+}
+
+TEST(AdamFamily, WeightDecayMethodsEqualLibtorchForms) {
+  for (const auto& fused : testing::kernel_paths()) {
+    for (auto method : {WeightDecayMethod::decoupled, WeightDecayMethod::independent,
+                        WeightDecayMethod::l2, WeightDecayMethod::palm}) {
+      SCOPED_TRACE(testing::path_name(fused) + " " + to_string(method));
+      expect_method_matches_libtorch<AdamW>(method, fused);
+      expect_method_matches_libtorch<Adam>(method, fused);
+    }
+  }
+  EXPECT_EQ(AdamWOptions().weight_decay_method(), WeightDecayMethod::decoupled);
+  EXPECT_EQ(AdamOptions().weight_decay_method(), WeightDecayMethod::l2);
+  auto W = at::ones({2}).requires_grad_(true);
+  expect_error<Error>(
+      [&] { Lamb({W}, LambOptions().weight_decay_method(WeightDecayMethod::palm)); },
+      {"Lamb: weight_decay_method palm is not supported", "decoupled"});
 }
 
 // optax's NAdam and LAMB, step by step in double precision.

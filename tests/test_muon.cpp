@@ -38,7 +38,9 @@ struct ReferenceMuon {
 
   void step(at::Tensor& W, const at::Tensor& grad) {
     const auto dtype = W.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-    const auto g = grad.to(dtype);
+    auto g = grad.to(dtype);
+    // Emerging-Optimizers' l2: the decay enters the gradient before the momentum.
+    if (o.weight_decay_method() == WeightDecayMethod::l2) g = g + o.weight_decay() * W.to(dtype);
     if (!buffer.defined()) buffer = at::zeros_like(g);
     const double beta = o.momentum();
     at::Tensor Q;
@@ -49,7 +51,13 @@ struct ReferenceMuon {
       buffer = beta * buffer + g;
       Q = o.nesterov() ? g + beta * buffer : buffer;
     }
-    auto U = reference_newton_schulz(Q, o.coefficients(), o.ns_steps());
+    if (o.row_equilibration()) {  // nanochat's MuonEq: every row to the RMS row norm
+      const auto target = Q.norm() / std::sqrt(static_cast<double>(Q.size(0)));
+      Q = Q * target / Q.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-6);
+    }
+    auto table = o.coefficients();
+    if (o.ns_eps()) table.eps = *o.ns_eps();
+    auto U = reference_newton_schulz(Q, table, o.ns_steps());
     U = reference_post_norm(U, o.post_norm(), o.post_norm_eps());
     if (o.normuon()) U = reference_normuon(U);
     const double rows = static_cast<double>(W.size(0));
@@ -71,7 +79,21 @@ struct ReferenceMuon {
     }
     const auto W32 = W.to(dtype);
     const auto mask = o.cautious_weight_decay() ? (U * W32 >= 0).to(dtype) : at::ones_like(W32);
-    const auto updated = W32 - o.lr() * o.weight_decay() * W32 * mask - o.lr() * factor * U;
+    double shrink = 0;  // the fraction of W each method removes (Emerging-Optimizers' mixin)
+    switch (o.weight_decay_method()) {
+      case WeightDecayMethod::decoupled:
+        shrink = o.lr() * o.weight_decay();
+        break;
+      case WeightDecayMethod::independent:
+        shrink = o.weight_decay();
+        break;
+      case WeightDecayMethod::palm:
+        shrink = o.lr() * o.lr() * o.weight_decay();
+        break;
+      case WeightDecayMethod::l2:
+        break;
+    }
+    const auto updated = W32 - shrink * W32 * mask - o.lr() * factor * U;
     W = updated.to(W.scalar_type());
   }
 
@@ -182,11 +204,12 @@ TEST(Muon, MatchesReferenceForEveryFormNesterovAdjustDecayAndDtype) {
 // (a schedule).
 void expect_matches_reference(
     const MuonOptions& options, int64_t rows, int64_t cols, uint64_t seed, int steps = 3,
-    const std::function<void(int, MuonOptions&, MuonOptions&)>& before_step = nullptr) {
+    const std::function<void(int, MuonOptions&, MuonOptions&)>& before_step = nullptr,
+    at::ScalarType dtype = at::kFloat) {
   for (const auto& fused : testing::kernel_paths()) {
     SCOPED_TRACE(testing::path_name(fused));
     auto gen = seeded(seed);
-    auto W = at::randn({rows, cols}, gen).requires_grad_(true);
+    auto W = at::randn({rows, cols}, gen).to(dtype).requires_grad_(true);
     auto W_ref = W.detach().clone();
     Muon opt({W}, MuonOptions(options).fused(fused));
     ReferenceMuon ref{options, {}};
@@ -194,7 +217,7 @@ void expect_matches_reference(
       if (before_step) {
         before_step(step, static_cast<MuonOptions&>(opt.param_groups()[0].options()), ref.o);
       }
-      const auto grad = at::randn({rows, cols}, gen);
+      const auto grad = at::randn({rows, cols}, gen).to(dtype);
       W.mutable_grad() = grad.clone();
       const auto before = W.detach().clone();
       opt.step();
@@ -203,6 +226,82 @@ void expect_matches_reference(
       W_ref = W.detach().clone();
     }
   }
+}
+
+TEST(Muon, WeightDecayMethodsMatchTheirFormulas) {
+  uint64_t seed = 600;
+  for (auto method : {WeightDecayMethod::decoupled, WeightDecayMethod::independent,
+                      WeightDecayMethod::l2, WeightDecayMethod::palm}) {
+    for (auto dtype : {at::kFloat, at::kDouble}) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{24, 16}, {16, 40}}) {
+        SCOPED_TRACE(to_string(method) + " " + c10::toString(dtype) + " " +
+                     std::to_string(rows) + "x" + std::to_string(cols));
+        // A decay large enough that each method's factor shows: lr 0.05, λ 0.3.
+        expect_matches_reference(
+            MuonOptions(0.05).weight_decay(0.3).weight_decay_method(method), rows, cols, ++seed,
+            4, nullptr, dtype);
+      }
+    }
+  }
+  // The multiplicative methods compose with cautious weight decay.
+  expect_matches_reference(MuonOptions(0.05)
+                               .weight_decay(0.3)
+                               .weight_decay_method(WeightDecayMethod::palm)
+                               .cautious_weight_decay(true),
+                           24, 16, 650);
+}
+
+TEST(Muon, WeightDecayMethodsDiffer) {
+  // The four methods give four different parameters after one step (the test above cannot pass
+  // by every method doing the same thing).
+  std::vector<at::Tensor> results;
+  for (auto method : {WeightDecayMethod::decoupled, WeightDecayMethod::independent,
+                      WeightDecayMethod::l2, WeightDecayMethod::palm}) {
+    auto gen = seeded(7);
+    auto W = at::randn({8, 12}, gen).requires_grad_(true);
+    W.mutable_grad() = at::randn({8, 12}, gen);
+    Muon({W}, MuonOptions(0.05).weight_decay(0.3).weight_decay_method(method)).step();
+    for (const auto& other : results) EXPECT_FALSE(at::allclose(W.detach(), other));
+    results.push_back(W.detach().clone());
+  }
+}
+
+TEST(Muon, RowEquilibrationMatchesReference) {
+  for (auto dtype : {at::kFloat, at::kDouble}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{24, 16}, {16, 40}}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + std::to_string(rows) + "x" +
+                   std::to_string(cols));
+      expect_matches_reference(MuonOptions(0.02).row_equilibration(true), rows, cols, 700 + rows,
+                               3, nullptr, dtype);
+      // nanochat's order: MuonEq, then Polar Express.
+      expect_matches_reference(MuonOptions(0.02).row_equilibration(true).coefficients(
+                                   CoefficientTable::polar_express()),
+                               rows, cols, 710 + rows, 3, nullptr, dtype);
+    }
+  }
+  // It changes the update: rows of very different norms are evened out before orthogonalizing.
+  auto gen = seeded(9);
+  const auto grad = at::randn({8, 12}, gen) * at::linspace(0.01, 10, 8).unsqueeze(1);
+  std::vector<at::Tensor> out;
+  for (bool eq : {false, true}) {
+    auto W = at::zeros({8, 12}).requires_grad_(true);
+    W.mutable_grad() = grad.clone();
+    Muon({W}, MuonOptions(0.02).row_equilibration(eq)).step();
+    out.push_back(W.detach().clone());
+  }
+  EXPECT_FALSE(at::allclose(out[0], out[1], 1e-3, 1e-5));
+}
+
+TEST(Muon, NsEpsReplacesTheTablesEps) {
+  // An eps comparable to ‖Q‖_F shrinks the normalized direction, which the reference reproduces
+  // only if it is the eps used.
+  for (auto dtype : {at::kFloat, at::kDouble}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    expect_matches_reference(MuonOptions(0.02).ns_eps(2.0), 24, 16, 720, 3, nullptr, dtype);
+  }
+  auto W = at::ones({4, 4}).requires_grad_(true);
+  expect_error<Error>([&] { Muon({W}, MuonOptions().ns_eps(0.0)); },
+                      {"Muon: ns_eps must be > 0, got 0"});
 }
 
 TEST(Muon, MuonPlusModesMatchReference) {
@@ -492,6 +591,13 @@ TEST(Muon, RejectsBadOptions) {
                       {"Muon: ns_steps must be a whole number in [1, 1000], got 0"});
   expect_error<Error>([&] { Muon({W}, MuonOptions().state_dtype(at::kHalf)); },
                       {"Muon: state_dtype Half", "Float", "BFloat16"});
+  expect_error<Error>(
+      [&] {
+        Muon({W}, MuonOptions()
+                      .weight_decay_method(WeightDecayMethod::l2)
+                      .cautious_weight_decay(true));
+      },
+      {"Muon: cautious_weight_decay", "decoupled, independent or palm"});
 }
 
 TEST(Muon, SparseGradientIsRejectedBeforeAnythingChanges) {

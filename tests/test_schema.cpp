@@ -65,6 +65,9 @@ optimizer:
     gram_restarts: [2, 4]
     ns_dtype: float64
     coefficients: [[3.0, -3.2, 1.2]]
+    ns_eps: 1.0e-5
+    row_equilibration: true
+    weight_decay_method: palm
     post_norm: col_row
     post_norm_eps: 1.0e-6
     normuon: {beta2: 0.9, axis: row}
@@ -77,6 +80,7 @@ optimizer:
     betas: [0.8, 0.9]
     eps: 1.0e-10
     cautious: true
+    weight_decay_method: independent
     fused: true
 )");
   const auto& m = c.hybrid.muon;
@@ -85,6 +89,9 @@ optimizer:
   EXPECT_EQ(*m.gram_restarts(), (std::vector<int64_t>{2, 4}));
   EXPECT_EQ(*m.ns_dtype(), at::kDouble);
   EXPECT_EQ(m.coefficients().rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(*m.ns_eps(), 1e-5);
+  EXPECT_TRUE(m.row_equilibration());
+  EXPECT_EQ(m.weight_decay_method(), WeightDecayMethod::palm);
   EXPECT_EQ(m.post_norm(), PostNorm::col_row);
   EXPECT_DOUBLE_EQ(m.post_norm_eps(), 1e-6);
   EXPECT_DOUBLE_EQ(m.normuon()->beta2, 0.9);
@@ -99,6 +106,7 @@ optimizer:
   EXPECT_DOUBLE_EQ(a.eps(), 1e-10);
   EXPECT_TRUE(a.cautious());
   EXPECT_EQ(a.fused(), true);
+  EXPECT_EQ(a.weight_decay_method(), WeightDecayMethod::independent);
   EXPECT_FALSE(m.cautious());  // the nested sections set one algorithm each
 
   // Written out, every option is there by name and reads back to the same settings.
@@ -241,6 +249,9 @@ optimizer:
 // Each root-level shorthand sets what the schema says it sets: the same config as the nested form.
 TEST(Schema, EveryShorthandEqualsItsNestedForm) {
   const std::map<std::string, std::string> values = {{"weight_decay", "0.3"},
+                                                     {"weight_decay_method", "palm"},
+                                                     {"ns_eps", "1.0e-5"},
+                                                     {"row_equilibration", "true"},
                                                      {"betas", "[0.8, 0.85]"},
                                                      {"eps", "1.0e-9"},
                                                      {"momentum", "0.5"},

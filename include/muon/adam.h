@@ -22,6 +22,7 @@ namespace muon {
 
 using Betas = std::tuple<double, double>;
 
+// AdamW and Adam differ only in their default weight_decay_method (decoupled, l2) and decay.
 enum class AdamRule {
   adamw,  // W ← W·(1 − lr·weight_decay), then the Adam step
   adam,   // g ← g + weight_decay·W before the moments (coupled L2)
@@ -32,11 +33,13 @@ inline Betas default_betas() {
   return {0.9, 0.999};
 }
 
-// The defaults that differ between the members: torch's AdamW decays by 1e-2, LAMB's paper
-// uses eps 1e-6.
+// The defaults that differ between the members: torch's AdamW decays by 1e-2 (decoupled),
+// torch's Adam couples its decay into the gradient (l2), LAMB's paper uses eps 1e-6.
 template <AdamRule R>
 struct AdamDefaults {
   static constexpr double weight_decay = R == AdamRule::adamw ? 1e-2 : 0.0;
+  static constexpr WeightDecayMethod weight_decay_method =
+      R == AdamRule::adam ? WeightDecayMethod::l2 : WeightDecayMethod::decoupled;
   static constexpr double eps = R == AdamRule::lamb ? 1e-6 : 1e-8;
 };
 

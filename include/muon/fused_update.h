@@ -18,8 +18,8 @@ struct AdamStepScalars {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double decoupled_weight_decay = 0;  // AdamW: W ← W·(1 − lr·λ) before the step
-  double l2_weight_decay = 0;         // Adam: g ← g + λ·W before the moments
+  double decay_fraction = 0;   // W ← W·(1 − decay_fraction) before the step (AdamW: lr·λ)
+  double l2_weight_decay = 0;  // g ← g + λ·W before the moments (Adam)
   bool nesterov = false;              // NAdam as optax forms it
   bool cautious = false;      // keep W_old where (W_old − W_new)·g ≤ 0 (cautious optimizer)
   int64_t step = 1;           // t, counting this update (1 on the first)
@@ -28,7 +28,7 @@ struct AdamStepScalars {
 };
 
 // One AdamW/Adam/NAdam update (torch.optim.AdamW's and optax's formulas), t = k.step:
-//   g ← g + λ_L2·W;  W ← W·(1 − lr·λ_decoupled);
+//   g ← g + λ_L2·W;  W ← W·(1 − decay_fraction);
 //   m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;
 //   W ← W − lr·m̂ / (√v / √(1−β2ᵗ) + eps),
 // with m̂ = m/(1−β1ᵗ), or for NAdam m̂ = β1·m/(1−β1ᵗ⁺¹) + (1−β1)·g/(1−β1ᵗ).

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "muon/error.h"
+#include "muon/weight_decay.h"
 
 namespace muon {
 
@@ -85,10 +86,18 @@ struct OptionInfo {
   X(double, momentum, 0.95, unit_interval, "momentum coefficient β of the buffer")                 \
   X(bool, nesterov, true, any, "orthogonalize the Nesterov look-ahead instead of the buffer")      \
   X(double, weight_decay, 0.0, nonnegative,                                                        \
-    "decoupled decay W ← W·(1 − lr·weight_decay), the shape factor not applied")                   \
+    "weight decay λ, applied as weight_decay_method says; the shape factor never applies")         \
+  X(WeightDecayMethod, weight_decay_method, WeightDecayMethod::decoupled, any,                     \
+    "decoupled W·(1 − lr·λ), independent W·(1 − λ), l2 g + λ·W before the momentum, "              \
+    "palm W·(1 − lr²·λ)")                                                                          \
   X(int64_t, ns_steps, 5, iteration_count, "Newton–Schulz iterations")                            \
   X(CoefficientTable, coefficients, CoefficientTable::quintic(), any,                              \
-    "the iterations' polynomial: quintic, polar_express, dion or rows [a, b, c]")                  \
+    "the iterations' polynomial: quintic, polar_express, dion, cans, aol, cubic5, deepseekv4 or "   \
+    "rows [a, b, c]")                                                                              \
+  X(std::optional<double>, ns_eps, std::nullopt, positive,                                         \
+    "eps of the normalization X / (‖X‖_F·safety + eps) before the iterations; unset: the table's") \
+  X(bool, row_equilibration, false, any,                                                           \
+    "MuonEq: scale each row of the direction to the matrix's RMS row norm before orthogonalizing") \
   X(MomentumForm, momentum_form, MomentumForm::ema, any,                                           \
     "ema: B ← β·B + (1−β)·g (Keller Jordan); sum: B ← β·B + g (Moonlight)")                        \
   X(AdjustLr, adjust_lr, AdjustLr::original, any,                                                  \
@@ -118,7 +127,10 @@ struct OptionInfo {
   X(Betas, betas, default_betas(), unit_interval, "(β1, β2) of the first and second moments")      \
   X(double, eps, AdamDefaults<R>::eps, positive, "added to the denominator")                      \
   X(double, weight_decay, AdamDefaults<R>::weight_decay, nonnegative,                              \
-    "AdamW: decoupled W ← W·(1 − lr·λ); Adam: g + λ·W (L2); LAMB: inside the trust ratio")        \
+    "weight decay λ, applied as weight_decay_method says (LAMB: inside the trust ratio)")          \
+  X(WeightDecayMethod, weight_decay_method, AdamDefaults<R>::weight_decay_method, any,             \
+    "decoupled W·(1 − lr·λ) (AdamW's default), independent W·(1 − λ), l2 g + λ·W (Adam's "         \
+    "default), palm W·(1 − lr²·λ); LAMB: decoupled only")                                          \
   X(bool, nesterov, false, any, "NAdam's look-ahead first moment (optax's form); not for LAMB")    \
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
     "moment storage: float32 (float64 for float64 parameters) or bfloat16 (not for LAMB)")         \

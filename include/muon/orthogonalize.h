@@ -39,10 +39,18 @@ struct CoefficientTable {
   static CoefficientTable polar_express();
   // The 5-row table of the Dion optimizer (arXiv 2504.05295), optax's `dion` preset.
   static CoefficientTable dion();
+  // From NVIDIA's Emerging-Optimizers (docs/algorithms.md has each one's source and accuracy):
+  // CANS's Chebyshev-type quintics (5 rows), the rows flash-newton-schulz tuned for AOL scaling
+  // (4), five cubic steps (c = 0), and DeepSeek-V4's 10 iterations (use ns_steps 10).
+  static CoefficientTable cans();
+  static CoefficientTable aol();
+  static CoefficientTable cubic5();
+  static CoefficientTable deepseekv4();
   // A caller's table; validated when used.
   static CoefficientTable custom(std::vector<Coefficients> rows, double safety = 1.0,
                                  double eps = 1e-7);
-  // `quintic`, `polar_express` or `dion`; any other name is an error listing those.
+  // A table above by its name (`quintic`, `polar_express`, ...); any other name is an error
+  // listing the names.
   static CoefficientTable by_name(const std::string& name);
 
   // Coefficients of iteration `k` (0-based).

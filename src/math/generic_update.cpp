@@ -56,9 +56,9 @@ void check_entry(const AdamTensors& e, const AdamTensors& first, const char* ker
         kernel, ": both moments must be contiguous, of one dtype");
   const auto& a = e.scalars;
   const auto& b = first.scalars;
-  check(std::tie(a.lr, a.beta1, a.beta2, a.eps, a.decoupled_weight_decay, a.l2_weight_decay,
+  check(std::tie(a.lr, a.beta1, a.beta2, a.eps, a.decay_fraction, a.l2_weight_decay,
                  a.nesterov, a.cautious) == std::tie(b.lr, b.beta1, b.beta2, b.eps,
-                                                     b.decoupled_weight_decay, b.l2_weight_decay,
+                                                     b.decay_fraction, b.l2_weight_decay,
                                                      b.nesterov, b.cautious),
         kernel, ": entries of one call may differ only in step and seeds");
 }

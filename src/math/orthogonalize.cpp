@@ -41,6 +41,54 @@ CoefficientTable CoefficientTable::dion() {
           1e-8};
 }
 
+// The next four are the tables NVIDIA's Emerging-Optimizers offers beyond these
+// (orthogonalized_optimizers/muon_utils.py), normalized as it does: x / ‖x‖_F, no safety factor
+// (eps 1e-15 there, as here).
+CoefficientTable CoefficientTable::cans() {
+  // Grishina et al., "Accelerating Newton–Schulz iterations for orthogonalization via Chebyshev-type
+  // polynomials" (CANS, arXiv 2506.10935).
+  return {"cans",
+          {{8.4703, -25.1081, 18.6293},
+           {4.1828, -3.1087, 0.5806},
+           {3.9619, -2.9541, 0.5630},
+           {3.2866, -2.4647, 0.5074},
+           {2.2737, -1.6447, 0.4162}},
+          1.0,
+          1e-15};
+}
+
+CoefficientTable CoefficientTable::aol() {
+  // The 4 rows of thib-s/flash-newton-schulz tuned for its AOL-rescaled input (arXiv 2208.03160);
+  // Emerging-Optimizers uses them after plain Frobenius normalization, as here.
+  return {"aol",
+          {{4.0098, -7.0585, 2.4635},
+           {3.4585, -5.5479, 2.5959},
+           {2.7573, -3.2939, 1.4254},
+           {2.7215, -3.0494, 1.3169}},
+          1.0,
+          1e-15};
+}
+
+CoefficientTable CoefficientTable::cubic5() {
+  // Five cubic steps (c = 0), tuned for a smallest singular value of 7e-3 (arXiv 2606.00371).
+  return {"cubic5",
+          {{3.3656576, -3.3420992, 0.0},
+           {2.5744352, -1.4957376, 0.0},
+           {2.5368962, -1.4312570, 0.0},
+           {2.4418906, -1.2764040, 0.0},
+           {2.2230472, -0.9630650, 0.0}},
+          1.0,
+          1e-15};
+}
+
+CoefficientTable CoefficientTable::deepseekv4() {
+  // DeepSeek-V4's 10 iterations: the quintic 8 times, then 2 steps of (2, −1.5, 0.5), whose fixed
+  // point at 1 is stable, to settle the singular values there.
+  std::vector<Coefficients> rows(8, {3.4445, -4.7750, 2.0315});
+  rows.insert(rows.end(), 2, {2.0, -1.5, 0.5});
+  return {"deepseekv4", std::move(rows), 1.0, 1e-15};
+}
+
 CoefficientTable CoefficientTable::custom(std::vector<Coefficients> rows, double safety,
                                           double eps) {
   return {"custom", std::move(rows), safety, eps};
@@ -50,8 +98,13 @@ CoefficientTable CoefficientTable::by_name(const std::string& name) {
   if (name == "quintic") return quintic();
   if (name == "polar_express") return polar_express();
   if (name == "dion") return dion();
+  if (name == "cans") return cans();
+  if (name == "aol") return aol();
+  if (name == "cubic5") return cubic5();
+  if (name == "deepseekv4") return deepseekv4();
   throw Error("unknown coefficient table '" + name +
-              "'; valid tables are quintic, polar_express, dion (or a list of [a, b, c] rows)");
+              "'; valid tables are quintic, polar_express, dion, cans, aol, cubic5, deepseekv4 (or a "
+              "list of [a, b, c] rows)");
 }
 
 const Coefficients& CoefficientTable::row(int64_t k) const {

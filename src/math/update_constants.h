@@ -23,7 +23,7 @@ AdamConstants<C> adam_constants(const AdamStepScalars& s) {
   const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
   const double bc1_next = 1.0 - std::pow(s.beta1, static_cast<double>(s.step + 1));
   AdamConstants<C> k{};
-  k.decay = static_cast<C>(1.0 - s.lr * s.decoupled_weight_decay);
+  k.decay = static_cast<C>(1.0 - s.decay_fraction);
   k.l2 = static_cast<C>(s.l2_weight_decay);
   k.beta1 = static_cast<C>(s.beta1);
   k.one_minus_beta1 = static_cast<C>(1.0 - s.beta1);

@@ -42,6 +42,10 @@ void check_adam_options(const AdamFamilyOptions<R>& o) {
     check(!o.cautious(),
           "Lamb: cautious is not supported; the trust ratio rescales the whole "
           "update (wrap the optimizer in muon::Cautious to mask after the step)");
+    check(o.weight_decay_method() == WeightDecayMethod::decoupled,
+          "Lamb: weight_decay_method ", to_string(o.weight_decay_method()),
+          " is not supported; LAMB's decay is part of the direction its trust ratio scales "
+          "(decoupled is the only method)");
   } else {
     check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, name, ": state_dtype ",
           o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
@@ -86,8 +90,8 @@ AdamStepScalars scalars_of(const AdamFamilyOptions<R>& o, const AdamItem& item) 
   s.beta1 = std::get<0>(o.betas());
   s.beta2 = std::get<1>(o.betas());
   s.eps = o.eps();
-  s.decoupled_weight_decay = R == AdamRule::adamw ? o.weight_decay() : 0.0;
-  s.l2_weight_decay = R == AdamRule::adam ? o.weight_decay() : 0.0;
+  s.decay_fraction = decay_fraction(o.weight_decay_method(), o.lr(), o.weight_decay());
+  s.l2_weight_decay = l2_coefficient(o.weight_decay_method(), o.weight_decay());
   s.nesterov = o.nesterov();
   s.cautious = o.cautious();
   s.step = item.state->step() + 1;

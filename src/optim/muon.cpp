@@ -37,6 +37,9 @@ void check_options(const MuonOptions& o) {
     check(o.normuon()->beta2 >= 0 && o.normuon()->beta2 < 1,
           "Muon: normuon beta2 must be in [0, 1), got ", o.normuon()->beta2);
   }
+  check(!(o.cautious_weight_decay() && o.weight_decay_method() == WeightDecayMethod::l2),
+        "Muon: cautious_weight_decay needs a multiplicative weight_decay_method (decoupled, "
+        "independent or palm); l2 adds its decay to the gradient instead");
   check_options(orthogonalize_options(o), kMuonOrthogonalizeNames);
 }
 

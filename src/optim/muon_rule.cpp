@@ -13,9 +13,11 @@ namespace muon {
 
 OrthogonalizeOptions orthogonalize_options(const MuonOptions& o) {
   const bool plain_only = o.fused() == false && o.ns_method() == NsMethod::automatic;
+  auto table = o.coefficients();
+  if (o.ns_eps()) table.eps = *o.ns_eps();
   return OrthogonalizeOptions()
       .steps(o.ns_steps())
-      .coefficients(o.coefficients())
+      .coefficients(std::move(table))
       .dtype(o.ns_dtype())
       .method(plain_only ? NsMethod::plain : o.ns_method())
       .gram_restarts(o.gram_restarts());
@@ -83,12 +85,29 @@ void momentum_direction(const at::Tensor& grad, at::Tensor& B, at::Tensor& direc
   }
 }
 
-// W ← W·(1 − lr·λ) − lr·factor·U (decay masked to U·W ≥ 0 with cautious weight decay), computed in
-// U's dtype and rounded once into W. With `cautious`, entries where (W_old − W_new)·g ≤ 0 keep
-// W_old.
+// MuonEq's row equilibration (nanochat's muon_step_fused; Chang et al., arXiv 2603.28254): every
+// row of each matrix of Q (batch..., rows, cols) rescaled to the matrix's RMS row norm
+// ‖Q‖_F/√rows, row norms clamped at 1e-6, so that no row dominates the orthogonalization.
+void equilibrate_rows(at::Tensor Q) {
+  const auto rows = Q.size(-2);
+  const auto target = at::linalg_vector_norm(Q, 2, {-2, -1}, /*keepdim=*/true) /
+                      std::sqrt(static_cast<double>(rows));
+  const auto row_norms = at::linalg_vector_norm(Q, 2, {-1}, /*keepdim=*/true).clamp_min(1e-6);
+  Q.mul_(target / row_norms);
+}
+
+// The gradient the momentum accumulates: g, or g + λ·W under weight_decay_method l2.
+at::Tensor momentum_gradient(const at::Tensor& grad, const at::Tensor& p, const MuonOptions& o) {
+  const double l2 = l2_coefficient(o.weight_decay_method(), o.weight_decay());
+  return l2 == 0 ? grad : grad + l2 * p;
+}
+
+// W ← W·(1 − decay_fraction) − lr·factor·U (decay masked to U·W ≥ 0 with cautious weight decay),
+// computed in U's dtype and rounded once into W. With `cautious`, entries where
+// (W_old − W_new)·g ≤ 0 keep W_old.
 void apply_update(at::Tensor& p, const at::Tensor& grad, const at::Tensor& U, const MuonOptions& o,
                   double factor) {
-  const double decay = 1.0 - o.lr() * o.weight_decay();
+  const double decay = 1.0 - decay_fraction(o.weight_decay_method(), o.lr(), o.weight_decay());
   const double scale = o.lr() * factor;
   const bool masked = o.cautious();
   if (!detail::runs_fused(o.fused(), p)) {
@@ -175,7 +194,10 @@ void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces)
       auto Q =
           directions.narrow(0, batch.offsets[i], matrices_in(item.view)).view(item.param.sizes());
       const uint32_t seed = sr::tensor_salt(sr::step_seed(item.state->step()), item.index);
-      momentum_direction(item.grad, item.state->momentum_buffer(), Q, *item.options, seed);
+      const auto& o = *item.options;
+      momentum_direction(momentum_gradient(item.grad, item.param, o), item.state->momentum_buffer(),
+                         Q, o, seed);
+      if (o.row_equilibration()) equilibrate_rows(Q.view(item.view));
     }
     const auto U = orthogonalize(directions, batch.options, &workspace);
     for (size_t i = 0; i < batch.items.size(); ++i) {

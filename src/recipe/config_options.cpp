@@ -17,12 +17,15 @@ struct Shorthand {
 };
 constexpr Shorthand kShorthands[] = {
     {"weight_decay", "", "weight_decay", true, true},
+    {"weight_decay_method", "", "weight_decay_method", true, true},
     {"betas", "", "betas", false, true},
     {"eps", "", "eps", false, true},
     {"momentum", "muon_momentum", "momentum", true, false},
     {"nesterov", "", "nesterov", true, false},
     {"momentum_form", "", "momentum_form", true, false},
     {"ns_coefficients", "coefficients", "coefficients", true, false},
+    {"ns_eps", "", "ns_eps", true, false},
+    {"row_equilibration", "", "row_equilibration", true, false},
     {"ns_dtype", "", "ns_dtype", true, false},
     {"ns_method", "", "ns_method", true, false},
     {"gram_restarts", "", "gram_restarts", true, false},
