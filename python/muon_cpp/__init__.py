@@ -24,7 +24,7 @@ import os
 import torch
 
 from . import _core
-from ._engine import _EngineOptimizer
+from ._engine import TORCH_IMPLEMENTATION_FLAGS, _EngineOptimizer
 
 __all__ = [
     "Muon",
@@ -38,32 +38,103 @@ __all__ = [
 ]
 
 
-def _init_from_schema(algorithm, positional):
+def _init_from_schema(algorithm, positional, aliases=None, presets=None):
     """An __init__(self, params, <options>) whose keywords, defaults and order are the C++
     option schema's (muon/option_schema.h): the first ``positional`` options may also be given
-    by position, as in torch.optim; the rest are keyword-only."""
+    by position, as in torch.optim; the rest are keyword-only. After them come torch.optim's
+    implementation flags, ``aliases`` (torch.optim's name → ours) and, with ``presets`` (name →
+    defaults under our names), a keyword ``preset``."""
     options = _core.option_schema(algorithm)
+    aliases = aliases or {}
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                   inspect.Parameter("params", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for index, (name, default, _doc, _range) in enumerate(options):
         kind = (inspect.Parameter.POSITIONAL_OR_KEYWORD if index < positional
                 else inspect.Parameter.KEYWORD_ONLY)
         parameters.append(inspect.Parameter(name, kind, default=default))
+    extra = [(name, None) for name in aliases]
+    extra += [(name, None if name == "foreach" else False) for name in TORCH_IMPLEMENTATION_FLAGS]
+    if presets:
+        extra.append(("preset", None))
+    for name, default in extra:
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
     signature = inspect.Signature(parameters)
 
     def __init__(self, *args, **kwargs):
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        settings = dict(bound.arguments)
-        del settings["self"]
-        params = settings.pop("params")
-        _EngineOptimizer.__init__(self, params, settings)
+        given = dict(signature.bind(self, *args, **kwargs).arguments)
+        del given["self"]
+        params = given.pop("params")
+        settings = {name: default for name, default, _doc, _range in options}
+        settings.update(_preset(presets, given.pop("preset", None)))
+        for theirs, ours in aliases.items():
+            if theirs in given and ours in given:
+                raise ValueError(f"{type(self).__name__}: give {ours} or {theirs} "
+                                 f"(torch.optim's name for it), not both")
+        settings.update(given)
+        _EngineOptimizer.__init__(self, params, self._from_torch_names(settings))
 
     __init__.__signature__ = signature
     __init__.__doc__ = "Options:\n" + "\n".join(
         f"    {name} (default {default!r}{', ' + rng if rng else ''}): {doc}"
-        for name, default, doc, rng in options)
+        for name, default, doc, rng in options) + "\n" + _TORCH_KEYWORDS_DOC + (
+        "".join(f"\n    {theirs}: torch.optim's name for {ours}" for theirs, ours in aliases.items()))
     return __init__
+
+
+_TORCH_KEYWORDS_DOC = (
+    "    foreach, maximize, capturable, differentiable: torch.optim's implementation flags;\n"
+    "        foreach has no effect, the others are accepted when False (their default)")
+
+
+def _preset(presets, name):
+    """The defaults preset ``name`` sets ({} for None: the schema's own)."""
+    if name is None:
+        return {}
+    if not presets or name not in presets:
+        valid = ", ".join(repr(n) for n in presets or {})
+        raise ValueError(f"preset must be None (muon-cpp's defaults) or one of {valid}, "
+                         f"got {name!r}")
+    return dict(presets[name])
+
+
+# torch.optim.Muon (PyTorch 2.9): its keyword names that differ from ours, and its defaults (in
+# our names) for Muon(..., preset="torch"). Its Newton–Schulz normalizes by max(‖X‖_F, eps), ours
+# by ‖X‖_F + eps: the same to within eps/‖X‖_F.
+_TORCH_MUON_ALIASES = {"ns_coefficients": "coefficients", "eps": "ns_eps",
+                       "adjust_lr_fn": "adjust_lr"}
+_TORCH_MUON_DEFAULTS = {"lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "nesterov": True,
+                        "coefficients": "quintic", "ns_eps": 1e-7, "ns_steps": 5,
+                        "adjust_lr": "original", "weight_decay_method": "decoupled"}
+
+
+def _muon_from_torch_names(settings):
+    """Rewrites torch.optim.Muon's names in ``settings`` into ours, in place: ns_coefficients
+    (a, b, c) → coefficients [[a, b, c]], eps → ns_eps, adjust_lr_fn (None = 'original') →
+    adjust_lr."""
+    for theirs, ours in _TORCH_MUON_ALIASES.items():
+        if theirs not in settings:
+            continue
+        value = settings.pop(theirs)
+        if theirs == "ns_coefficients":
+            if _is_one_row(value):
+                value = [list(value)]
+            elif not isinstance(value, (str, list, tuple)):
+                raise TypeError("ns_coefficients must be (a, b, c), a table name or "
+                                f"[[a, b, c], ...], got {type(value).__name__} {value!r:.40}")
+        elif theirs == "adjust_lr_fn":
+            if value is None:
+                value = "original"
+            elif value not in ("original", "match_rms_adamw"):
+                raise ValueError("adjust_lr_fn must be None, 'original' or 'match_rms_adamw' "
+                                 f"(torch.optim.Muon's), got {value!r}; adjust_lr also takes "
+                                 "'spectral' and 'none'")
+        settings[ours] = value
+    return settings
+
+
+def _is_one_row(value):
+    return (isinstance(value, (tuple, list)) and len(value) == 3
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
 
 
 class Muon(_EngineOptimizer):
@@ -73,10 +144,19 @@ class Muon(_EngineOptimizer):
     ``Muon(params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, *, ...)``; every
     option, its default and meaning: ``help(muon_cpp.Muon.__init__)`` or docs/python.md. Tensors
     may live on any device; on CUDA, Newton–Schulz runs in bfloat16 by default.
+
+    A drop-in for ``torch.optim.Muon``: its keywords ``ns_coefficients``, ``eps`` and
+    ``adjust_lr_fn`` are accepted (in the constructor, param groups and state dicts) and stored
+    under our names, its state dicts load, and ``preset="torch"`` gives its defaults
+    (lr 1e-3, weight_decay 0.1); docs/python.md §torch.optim.Muon.
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
-    __init__ = _init_from_schema("muon", positional=4)
+    __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_ALIASES,
+                                 presets={"torch": _TORCH_MUON_DEFAULTS})
+
+    def _from_torch_names(self, settings):
+        return _muon_from_torch_names(super()._from_torch_names(settings))
 
 
 class AdamW(_EngineOptimizer):

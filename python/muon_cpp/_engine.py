@@ -36,6 +36,8 @@ class _EngineOptimizer(Optimizer):
                             "use load_state_dict() to replace it")
 
     def add_param_group(self, param_group):
+        if isinstance(param_group, dict):
+            param_group = self._from_torch_names(dict(param_group))
         super().add_param_group(param_group)  # PyTorch's checks and defaults
         if self._engine is None:
             return
@@ -58,6 +60,8 @@ class _EngineOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        for group in self.param_groups:  # settings written under torch.optim's names
+            self._from_torch_names(group)
         self._engine.set_options([_settings(group) for group in self.param_groups])
         self._engine.step()
         return loss
@@ -97,7 +101,8 @@ class _EngineOptimizer(Optimizer):
                 raise TypeError(f"state_dict['state'][{key!r}] must be a dict, "
                                 f"got {type(entry).__name__}")
             states.append((key, by_index[key], entry))
-        settings = [{key: value for key, value in saved.items() if key != "params"}
+        settings = [self._from_torch_names({key: value for key, value in saved.items()
+                                            if key != "params"})
                     for saved in saved_groups]
         self._check_extra(state_dict)
         self._engine.load(settings, states)
@@ -107,6 +112,12 @@ class _EngineOptimizer(Optimizer):
 
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
+
+    # Settings dicts written with torch.optim's names (a subclass's aliases, its implementation
+    # flags), rewritten in place into this engine's names; returns the dict.
+    def _from_torch_names(self, settings):
+        check_torch_flags(settings, type(self).__name__)
+        return settings
 
     # Hooks for what a subclass saves beyond PyTorch's layout.
     def _check_extra(self, state_dict):
@@ -164,3 +175,30 @@ def _split_state_dict(state_dict):
     if not isinstance(state, dict):
         raise TypeError(f"state_dict['state'] must be a dict, got {type(state).__name__}")
     return groups, state
+
+
+# torch.optim's keywords that pick among its implementations (PyTorch 2.x). muon-cpp has one
+# implementation per device, so `foreach` is accepted and changes nothing; the others are accepted
+# at the value that means "off" (torch's default), and refused otherwise, saying why.
+TORCH_IMPLEMENTATION_FLAGS = ("foreach", "maximize", "capturable", "differentiable")
+_WHY_NOT = {
+    "maximize": "negate the loss instead",
+    "capturable": "muon-cpp's steps read their scalars on the host, so a CUDA graph cannot "
+                  "capture them",
+    "differentiable": "muon-cpp's updates run outside autograd",
+}
+
+
+def check_torch_flags(settings, who):
+    """Checks and removes torch.optim's implementation flags from ``settings`` (in place)."""
+    for name in TORCH_IMPLEMENTATION_FLAGS:
+        if name not in settings:
+            continue
+        value = settings.pop(name)
+        if name == "foreach" and value is None:
+            continue
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool{' or None' if name == 'foreach' else ''}, "
+                            f"got {type(value).__name__}")
+        if value and name != "foreach":
+            raise ValueError(f"{who}: {name}=True is not supported; {_WHY_NOT[name]}")

@@ -20,7 +20,14 @@ def keywords(cls):
 def test_keywords_and_param_groups_are_the_schema(algorithm):
     schema = _core.option_schema(algorithm)
     cls = CLASSES[algorithm]
-    assert [(p.name, p.default) for p in keywords(cls)] == [(n, d) for n, d, _, _ in schema]
+    # The schema's options, then torch.optim's implementation flags (and Muon's torch.optim.Muon
+    # names and its preset keyword; test_torch_muon.py).
+    flags = [("foreach", None), ("maximize", False), ("capturable", False),
+             ("differentiable", False)]
+    extra = ([("ns_coefficients", None), ("eps", None), ("adjust_lr_fn", None)] + flags
+             + [("preset", None)]) if algorithm == "muon" else flags
+    assert [(p.name, p.default) for p in keywords(cls)] == [
+        (n, d) for n, d, _, _ in schema] + extra
     # The first four are positional, as in torch.optim; the rest keyword-only.
     kinds = [p.kind for p in keywords(cls)]
     assert kinds[:4] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 4

@@ -1,0 +1,307 @@
+"""muon_cpp.Muon as a drop-in for torch.optim.Muon (PyTorch 2.9), torch.optim's implementation
+flags on every optimizer, and the weight-decay methods, MuonEq and ns_eps from Python."""
+import math
+
+import pytest
+import torch
+
+import muon_cpp
+from helpers import max_rel_diff
+
+QUINTIC = (3.4445, -4.7750, 2.0315)
+
+
+class TorchMuonReference:
+    """torch.optim.Muon's step as PyTorch 2.9 writes it (torch/optim/_muon.py), transcribed in
+    the parameter's dtype instead of bfloat16 so that it can be compared closely. torch divides
+    by max(‖X‖_F, eps), muon-cpp by ‖X‖_F + eps; ``exact_eps=False`` uses ours, so that
+    everything else can be compared to float64 rounding."""
+
+    def __init__(self, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+                 ns_coefficients=QUINTIC, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
+                 exact_eps=False):
+        self.__dict__.update(locals())
+        self.buffers = {}
+
+    def newton_schulz(self, grad):
+        a, b, c = self.ns_coefficients
+        x = grad.T if grad.size(0) > grad.size(1) else grad
+        norm = x.norm()
+        x = x / (norm.clamp(min=self.eps) if self.exact_eps else norm + self.eps)
+        for _ in range(self.ns_steps):
+            gram = x @ x.T
+            x = a * x + (b * gram + c * gram @ gram) @ x
+        return x.T if grad.size(0) > grad.size(1) else x
+
+    def adjusted_lr(self, shape):
+        rows, cols = shape[:2]
+        if self.adjust_lr_fn in (None, "original"):
+            return self.lr * math.sqrt(max(1, rows / cols))
+        return self.lr * 0.2 * math.sqrt(max(rows, cols))
+
+    def step(self, params):
+        for p in params:
+            grad = p.grad
+            buf = self.buffers.setdefault(id(p), torch.zeros_like(grad))
+            buf.lerp_(grad, 1 - self.momentum)
+            update = grad.lerp(buf, self.momentum) if self.nesterov else buf
+            update = self.newton_schulz(update)
+            with torch.no_grad():
+                p.mul_(1 - self.lr * self.weight_decay)
+                p.add_(update, alpha=-self.adjusted_lr(p.shape))
+
+
+def run_both(ours_settings, reference, shape=(24, 10), steps=5, dtype=torch.float64, seed=3):
+    generator = torch.Generator().manual_seed(seed)
+    start = torch.randn(shape, generator=generator, dtype=dtype)
+    ours = torch.nn.Parameter(start.clone())
+    theirs = torch.nn.Parameter(start.clone())
+    optimizer = muon_cpp.Muon([ours], **ours_settings)
+    for _ in range(steps):
+        grad = torch.randn(shape, generator=generator, dtype=dtype)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step([theirs])
+    return optimizer, ours, theirs, start
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(24, 10), (10, 24)])
+@pytest.mark.parametrize("settings", [
+    dict(),
+    dict(adjust_lr_fn="original", nesterov=False, weight_decay=0.0),
+    dict(adjust_lr_fn="match_rms_adamw", momentum=0.9, lr=0.01),
+    dict(ns_coefficients=(3.9505, -6.3029, 2.6377), eps=1e-6, ns_steps=7),
+])
+def test_torch_keywords_follow_torch_optim_muon(settings, shape, dtype):
+    """Every torch.optim.Muon keyword, at torch's defaults where not given (preset='torch')."""
+    optimizer, ours, theirs, start = run_both(dict(preset="torch", **settings),
+                                              TorchMuonReference(**settings), shape, dtype=dtype)
+    # float32: the fast products against the plain chain, up to 7 iterations.
+    tolerance = 1e-10 if dtype == torch.float64 else 3e-4
+    assert max_rel_diff(ours.detach() - start, theirs.detach() - start) < tolerance
+    group = optimizer.param_groups[0]
+    # Stored under muon-cpp's names only.
+    assert not {"ns_coefficients", "eps", "adjust_lr_fn"} & set(group)
+    assert group["adjust_lr"] == settings.get("adjust_lr_fn") or (
+        group["adjust_lr"] == "original" and settings.get("adjust_lr_fn") is None)
+
+
+def test_torch_normalization_differs_by_eps_only():
+    """Against torch's own max(‖X‖_F, eps): the results differ by about eps/‖X‖_F (amplified by
+    the iterations' slope at small singular values), far below bfloat16's resolution."""
+    _, ours, theirs, start = run_both(dict(preset="torch"), TorchMuonReference(exact_eps=True))
+    difference = max_rel_diff(ours.detach() - start, theirs.detach() - start)
+    assert 0 < difference < 1e-5
+
+
+def test_preset_torch_gives_torch_defaults():
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    group = muon_cpp.Muon([w], preset="torch").param_groups[0]
+    assert (group["lr"], group["weight_decay"], group["momentum"], group["nesterov"]) == (
+        1e-3, 0.1, 0.95, True)
+    assert (group["coefficients"], group["ns_eps"], group["ns_steps"]) == ("quintic", 1e-7, 5)
+    ours = muon_cpp.Muon([w]).param_groups[0]  # without the preset: muon-cpp's own defaults
+    assert (ours["lr"], ours["weight_decay"], ours["ns_eps"]) == (0.02, 0.0, None)
+    explicit = muon_cpp.Muon([w], preset="torch", lr=0.05).param_groups[0]
+    assert (explicit["lr"], explicit["weight_decay"]) == (0.05, 0.1)
+
+
+def test_torch_names_in_param_groups_and_between_steps():
+    generator = torch.Generator().manual_seed(5)
+    start = torch.randn(12, 20, generator=generator, dtype=torch.float64)
+    ours = torch.nn.Parameter(start.clone())
+    theirs = torch.nn.Parameter(start.clone())
+    optimizer = muon_cpp.Muon([{"params": [ours], "eps": 1e-6, "ns_coefficients": QUINTIC}],
+                              preset="torch")
+    reference = TorchMuonReference(eps=1e-6)
+    for step in range(4):
+        if step == 2:  # written between steps under torch's name, as torch code would
+            optimizer.param_groups[0]["adjust_lr_fn"] = "match_rms_adamw"
+            reference.adjust_lr_fn = "match_rms_adamw"
+        grad = torch.randn(12, 20, generator=generator, dtype=torch.float64)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step([theirs])
+    assert max_rel_diff(ours.detach() - start, theirs.detach() - start) < 1e-10
+    group = optimizer.param_groups[0]
+    assert group["adjust_lr"] == "match_rms_adamw" and "adjust_lr_fn" not in group
+    assert group["ns_eps"] == 1e-6 and group["coefficients"] == [list(QUINTIC)]
+
+
+def torch_layout_state_dict(buffer, **group):
+    """A state dict as torch.optim.Muon.state_dict() writes it: momentum_buffer only, torch's
+    group keys."""
+    settings = dict(lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+                    ns_coefficients=QUINTIC, eps=1e-7, ns_steps=5, adjust_lr_fn=None)
+    settings.update(group)
+    return {"state": {0: {"momentum_buffer": buffer.clone()}},
+            "param_groups": [dict(settings, params=[0])]}
+
+
+def test_loads_a_torch_optim_muon_state_dict_and_continues_its_run():
+    generator = torch.Generator().manual_seed(8)
+    start = torch.randn(16, 8, generator=generator, dtype=torch.float64)
+    buffer = torch.randn(16, 8, generator=generator, dtype=torch.float64)
+    ours = torch.nn.Parameter(start.clone())
+    theirs = torch.nn.Parameter(start.clone())
+    optimizer = muon_cpp.Muon([ours])  # muon-cpp's defaults, replaced by the loaded ones
+    optimizer.load_state_dict(torch_layout_state_dict(buffer, lr=0.01, eps=1e-6,
+                                                      adjust_lr_fn="match_rms_adamw"))
+    reference = TorchMuonReference(lr=0.01, eps=1e-6, adjust_lr_fn="match_rms_adamw")
+    reference.buffers[id(theirs)] = buffer.clone()
+    for _ in range(3):
+        grad = torch.randn(16, 8, generator=generator, dtype=torch.float64)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step([theirs])
+    assert max_rel_diff(ours.detach() - start, theirs.detach() - start) < 1e-10
+    state = optimizer.state_dict()["state"][0]
+    assert torch.allclose(state["momentum_buffer"], reference.buffers[id(theirs)])
+
+
+@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon needs PyTorch 2.9")
+def test_against_torch_optim_muon_itself():
+    """Where PyTorch has Muon: its own step (bfloat16 Newton–Schulz) against ours in bfloat16."""
+    generator = torch.Generator().manual_seed(9)
+    start = torch.randn(32, 16, generator=generator)
+    ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    optimizer = muon_cpp.Muon([ours], preset="torch", lr=0.02)
+    reference = torch.optim.Muon([theirs], lr=0.02)
+    for _ in range(3):
+        grad = torch.randn(32, 16, generator=generator)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step()
+    # torch orthogonalizes in bfloat16, we in float32 on CPU: agreement to bf16's precision.
+    assert max_rel_diff(ours.detach() - start, theirs.detach() - start) < 5e-2
+    optimizer.load_state_dict(reference.state_dict())
+    assert torch.equal(optimizer.state[ours]["momentum_buffer"],
+                       reference.state[theirs]["momentum_buffer"])
+
+
+def test_torch_name_errors():
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    with pytest.raises(ValueError, match="give coefficients or ns_coefficients"):
+        muon_cpp.Muon([w], coefficients="quintic", ns_coefficients=QUINTIC)
+    with pytest.raises(ValueError, match=r"adjust_lr_fn must be None, 'original' or "
+                                         r"'match_rms_adamw'.*got 'spectral'"):
+        muon_cpp.Muon([w], adjust_lr_fn="spectral")
+    with pytest.raises(ValueError, match=r"preset must be None .* or one of 'torch', got 'jax'"):
+        muon_cpp.Muon([w], preset="jax")
+    with pytest.raises(ValueError, match="ns_eps must be > 0"):
+        muon_cpp.Muon([w], eps=0.0)
+    with pytest.raises(TypeError, match=r"ns_coefficients must be \(a, b, c\), a table name or "
+                                        r"\[\[a, b, c\], ...\], got float 3.0"):
+        muon_cpp.Muon([w], ns_coefficients=3.0)
+    before = w.detach().clone()
+    optimizer = muon_cpp.Muon([w])
+    optimizer.param_groups[0]["adjust_lr_fn"] = "bad"
+    w.grad = torch.ones(4, 4)
+    with pytest.raises(ValueError, match="adjust_lr_fn"):
+        optimizer.step()
+    assert torch.equal(w.detach(), before)
+
+
+@pytest.mark.parametrize("cls", [muon_cpp.Muon, muon_cpp.AdamW, muon_cpp.Adam, muon_cpp.Lamb])
+def test_torch_implementation_flags(cls):
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    for foreach in (None, True, False):
+        optimizer = cls([w], foreach=foreach, maximize=False, capturable=False,
+                        differentiable=False)
+        assert "foreach" not in optimizer.param_groups[0]
+    for flag, why in [("maximize", "negate the loss"), ("capturable", "CUDA graph"),
+                      ("differentiable", "outside autograd")]:
+        with pytest.raises(ValueError, match=f"{cls.__name__}: {flag}=True is not supported; "
+                                             f".*{why}"):
+            cls([w], **{flag: True})
+    with pytest.raises(TypeError, match="maximize must be a bool, got str"):
+        cls([w], maximize="yes")
+    with pytest.raises(TypeError, match="foreach must be a bool or None, got int"):
+        cls([w], foreach=1)
+
+
+def test_loads_a_torch_adamw_state_dict_with_its_flags():
+    generator = torch.Generator().manual_seed(10)
+    start = torch.randn(6, 5, generator=generator)
+    ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    reference = torch.optim.AdamW([theirs], lr=0.01, weight_decay=0.1)
+    for _ in range(2):
+        theirs.grad = torch.randn(6, 5, generator=generator)
+        reference.step()
+    optimizer = muon_cpp.AdamW([ours])
+    with torch.no_grad():
+        ours.copy_(theirs)
+    optimizer.load_state_dict(reference.state_dict())  # carries foreach, maximize, capturable, ...
+    for _ in range(3):
+        grad = torch.randn(6, 5, generator=generator)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step()
+    assert max_rel_diff(ours.detach(), theirs.detach()) < 1e-6
+
+
+@pytest.mark.parametrize("method, as_adamw", [
+    ("decoupled", lambda lr, wd: wd), ("independent", lambda lr, wd: wd / lr),
+    ("palm", lambda lr, wd: wd * lr)])
+@pytest.mark.parametrize("cls", [muon_cpp.AdamW, muon_cpp.Adam])
+def test_adam_weight_decay_methods_equal_torch_adamw_forms(cls, method, as_adamw):
+    generator = torch.Generator().manual_seed(11)
+    start = torch.randn(7, 3, generator=generator, dtype=torch.float64)
+    ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    lr, wd = 0.02, 0.3
+    optimizer = cls([ours], lr=lr, weight_decay=wd, weight_decay_method=method)
+    reference = torch.optim.AdamW([theirs], lr=lr, weight_decay=as_adamw(lr, wd))
+    for _ in range(20):
+        grad = torch.randn(7, 3, generator=generator, dtype=torch.float64)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step()
+    assert max_rel_diff(ours.detach(), theirs.detach()) < 1e-10
+
+
+def test_adam_l2_method_equals_torch_adam_and_defaults():
+    generator = torch.Generator().manual_seed(12)
+    start = torch.randn(5, 4, generator=generator, dtype=torch.float64)
+    ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    optimizer = muon_cpp.AdamW([ours], lr=0.02, weight_decay=0.3, weight_decay_method="l2")
+    reference = torch.optim.Adam([theirs], lr=0.02, weight_decay=0.3)
+    for _ in range(20):
+        grad = torch.randn(5, 4, generator=generator, dtype=torch.float64)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step()
+    assert max_rel_diff(ours.detach(), theirs.detach()) < 1e-10
+    w = torch.nn.Parameter(torch.randn(3))
+    assert muon_cpp.AdamW([w]).param_groups[0]["weight_decay_method"] == "decoupled"
+    assert muon_cpp.Adam([w]).param_groups[0]["weight_decay_method"] == "l2"
+    with pytest.raises(ValueError, match="Lamb: weight_decay_method l2 is not supported"):
+        muon_cpp.Lamb([w], weight_decay_method="l2")
+    with pytest.raises(ValueError, match="weight_decay_method.*valid methods are decoupled, "
+                                         "independent, l2, palm"):
+        muon_cpp.AdamW([w], weight_decay_method="lr2")
+
+
+def test_new_muon_options_survive_state_dict_and_yaml():
+    w = torch.nn.Parameter(torch.randn(8, 6))
+    settings = dict(weight_decay=0.1, weight_decay_method="palm", row_equilibration=True,
+                    ns_eps=1e-5, coefficients="cans")
+    optimizer = muon_cpp.Muon([w], **settings)
+    w.grad = torch.randn(8, 6)
+    optimizer.step()
+    saved = optimizer.state_dict()
+    restored = muon_cpp.Muon([torch.nn.Parameter(w.detach().clone())])
+    restored.load_state_dict(saved)
+    for key, value in settings.items():
+        assert restored.param_groups[0][key] == value
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8),
+                                torch.nn.Linear(8, 2))
+    hybrid = muon_cpp.build_optimizer(model, {"optimizer": {
+        "name": "muon", "weight_decay_method": "independent", "weight_decay": 1e-3,
+        "muon": {"row_equilibration": True, "ns_eps": 1e-5, "coefficients": "deepseekv4",
+                 "ns_steps": 10}}}, total_steps=10)
+    assert "muon" in [group["algorithm"] for group in hybrid.param_groups]
+    with pytest.raises(ValueError, match="optimizer.muon.weight_decay_method: unknown weight "
+                                         "decay method 'lr2'"):
+        muon_cpp.build_optimizer(model, {"optimizer": {"muon": {"weight_decay_method": "lr2"}}},
+                                 total_steps=10)
