@@ -83,6 +83,7 @@ struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamPa
   TORCH_ARG(int64_t, step) = 0;
   TORCH_ARG(at::Tensor, exp_avg);     // state_dtype
   TORCH_ARG(at::Tensor, exp_avg_sq);  // state_dtype
+  TORCH_ARG(at::Tensor, mantissa);    // mantissa_tracking of a bf16 parameter: int16 low halves
 };
 
 // Owns groups and state and calls adam_update() (muon/rules.h) on them.

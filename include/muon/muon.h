@@ -99,6 +99,8 @@ struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonPa
   TORCH_ARG(at::Tensor, momentum_buffer);
   // NorMuon's statistic (fp32), shape normuon_state_shape(view); undefined without NorMuon.
   TORCH_ARG(at::Tensor, normuon_second_moment);
+  // mantissa_tracking: the low 16 bits of each fp32 weight of a bf16 parameter (int16).
+  TORCH_ARG(at::Tensor, mantissa);
 };
 
 // A parameter of rank ≥ 2 is a batch of matrices over its last two dims: an expert stack

@@ -80,6 +80,10 @@ struct OptionInfo {
 };
 
 // clang-format off
+#define MUON_MANTISSA_DOC                                                                          \
+  "bfloat16 parameters: keep the low 16 bits of each fp32 weight in the state tensor mantissa, "   \
+  "so updates act on the exact fp32 value (modded-nanogpt); other dtypes are unaffected"
+
 #define MUON_MUON_OPTIONS(X)                                                                       \
   X(double, lr, 0.02, nonnegative,                                                                 \
     "base learning rate; each matrix steps by lr × its shape factor (adjust_lr)")                  \
@@ -119,6 +123,7 @@ struct OptionInfo {
     "cautious mask: keep only the changes that agree in sign with the gradient")                   \
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
     "momentum storage: float32 (float64 for float64 parameters) or bfloat16 (stochastic rounding)") \
+  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
   X(std::optional<bool>, fused, std::nullopt, any,                                                 \
     "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")
 
@@ -134,6 +139,7 @@ struct OptionInfo {
   X(bool, nesterov, false, any, "NAdam's look-ahead first moment (optax's form); not for LAMB")    \
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
     "moment storage: float32 (float64 for float64 parameters) or bfloat16 (not for LAMB)")         \
+  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
   X(bool, cautious, false, any,                                                                    \
     "cautious mask: keep only the changes that agree in sign with the gradient; not for LAMB")     \
   X(std::optional<bool>, fused, std::nullopt, any,                                                 \

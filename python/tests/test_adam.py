@@ -112,3 +112,36 @@ def test_add_param_group_keeps_state():
     # First Adam step moves each entry by lr (sign of the gradient): the new group's rate.
     assert torch.allclose(before - b.detach(), torch.full((3,), 0.5), atol=1e-4)
     assert optimizer.state[a]["step"].item() == 2
+
+
+@pytest.mark.parametrize("cls, settings", [(muon_cpp.AdamW, dict(lr=1e-3, weight_decay=0.1)),
+                                           (muon_cpp.Muon, dict(lr=0.02, weight_decay=0.1))])
+def test_mantissa_tracking_trains_bf16_weights_as_their_fp32_master(cls, settings):
+    """A bf16 parameter with mantissa_tracking against the same optimizer on an fp32 master
+    given the same bf16 gradients: its weight and mantissa are the master's two halves exactly;
+    the master itself follows torch.optim.AdamW (for AdamW)."""
+    generator = torch.Generator().manual_seed(3)
+    bf16 = torch.nn.Parameter(torch.randn(16, 12, generator=generator).bfloat16())
+    master = torch.nn.Parameter(bf16.detach().float())
+    torch_master = torch.nn.Parameter(bf16.detach().float())
+    ours = cls([bf16], mantissa_tracking=True, **settings)
+    theirs = cls([master], **settings)
+    reference = torch.optim.AdamW([torch_master], **settings) if cls is muon_cpp.AdamW else None
+    for _ in range(6):
+        grad = torch.randn(16, 12, generator=generator).bfloat16()
+        bf16.grad, master.grad, torch_master.grad = grad, grad.float(), grad.float()
+        for optimizer in (ours, theirs, reference):
+            if optimizer is not None:
+                optimizer.step()
+        mantissa = ours.state[bf16]["mantissa"]
+        assert mantissa.dtype == torch.int16
+        bits = (bf16.detach().view(torch.int16).int() << 16) | (mantissa.int() & 0xFFFF)
+        assert torch.equal(bits.view(torch.float32), master.detach())
+    if reference is not None:
+        assert max_rel_diff(master.detach(), torch_master.detach()) < 1e-6
+    # The state dict carries the mantissa and a reload continues the same run.
+    saved = ours.state_dict()
+    assert saved["state"][0]["mantissa"].shape == (16, 12)
+    again = cls([torch.nn.Parameter(bf16.detach().clone())], mantissa_tracking=True, **settings)
+    again.load_state_dict(saved)
+    assert torch.equal(again.state_dict()["state"][0]["mantissa"], saved["state"][0]["mantissa"])

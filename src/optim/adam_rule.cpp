@@ -3,6 +3,7 @@
 #include <string>
 
 #include "in_place.h"
+#include "master_weights.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
@@ -100,10 +101,8 @@ AdamStepScalars scalars_of(const AdamFamilyOptions<R>& o, const AdamItem& item) 
   return s;
 }
 
-}  // namespace
-
 template <AdamRule R>
-void adam_update(const AdamFamilyOptions<R>& o, const std::vector<AdamItem>& items) {
+void update_items(const AdamFamilyOptions<R>& o, const std::vector<AdamItem>& items) {
   std::vector<AdamTensors> generic;  // parameters for the device-generic form, in one call
   for (const auto& item : items) {
     const auto s = scalars_of(o, item);
@@ -128,6 +127,18 @@ void adam_update(const AdamFamilyOptions<R>& o, const std::vector<AdamItem>& ite
   } else {
     generic_adam_step(generic);
   }
+}
+
+}  // namespace
+
+template <AdamRule R>
+void adam_update(const AdamFamilyOptions<R>& o, const std::vector<AdamItem>& items) {
+  detail::with_master_weights(
+      items,
+      [&](const AdamItem& item) {
+        return detail::mantissa_of(o.mantissa_tracking(), item.param, *item.state);
+      },
+      [&](const std::vector<AdamItem>& work) { update_items(o, work); });
 }
 
 #define MUON_ADAM_RULE(R)                                                            \

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "in_place.h"
+#include "master_weights.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
@@ -176,11 +177,9 @@ std::vector<Batch> batches_of(const std::vector<MuonItem>& items) {
   return batches;
 }
 
-}  // namespace
-
 // Per batch: momentum into one stacked direction tensor, one orthogonalization, then each
 // parameter's own finish.
-void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces) {
+void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces) {
   for (const auto& batch : batches_of(items)) {
     const auto& first = *batch.first;
     const auto rows = first.view[first.view.size() - 2];
@@ -205,6 +204,17 @@ void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces)
       finish(item, U.narrow(0, batch.offsets[i], matrices_in(item.view)).view(item.view));
     }
   }
+}
+
+}  // namespace
+
+void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces) {
+  detail::with_master_weights(
+      items,
+      [](const MuonItem& item) {
+        return detail::mantissa_of(item.options->mantissa_tracking(), item.param, *item.state);
+      },
+      [&](const std::vector<MuonItem>& work) { update_batches(work, workspaces); });
 }
 
 }  // namespace muon

@@ -10,6 +10,7 @@
 #include "muon/error.h"
 #include "muon/muon.h"
 #include "muon/rules.h"
+#include "master_weights.h"
 
 namespace muon {
 namespace {
@@ -53,19 +54,29 @@ std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optim
       slots.push_back({"normuon_second_moment", normuon_state_shape(view, m->normuon()->axis),
                        stored_dtype(param, at::kFloat)});
     }
+    if (detail::tracks_mantissa(m->mantissa_tracking(), param)) {
+      slots.push_back({"mantissa", shape, at::kShort});
+    }
     return slots;
   }
   at::ScalarType dtype = at::kFloat;
+  bool mantissa = false;
   if (const auto* o = options_as<AdamWOptions>(options)) {
     dtype = o->state_dtype();
+    mantissa = o->mantissa_tracking();
   } else if (const auto* o = options_as<AdamOptions>(options)) {
     dtype = o->state_dtype();
+    mantissa = o->mantissa_tracking();
   } else {
-    check(options_as<LambOptions>(options) != nullptr,
+    const auto* lamb = options_as<LambOptions>(options);
+    check(lamb != nullptr,
           "optimizer state: only Muon, AdamW, Adam and Lamb state can be read or written");
+    mantissa = lamb->mantissa_tracking();
   }
   dtype = stored_dtype(param, dtype);
-  return {{"exp_avg", shape, dtype}, {"exp_avg_sq", shape, dtype}};
+  std::vector<StateSlot> slots{{"exp_avg", shape, dtype}, {"exp_avg_sq", shape, dtype}};
+  if (detail::tracks_mantissa(mantissa, param)) slots.push_back({"mantissa", shape, at::kShort});
+  return slots;
 }
 
 std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& optimizer,
@@ -80,10 +91,12 @@ std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& o
     if (options.normuon() && m->normuon_second_moment().defined()) {
       entry.tensors["normuon_second_moment"] = m->normuon_second_moment();
     }
+    if (m->mantissa().defined()) entry.tensors["mantissa"] = m->mantissa();
   } else if (const auto* a = dynamic_cast<const AdamParamState*>(state)) {
     entry.step = a->step();
     entry.tensors["exp_avg"] = a->exp_avg();
     entry.tensors["exp_avg_sq"] = a->exp_avg_sq();
+    if (a->mantissa().defined()) entry.tensors["mantissa"] = a->mantissa();
   } else {
     throw Error("optimizer state: only Muon, AdamW, Adam and Lamb state can be read or written");
   }
@@ -128,12 +141,14 @@ void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& par
     m->step(entry.step);
     m->momentum_buffer(copy("momentum_buffer"));
     m->normuon_second_moment(copy("normuon_second_moment"));
+    m->mantissa(copy("mantissa"));
     state = std::move(m);
   } else {
     auto a = std::make_unique<AdamParamState>();
     a->step(entry.step);
     a->exp_avg(copy("exp_avg"));
     a->exp_avg_sq(copy("exp_avg_sq"));
+    a->mantissa(copy("mantissa"));
     state = std::move(a);
   }
   optimizer.state()[compat::param_state_key(param)] = std::move(state);
