@@ -40,7 +40,11 @@ wild_values = st.one_of(
 plausible = {
     "lr": st.floats(0, 0.5), "momentum": st.floats(0, 0.99), "nesterov": st.booleans(),
     "weight_decay": st.floats(0, 0.5), "ns_steps": st.integers(1, 8),
-    "coefficients": st.sampled_from(["quintic", "polar_express", "dion"]),
+    "coefficients": st.sampled_from(["quintic", "polar_express", "dion", "cans", "aol", "cubic5",
+                                     "deepseekv4"]),
+    "weight_decay_method": st.sampled_from(["decoupled", "independent", "l2", "palm"]),
+    "ns_eps": st.sampled_from([None, 1e-7, 1e-3]), "row_equilibration": st.booleans(),
+    "mantissa_tracking": st.booleans(),
     "momentum_form": st.sampled_from(["ema", "sum"]),
     "adjust_lr": st.sampled_from(["original", "match_rms_adamw", "spectral", "none"]),
     "ns_method": st.sampled_from(["automatic", "plain", "symmetric", "gram"]),
