@@ -292,6 +292,89 @@ TEST(Muon, RowEquilibrationMatchesReference) {
   EXPECT_FALSE(at::allclose(out[0], out[1], 1e-3, 1e-5));
 }
 
+// A parameter split by num_heads or split_sizes against the textbook reference run on each row
+// block as a parameter of its own (its own orthogonalization and shape factor).
+void expect_blocks_match_reference(const MuonOptions& options, const std::vector<int64_t>& blocks,
+                                   int64_t cols, uint64_t seed, at::ScalarType dtype) {
+  int64_t rows = 0;
+  for (auto b : blocks) rows += b;
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    auto gen = seeded(seed);
+    auto W = at::randn({rows, cols}, gen).to(dtype).requires_grad_(true);
+    std::vector<at::Tensor> W_ref;
+    std::vector<ReferenceMuon> refs;
+    for (int64_t r0 = 0, i = 0; i < static_cast<int64_t>(blocks.size()); r0 += blocks[i++]) {
+      W_ref.push_back(W.detach().narrow(0, r0, blocks[i]).clone());
+      refs.push_back(ReferenceMuon{options, {}});
+    }
+    Muon opt({W}, MuonOptions(options).fused(fused));
+    for (int step = 0; step < 3; ++step) {
+      const auto grad = at::randn({rows, cols}, gen).to(dtype);
+      W.mutable_grad() = grad.clone();
+      const auto before = W.detach().clone();
+      opt.step();
+      for (int64_t r0 = 0, i = 0; i < static_cast<int64_t>(blocks.size()); r0 += blocks[i++]) {
+        refs[i].step(W_ref[i], grad.narrow(0, r0, blocks[i]));
+        expect_same_parameter(W.detach().narrow(0, r0, blocks[i]), W_ref[i],
+                              before.narrow(0, r0, blocks[i]));
+        W_ref[i] = W.detach().narrow(0, r0, blocks[i]).clone();
+      }
+    }
+  }
+}
+
+TEST(Muon, HeadsAndSplitBlocksAreOrthogonalizedAlone) {
+  for (auto dtype : {at::kFloat, at::kDouble}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    // Four heads of 6 rows (each 6 × 20: wide), and a fused QKV projection with 2 KV heads.
+    expect_blocks_match_reference(MuonOptions(0.02).num_heads(4), {6, 6, 6, 6}, 20, 800, dtype);
+    expect_blocks_match_reference(
+        MuonOptions(0.02).split_sizes(std::vector<int64_t>{16, 8, 8}).weight_decay(0.1), {16, 8, 8},
+        12, 801, dtype);
+    // Per block: MuonEq, Muon+ columns and the shape factor (16 × 4 blocks are tall).
+    expect_blocks_match_reference(MuonOptions(0.02)
+                                      .split_sizes(std::vector<int64_t>{16, 4})
+                                      .row_equilibration(true)
+                                      .post_norm(PostNorm::col)
+                                      .adjust_lr(AdjustLr::spectral),
+                                  {16, 4}, 4, 802, dtype);
+  }
+  // Splitting changes the update (the blocks' polar factors are not the whole matrix's).
+  auto gen = seeded(10);
+  const auto grad = at::randn({12, 8}, gen);
+  std::vector<at::Tensor> out;
+  for (bool heads : {false, true}) {
+    auto W = at::zeros({12, 8}).requires_grad_(true);
+    W.mutable_grad() = grad.clone();
+    auto options = MuonOptions(0.02);
+    if (heads) options.num_heads(3);
+    Muon({W}, options).step();
+    out.push_back(W.detach().clone());
+  }
+  EXPECT_FALSE(at::allclose(out[0], out[1], 1e-3, 1e-5));
+}
+
+TEST(Muon, SplitsThatDoNotFitAreRefusedBeforeAnythingChanges) {
+  auto W = at::ones({12, 4}).requires_grad_(true);
+  W.mutable_grad() = at::ones({12, 4});
+  expect_error<Error>([&] { Muon({W}, MuonOptions().num_heads(5)).step(); },
+                      {"Muon: parameter 0 of param group 0 has 12 rows", "num_heads 5 does not divide"});
+  expect_error<Error>(
+      [&] { Muon({W}, MuonOptions().split_sizes(std::vector<int64_t>{8, 8})).step(); },
+      {"Muon: split_sizes [8, 8] add up to 16 rows, but parameter 0 of param group 0 has 12"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions().split_sizes(std::vector<int64_t>{12, 0})); },
+                      {"split_sizes must be row counts > 0"});
+  expect_error<Error>(
+      [&] { Muon({W}, MuonOptions().num_heads(2).split_sizes(std::vector<int64_t>{6, 6})); },
+      {"num_heads and split_sizes", "set one of them"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions().num_heads(2).normuon(NorMuonOptions{})); },
+                      {"normuon keeps statistics of whole matrices"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions().num_heads(0)); },
+                      {"Muon: num_heads must be > 0, got 0"});
+  EXPECT_TRUE(at::equal(W.detach(), at::ones({12, 4})));
+}
+
 TEST(Muon, NsEpsReplacesTheTablesEps) {
   // An eps comparable to ‖Q‖_F shrinks the normalized direction, which the reference reproduces
   // only if it is the eps used.

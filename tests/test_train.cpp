@@ -233,9 +233,9 @@ TEST(Train, DataAndConfigErrors) {
 }
 
 TEST(Train, EachSeedRecipeInExamplesTrains) {
-  // Speedtronic (Muon+ and cautious), Dew (MuonClip, power schedule, muP, bf16 state) and flaxchat
-  // (Polar Express, NorMuon, cautious weight decay, warmdown) on the fixture.
-  for (const char* recipe : {"speedtronic", "dew", "flaxchat"}) {
+  // Speedtronic (Muon+ and cautious), Dew (MuonClip, power schedule, muP, bf16 state), flaxchat
+  // (Polar Express, NorMuon, cautious weight decay, warmdown) and nanochat's MuonEq on the fixture.
+  for (const char* recipe : {"speedtronic", "dew", "flaxchat", "muoneq"}) {
     SCOPED_TRACE(recipe);
     auto config = fixture_config(
         (std::filesystem::temp_directory_path() / ("muon_test_" + std::string(recipe))).string());

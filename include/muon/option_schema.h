@@ -102,6 +102,11 @@ struct OptionInfo {
     "eps of the normalization X / (‖X‖_F·safety + eps) before the iterations; unset: the table's") \
   X(bool, row_equilibration, false, any,                                                           \
     "MuonEq: scale each row of the direction to the matrix's RMS row norm before orthogonalizing") \
+  X(std::optional<int64_t>, num_heads, std::nullopt, positive,                                     \
+    "orthogonalize each matrix's rows as this many equal heads, each alone (dion's num_heads)")    \
+  X(std::optional<std::vector<int64_t>>, split_sizes, std::nullopt, any,                           \
+    "orthogonalize each matrix's rows in blocks of these sizes, each alone: a fused QKV "          \
+    "projection (dion's split_sizes)")                                                             \
   X(MomentumForm, momentum_form, MomentumForm::ema, any,                                           \
     "ema: B ← β·B + (1−β)·g (Keller Jordan); sum: B ← β·B + g (Moonlight)")                        \
   X(AdjustLr, adjust_lr, AdjustLr::original, any,                                                  \

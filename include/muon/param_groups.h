@@ -30,6 +30,10 @@ namespace muon {
   X(std::optional<double>, eps, eps, "", std::nullopt, positive, "", "AdamW-routed members' eps")  \
   X(std::optional<double>, momentum, momentum, "", std::nullopt, unit_interval, "",                \
     "Muon-routed members' momentum")                                                               \
+  X(std::optional<int64_t>, num_heads, num_heads, "", std::nullopt, positive, "",                  \
+    "Muon-routed members' rows orthogonalized as this many equal heads")                           \
+  X(std::optional<std::vector<int64_t>>, split_sizes, split_sizes, "", std::nullopt, any, "",      \
+    "Muon-routed members' rows orthogonalized in blocks of these sizes (a fused QKV projection)")   \
   X(std::optional<LrSchedule>, schedule, schedule, "", std::nullopt, any, "",                      \
     "replaces the optimizer's schedule for this group")
 // clang-format on

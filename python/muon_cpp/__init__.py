@@ -76,8 +76,8 @@ def _init_from_schema(algorithm, positional, aliases=None, presets=None):
     __init__.__signature__ = signature
     __init__.__doc__ = "Options:\n" + "\n".join(
         f"    {name} (default {default!r}{', ' + rng if rng else ''}): {doc}"
-        for name, default, doc, rng in options) + "\n" + _TORCH_KEYWORDS_DOC + (
-        "".join(f"\n    {theirs}: torch.optim's name for {ours}" for theirs, ours in aliases.items()))
+        for name, default, doc, rng in options) + "\n" + _TORCH_KEYWORDS_DOC + "".join(
+        f"\n    {theirs}: torch.optim's name for {ours}" for theirs, ours in aliases.items())
     return __init__
 
 

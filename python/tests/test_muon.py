@@ -135,3 +135,53 @@ def test_orthogonalize_errors():
         muon_cpp.orthogonalize(torch.randn(4, 8), gram_restarts=[2.0])
     with pytest.raises(ValueError, match=r"strictly increasing iteration counts >= 1, got \[3, 2\]"):
         muon_cpp.orthogonalize(torch.randn(4, 8), gram_restarts=(3, 2))
+
+
+def test_split_sizes_and_num_heads_orthogonalize_blocks_alone():
+    """A fused QKV weight with split_sizes (and heads with num_heads) steps as its blocks would
+    as parameters of their own, from the Muon class and from a configuration's group."""
+    generator = torch.Generator().manual_seed(4)
+    start = torch.randn(16, 8, generator=generator, dtype=torch.float64)
+    grads = [torch.randn(16, 8, generator=generator, dtype=torch.float64) for _ in range(3)]
+    for settings, blocks in [(dict(split_sizes=[8, 4, 4]), [8, 4, 4]),
+                             (dict(num_heads=4), [4, 4, 4, 4])]:
+        fused = torch.nn.Parameter(start.clone())
+        parts = [torch.nn.Parameter(p.clone()) for p in start.split(blocks)]
+        ours = muon_cpp.Muon([fused], lr=0.02, **settings)
+        separate = muon_cpp.Muon(parts, lr=0.02)
+        for grad in grads:
+            fused.grad = grad.clone()
+            for part, g in zip(parts, grad.split(blocks)):
+                part.grad = g.clone()
+            ours.step()
+            separate.step()
+        assert max_rel_diff(fused.detach() - start, torch.cat([p.detach() for p in parts])
+                            - start) < 1e-12
+        assert ours.param_groups[0][next(iter(settings))] == next(iter(settings.values()))
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(8, 16, bias=False)
+            self.proj = torch.nn.Linear(8, 8, bias=False)
+
+    model = Attention().double()
+    with torch.no_grad():
+        model.qkv.weight.copy_(start)
+    config = {"optimizer": {"name": "muon", "lr": 0.02, "weight_decay": 0.0, "param_groups": [
+        {"name": "qkv", "patterns": ["qkv.weight"], "split_sizes": [8, 4, 4]},
+        {"name": "rest", "patterns": ["*"]}]}}
+    hybrid = muon_cpp.build_optimizer(model, config, total_steps=10)
+    reference = torch.nn.Parameter(start.clone())
+    alone = muon_cpp.Muon([reference], lr=hybrid.param_groups[0]["lr"], split_sizes=[8, 4, 4])
+    for grad in grads:
+        model.qkv.weight.grad, reference.grad = grad.clone(), grad.clone()
+        model.proj.weight.grad = torch.zeros(8, 8, dtype=torch.float64)
+        hybrid.step()
+        alone.step()
+    assert max_rel_diff(model.qkv.weight.detach() - start, reference.detach() - start) < 1e-12
+    with pytest.raises(RuntimeError,
+                       match=r"split_sizes \[8, 8\] add up to 16 rows, but .* has 12"):
+        w = torch.nn.Parameter(torch.randn(12, 4))
+        w.grad = torch.randn(12, 4)
+        muon_cpp.Muon([w], split_sizes=[8, 8]).step()

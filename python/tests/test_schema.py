@@ -122,7 +122,7 @@ def test_every_schedule_and_group_key_is_accepted_from_a_dict_and_typos_are_not(
         muon_cpp.build_optimizer(model, config, 100)
     group = {"name": "all", "patterns": ["*"], "lr_multiplier": 0.5, "lr": 0.01,
              "weight_decay": 0.0, "betas": [0.9, 0.95], "eps": 1e-9, "momentum": 0.9,
-             "schedule": {"name": "constant"}}
+             "schedule": {"name": "constant"}, "num_heads": 1, "split_sizes": [12]}
     assert sorted(group) == sorted(k for k, *_ in _core.config_schema("param_group"))
     optimizer = muon_cpp.build_optimizer(model, {"optimizer": {"param_groups": [group]}}, 100)
     assert {g["lr"] for g in optimizer.param_groups} == {0.01}

@@ -101,6 +101,8 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
         auto o = options.muon;
         o.lr(row.lr).weight_decay(row.weight_decay);
         if (spec.momentum) o.momentum(*spec.momentum);
+        if (spec.num_heads) o.num_heads(*spec.num_heads);
+        if (spec.split_sizes) o.split_sizes(*spec.split_sizes);
         group_options = std::make_unique<MuonOptions>(o);
       } else {
         auto o = options.adamw;

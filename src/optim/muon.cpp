@@ -37,6 +37,16 @@ void check_options(const MuonOptions& o) {
     check(o.normuon()->beta2 >= 0 && o.normuon()->beta2 < 1,
           "Muon: normuon beta2 must be in [0, 1), got ", o.normuon()->beta2);
   }
+  check(!(o.num_heads() && o.split_sizes()),
+        "Muon: num_heads and split_sizes both split the rows; set one of them");
+  if (o.split_sizes()) {
+    const auto& sizes = *o.split_sizes();
+    check(!sizes.empty() && std::all_of(sizes.begin(), sizes.end(), [](int64_t n) { return n > 0; }),
+          "Muon: split_sizes must be row counts > 0, got ", at::IntArrayRef(sizes));
+  }
+  check(!(o.normuon() && (o.num_heads() || o.split_sizes())),
+        "Muon: normuon keeps statistics of whole matrices; it cannot be combined with num_heads "
+        "or split_sizes");
   check(!(o.cautious_weight_decay() && o.weight_decay_method() == WeightDecayMethod::l2),
         "Muon: cautious_weight_decay needs a multiplicative weight_decay_method (decoupled, "
         "independent or palm); l2 adds its decay to the gradient instead");

@@ -1,6 +1,8 @@
 // The Muon update rule (docs/design.md, "Muon update"; NorMuon and Muon+ there too).
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <numeric>
 
 #include "in_place.h"
 #include "master_weights.h"
@@ -44,6 +46,17 @@ void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOpti
   check(grad.sizes() == p.sizes(), "Muon: ", where, " has a gradient of shape ", grad.sizes(),
         " for a parameter of shape ", p.sizes());
   detail::check_kernels(o.fused(), p, "Muon", where);
+  const auto rows = view[view.size() - 2];
+  if (o.num_heads()) {
+    check(rows % *o.num_heads() == 0, "Muon: ", where, " has ", rows, " rows (view ",
+          at::IntArrayRef(view), "), which num_heads ", *o.num_heads(), " does not divide");
+  }
+  if (o.split_sizes()) {
+    const auto& sizes = *o.split_sizes();
+    const auto total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+    check(total == rows, "Muon: split_sizes ", at::IntArrayRef(sizes), " add up to ", total,
+          " rows, but ", where, " has ", rows, " (view ", at::IntArrayRef(view), ")");
+  }
   // The orthogonalization can run (a bf16 dtype on CPU needs bf16 dot products): checked before
   // anything changes, not in the middle of the step.
   try {
@@ -73,6 +86,14 @@ MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& s
 }
 
 namespace {
+
+// The row blocks each matrix is orthogonalized in: num_heads equal heads, split_sizes, or the
+// whole matrix (dion's num_heads and split_sizes).
+std::vector<int64_t> row_blocks(const MuonOptions& o, int64_t rows) {
+  if (o.num_heads()) return std::vector<int64_t>(*o.num_heads(), rows / *o.num_heads());
+  if (o.split_sizes()) return *o.split_sizes();
+  return {rows};
+}
 
 // Updates the momentum buffer and writes the direction Q to orthogonalize into `direction`: one
 // fused pass on CPU, the same formulas in ATen operations elsewhere (any buffer dtype in both).
@@ -145,64 +166,138 @@ int64_t matrices_in(const std::vector<int64_t>& view) {
   return n;
 }
 
-// Items whose matrices can share one orthogonalize() call: same matrix shape, dtype, device and
+// A block of rows of one item's matrices, orthogonalized as a matrix of its own: the whole
+// matrices unless num_heads or split_sizes split them.
+struct Piece {
+  const MuonItem* item;
+  int64_t row0, rows;  // the block's first row and row count in each matrix of the item's view
+  bool whole() const { return rows == item->view[item->view.size() - 2]; }
+  // The block's (batch..., rows, cols) shape.
+  std::vector<int64_t> shape() const {
+    auto out = item->view;
+    out[out.size() - 2] = rows;
+    return out;
+  }
+};
+
+std::vector<Piece> pieces_of(const std::vector<MuonItem>& items) {
+  std::vector<Piece> pieces;
+  for (const auto& item : items) {
+    int64_t row0 = 0;
+    for (const auto rows : row_blocks(*item.options, item.view[item.view.size() - 2])) {
+      pieces.push_back({&item, row0, rows});
+      row0 += rows;
+    }
+  }
+  return pieces;
+}
+
+// Pieces whose matrices can share one orthogonalize() call: same matrix shape, dtype, device and
 // settings.
 struct Batch {
-  const MuonItem* first;
+  const Piece* first;
   OrthogonalizeOptions options;
-  std::vector<const MuonItem*> items;
-  std::vector<int64_t> offsets;  // each item's first matrix in the stack
+  std::vector<const Piece*> pieces;
+  std::vector<int64_t> offsets;  // each piece's first matrix in the stack
   int64_t total = 0;             // matrices
 };
 
-bool same_batch(const Batch& batch, const MuonItem& item, const OrthogonalizeOptions& options) {
-  const auto& a = *batch.first;
-  return a.view[a.view.size() - 2] == item.view[item.view.size() - 2] &&
-         a.view.back() == item.view.back() &&
-         full_precision(a.param.scalar_type()) == full_precision(item.param.scalar_type()) &&
-         a.param.device() == item.param.device() && batch.options == options;
+bool same_batch(const Batch& batch, const Piece& piece, const OrthogonalizeOptions& options) {
+  const auto& a = *batch.first->item;
+  const auto& b = *piece.item;
+  return batch.first->rows == piece.rows && a.view.back() == b.view.back() &&
+         full_precision(a.param.scalar_type()) == full_precision(b.param.scalar_type()) &&
+         a.param.device() == b.param.device() && batch.options == options;
 }
 
-std::vector<Batch> batches_of(const std::vector<MuonItem>& items) {
+std::vector<Batch> batches_of(const std::vector<Piece>& pieces) {
   std::vector<Batch> batches;
-  for (const auto& item : items) {
-    const auto options = orthogonalize_options(*item.options);
+  for (const auto& piece : pieces) {
+    const auto options = orthogonalize_options(*piece.item->options);
     auto it = std::find_if(batches.begin(), batches.end(),
-                           [&](const Batch& b) { return same_batch(b, item, options); });
-    if (it == batches.end()) it = batches.insert(batches.end(), Batch{&item, options, {}, {}, 0});
-    it->items.push_back(&item);
+                           [&](const Batch& b) { return same_batch(b, piece, options); });
+    if (it == batches.end()) it = batches.insert(batches.end(), Batch{&piece, options, {}, {}, 0});
+    it->pieces.push_back(&piece);
     it->offsets.push_back(it->total);
-    it->total += matrices_in(item.view);
+    it->total += matrices_in(piece.item->view);
   }
   return batches;
 }
 
+uint32_t momentum_seed(const MuonItem& item) {
+  return sr::tensor_salt(sr::step_seed(item.state->step()), item.index);
+}
+
+// The momentum direction of a split item, in a tensor of its own (its pieces are copied into
+// the batches they fall in).
+at::Tensor split_direction(const MuonItem& item) {
+  auto Q = at::empty(item.param.sizes(),
+                     item.param.options().dtype(full_precision(item.param.scalar_type())));
+  const auto& o = *item.options;
+  momentum_direction(momentum_gradient(item.grad, item.param, o), item.state->momentum_buffer(), Q,
+                     o, momentum_seed(item));
+  return Q.view(item.view);
+}
+
 // Per batch: momentum into one stacked direction tensor, one orthogonalization, then each
-// parameter's own finish.
+// parameter's own finish. A split parameter's pieces are orthogonalized in the batches of their
+// shapes, each scaled by its own shape factor, and the parameter finished once they are all done.
 void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces) {
-  for (const auto& batch : batches_of(items)) {
-    const auto& first = *batch.first;
-    const auto rows = first.view[first.view.size() - 2];
+  const auto pieces = pieces_of(items);
+  std::map<const MuonItem*, std::pair<at::Tensor, at::Tensor>> split;  // direction, update
+  for (const auto& piece : pieces) {
+    if (!piece.whole() && split.count(piece.item) == 0) {
+      const auto Q = split_direction(*piece.item);
+      split[piece.item] = {Q, at::empty_like(Q)};
+    }
+  }
+  for (const auto& batch : batches_of(pieces)) {
+    const auto& first = *batch.first->item;
+    const auto rows = batch.first->rows;
     const auto cols = first.view.back();
     const auto dtype = full_precision(first.param.scalar_type());
     auto& workspace = workspaces.get(rows, cols, dtype, first.param.device(), batch.options);
     auto directions = workspace.get(OrthogonalizeWorkspace::Slot::directions,
                                     {batch.total, rows, cols}, first.param.options().dtype(dtype));
-    for (size_t i = 0; i < batch.items.size(); ++i) {
-      const auto& item = *batch.items[i];
-      auto Q =
-          directions.narrow(0, batch.offsets[i], matrices_in(item.view)).view(item.param.sizes());
-      const uint32_t seed = sr::tensor_salt(sr::step_seed(item.state->step()), item.index);
-      const auto& o = *item.options;
-      momentum_direction(momentum_gradient(item.grad, item.param, o), item.state->momentum_buffer(),
-                         Q, o, seed);
-      if (o.row_equilibration()) equilibrate_rows(Q.view(item.view));
+    const auto slot = [&](const at::Tensor& stack, size_t i) {
+      const auto& piece = *batch.pieces[i];
+      return stack.narrow(0, batch.offsets[i], matrices_in(piece.item->view)).view(piece.shape());
+    };
+    for (size_t i = 0; i < batch.pieces.size(); ++i) {
+      const auto& piece = *batch.pieces[i];
+      const auto& item = *piece.item;
+      auto Q = slot(directions, i);
+      if (piece.whole()) {
+        auto Q_param = Q.view(item.param.sizes());
+        momentum_direction(momentum_gradient(item.grad, item.param, *item.options),
+                           item.state->momentum_buffer(), Q_param, *item.options,
+                           momentum_seed(item));
+      } else {
+        Q.copy_(split.at(&item).first.narrow(-2, piece.row0, piece.rows));
+      }
+      if (item.options->row_equilibration()) equilibrate_rows(Q);
     }
     const auto U = orthogonalize(directions, batch.options, &workspace);
-    for (size_t i = 0; i < batch.items.size(); ++i) {
-      const auto& item = *batch.items[i];
-      finish(item, U.narrow(0, batch.offsets[i], matrices_in(item.view)).view(item.view));
+    for (size_t i = 0; i < batch.pieces.size(); ++i) {
+      const auto& piece = *batch.pieces[i];
+      if (piece.whole()) {
+        finish(*piece.item, slot(U, i));
+        continue;
+      }
+      const auto& o = *piece.item->options;
+      auto U_piece = slot(U, i);
+      if (o.post_norm() != PostNorm::none) {
+        U_piece = post_normalize(U_piece, o.post_norm(), o.post_norm_eps());
+      }
+      split.at(piece.item)
+          .second.narrow(-2, piece.row0, piece.rows)
+          .copy_(U_piece * shape_factor(o.adjust_lr(), piece.rows, U_piece.size(-1)));
     }
+  }
+  for (const auto& [item, tensors] : split) {  // every piece scaled already: factor 1
+    auto param = item->param;
+    apply_update(param, item->grad, tensors.second.reshape(param.sizes()), *item->options, 1.0);
+    item->state->step(item->state->step() + 1);
   }
 }
 
