@@ -107,10 +107,12 @@ void train_on_ranks(int world, const demo::TrainConfig& config) {
   });
 }
 
-// Float32 tolerance after 24 steps: the ranks sum gradients in another order, and Newton–Schulz
-// amplifies such differences a little (AdamW does not).
+// Float32 tolerance after 24 steps: the ranks sum gradients in another order and the two batch
+// shapes take other kernels; Newton–Schulz amplifies such differences, and so does AdamW's 1/√v
+// where v is small (measured: up to 3.2e-5 on a Zen 5 CPU with LibTorch 2.6's AVX-512 kernels,
+// under 2e-5 with 1.13). A rank that missed a gradient or a step differs by 1e-2 or more.
 constexpr double kMuonTolerance = 2e-4;
-constexpr double kAdamwTolerance = 2e-5;
+constexpr double kAdamwTolerance = 1e-4;
 
 // The validation loss before training, from a run's metrics.csv (its first row).
 double step0_val_loss(const std::string& dir) {
