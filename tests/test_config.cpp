@@ -98,6 +98,7 @@ optimizer:
   ns_dtype: float64
   fused: false
   qk_clip: {tau: 50}
+  routing: {split_heads: true}
   schedule: {name: power, a: 0.1, warmup_steps: 5, tail: {start: 50, steps: 80, end: 0.0}}
   param_groups:
     - {name: no_decay, patterns: ["*.bias", "*norm*"], weight_decay: 0.0}
@@ -110,10 +111,37 @@ optimizer:
   EXPECT_EQ(second.hybrid.groups.size(), 2u);
   EXPECT_EQ(second.hybrid.schedule->tail->start, 50);
   EXPECT_DOUBLE_EQ(*second.hybrid.qk_clip_tau, 50.0);
+  EXPECT_TRUE(second.routing.split_heads);
   EXPECT_NE(text.find("name: muonclip"), std::string::npos);
   EXPECT_EQ(second.hybrid.muon.ns_dtype(), at::kDouble);
   EXPECT_EQ(second.hybrid.adamw.fused(), false);
   EXPECT_EQ(second.hybrid.muon.fused(), false);
+}
+
+TEST(Config, DionStartsFromItsDefaultsAndRoundTrips) {
+  const auto first = OptimConfig::from_yaml(R"(
+optimizer:
+  name: dion
+  lr: 0.03
+  dion: {rank_fraction: 0.25, rank_multiple_of: 8}
+)");
+  const auto& m = first.hybrid.muon;
+  EXPECT_DOUBLE_EQ(m.lr(), 0.03);
+  EXPECT_DOUBLE_EQ(m.weight_decay(), 0.01);  // Dion's default
+  EXPECT_FALSE(m.nesterov());
+  EXPECT_EQ(m.momentum_form(), MomentumForm::sum);
+  EXPECT_EQ(m.adjust_lr(), AdjustLr::spectral);
+  EXPECT_EQ(*m.dion(), (DionOptions{0.25, 8, 1e-8}));
+  const auto text = first.to_yaml();
+  EXPECT_NE(text.find("name: dion"), std::string::npos);
+  const auto second = OptimConfig::from_yaml(text);
+  EXPECT_EQ(second.to_yaml(), text);
+  EXPECT_EQ(*second.hybrid.muon.dion(), *m.dion());
+  // The option alone, on a Muon whose momentum fits it; `true` takes the defaults.
+  const auto plain = OptimConfig::from_yaml(
+      "optimizer: {name: muon, nesterov: false, momentum_form: sum, dion: true}\n");
+  EXPECT_EQ(*plain.hybrid.muon.dion(), DionOptions{});
+  EXPECT_DOUBLE_EQ(plain.hybrid.muon.lr(), 0.02);
 }
 
 TEST(Config, BuildOptimizerAppliesGroupsRoutingAndSchedule) {
@@ -199,7 +227,8 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
        "optimizer.muon_plus: Muon+ needs name muon or muonclip"},
       {"optimizer: adamw\nmuon_plus: true", "Muon+ needs name muon or muonclip, not 'adamw'"},
       {"optimizer: {name: sgd}",
-       "optimizer.name: unknown optimizer 'sgd'; valid optimizers are muon, muonclip, adamw"},
+       "optimizer.name: unknown optimizer 'sgd'; valid optimizers are muon, muonclip, dion, "
+       "adamw"},
       {"optimizer: lion", "unknown optimizer 'lion'"},
       {"optimizer: {muon_plus: false}\nmuon_plus: true",
        "muon_plus: the root value true conflicts with optimizer.muon_plus false"},
@@ -226,6 +255,11 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
       {"optimizer: {normuon: {beta2: 1.5}}", "optimizer.normuon.beta2 must be in [0, 1)"},
       {"optimizer: {normuon: {axis: diagonal}}",
        "optimizer.normuon.axis: unknown NorMuon axis 'diagonal'"},
+      {"optimizer: {name: dion, dion: {rank_fraction: 2}}",
+       "optimizer.dion.rank_fraction must be in (0, 1]"},
+      {"optimizer: {name: dion, dion: {rank: 2}}", "optimizer.dion.rank: unknown key"},
+      {"optimizer: {dion: true}", "Muon: dion keeps a summed momentum with error feedback"},
+      {"optimizer: {name: dion, normuon: true}", "cannot be combined with normuon"},
       {"optimizer: {qk_clip: {tau: 0}}", "optimizer.qk_clip.tau must be > 0"},
       {"optimizer: {name: adamw, qk_clip: {tau: 10}}",
        "optimizer.qk_clip: QK-clip needs name muon or muonclip"},

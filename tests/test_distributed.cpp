@@ -61,6 +61,7 @@ demo::TrainConfig tiny_run(const std::string& out, int64_t batch_size, const std
   c.model.seq_len = 32;
   c.batch_size = batch_size;
   c.optimizer = demo::demo_optimizer(opt);
+  if (opt == "dion") c.optimizer.hybrid.muon.dion(DionOptions{0.5});
   c.steps = 24;
   c.log_every = 12;
   c.eval_every = 12;
@@ -130,13 +131,13 @@ double step0_val_loss(const std::string& dir) {
 }
 
 TEST(Distributed, TwoRanksEqualOneRankWithTheWholeBatch) {
-  for (const std::string opt : {"muon", "adamw"}) {
+  for (const std::string opt : {"muon", "dion", "adamw"}) {
     const auto one = temp_dir("one_" + opt), two = temp_dir("two_" + opt);
     std::ostringstream log;
     demo::train(tiny_run(one, 8, opt), log);
     train_on_ranks(2, tiny_run(two, 4, opt));
     EXPECT_LT(max_difference(checkpoint_model(two), checkpoint_model(one)),
-              opt == "muon" ? kMuonTolerance : kAdamwTolerance)
+              opt == "adamw" ? kAdamwTolerance : kMuonTolerance)
         << opt;
     // The same weights give the same validation loss: it is taken on the global batch (8 windows
     // per evaluation batch here), not on rank 0's share of it.

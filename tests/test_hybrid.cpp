@@ -88,6 +88,39 @@ TEST(Hybrid, StepEqualsBothBranchesByHand) {
   }
 }
 
+TEST(Hybrid, RoutedHeadSplitsOrthogonalizeEachHeadAlone) {
+  // Two (heads, head_dim, embed) projections: one routed with its heads, one in a group that sets
+  // num_heads itself (the group's setting wins); each equals muon::Muon with that num_heads.
+  auto gen = testing::seeded(4);
+  const auto q0 = at::randn({4, 8, 16}, gen), k0 = at::randn({4, 8, 16}, gen);
+  auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true);
+  RoutingRules rules;
+  rules.split_heads = true;
+  rules.declare_axes("q", {"heads", "head_dim", "embed"});
+  rules.declare_axes("k", {"heads", "head_dim", "embed"});
+  const auto routes = route(std::vector<NamedParameter>{{"q", q, ""}, {"k", k, ""}}, rules);
+  HybridOptions options{MuonOptions(0.05), AdamWOptions()};
+  options.groups = {ParamGroupSpec{"k", {"k"}}, ParamGroupSpec{"rest", {"*"}}};
+  options.groups[0].num_heads = 2;
+  HybridOptimizer hybrid(routes, options);
+  EXPECT_EQ(hybrid.param_groups().size(), 2u);
+  auto q_ref = q0.clone().view({32, 16}), k_ref = k0.clone().view({32, 16});
+  Muon q_muon({q_ref}, MuonOptions(0.05).num_heads(4));
+  Muon k_muon({k_ref}, MuonOptions(0.05).num_heads(2));
+  for (int step = 0; step < 2; ++step) {
+    const auto gq = at::randn({4, 8, 16}, gen), gk = at::randn({4, 8, 16}, gen);
+    q.mutable_grad() = gq;
+    k.mutable_grad() = gk;
+    q_ref.mutable_grad() = gq.view({32, 16});
+    k_ref.mutable_grad() = gk.view({32, 16});
+    hybrid.step();
+    q_muon.step();
+    k_muon.step();
+  }
+  EXPECT_TRUE(at::equal(q.detach().view({32, 16}), q_ref));
+  EXPECT_TRUE(at::equal(k.detach().view({32, 16}), k_ref));
+}
+
 TEST(Hybrid, ClosureRunsOnceAndSchedulersReachEveryGroup) {
   demo::Gpt model(tiny());
   HybridOptimizer opt(route(*model), MuonOptions(0.02), AdamWOptions(0.004));

@@ -262,6 +262,36 @@ TEST(Routing, DeclaredAxesFollowDewsRules) {
       {"parameter 'w' has shape [4, 64, 16] but 2 declared axes (embed, mlp)"});
 }
 
+TEST(Routing, SplitHeadsSplitsADeclaredRowsSideIntoItsHeads) {
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const std::vector<NamedParameter> params = {
+      {"q_proj", t({4, 16, 64}), ""},      // (heads, head_dim, embed): torch's (out, in)
+      {"kv_proj", t({2, 2, 8, 64}), ""},   // (kv, heads, head_dim, embed)
+      {"o_proj", t({64, 4, 16}), ""},      // (embed, heads, head_dim): heads on the columns
+      {"fused", t({64, 64}), ""},          // (mlp, embed): no head axes
+  };
+  RoutingRules rules;
+  rules.declare_axes("q_proj", {"heads", "head_dim", "embed"});
+  rules.declare_axes("kv_proj", {"kv", "heads", "head_dim", "embed"});
+  rules.declare_axes("o_proj", {"embed", "heads", "head_dim"});
+  rules.declare_axes("fused", {"mlp", "embed"});
+  EXPECT_FALSE(route(params, rules)[0].num_heads);  // off by default: the rows stay one matrix
+  rules.split_heads = true;
+  const auto routes = route(params, rules);
+  const auto named = by_name(routes);
+  EXPECT_EQ(named.at("q_proj")->num_heads, 4);
+  EXPECT_EQ(named.at("q_proj")->view, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(named.at("q_proj")->reason,
+            "declared axes (heads, head_dim, embed): matrix (heads, head_dim) x (embed), 4 heads "
+            "orthogonalized alone");
+  EXPECT_EQ(named.at("kv_proj")->num_heads, 4);  // 2 × 2 blocks of head_dim rows
+  EXPECT_FALSE(named.at("o_proj")->num_heads);
+  EXPECT_FALSE(named.at("fused")->num_heads);
+  // A Muon override keeps the split of the declared axes.
+  rules.muon_patterns = {"q_proj"};
+  EXPECT_EQ(route(params, rules)[0].num_heads, 4);
+}
+
 TEST(Routing, ModulesReportTheirTypeNames) {
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 4, 3));
   const auto params = named_parameters_of(*conv);

@@ -234,8 +234,9 @@ TEST(Train, DataAndConfigErrors) {
 
 TEST(Train, EachSeedRecipeInExamplesTrains) {
   // Speedtronic (Muon+ and cautious), Dew (MuonClip, power schedule, muP, bf16 state), flaxchat
-  // (Polar Express, NorMuon, cautious weight decay, warmdown) and nanochat's MuonEq on the fixture.
-  for (const char* recipe : {"speedtronic", "dew", "flaxchat", "muoneq"}) {
+  // (Polar Express, NorMuon, cautious weight decay, warmdown), nanochat's MuonEq and Dion on the
+  // fixture.
+  for (const char* recipe : {"speedtronic", "dew", "flaxchat", "muoneq", "dion"}) {
     SCOPED_TRACE(recipe);
     auto config = fixture_config(
         (std::filesystem::temp_directory_path() / ("muon_test_" + std::string(recipe))).string());

@@ -74,6 +74,25 @@ struct NorMuonOptions {
   NorMuonAxis axis = NorMuonAxis::automatic;
 };
 
+// Dion's settings (microsoft/dion's names and defaults): the update's rank is
+// r = min(⌈rank_fraction·min(rows, cols) / rank_multiple_of⌉·rank_multiple_of, rows, cols);
+// epsilon guards the column normalization of R.
+struct DionOptions {
+  double rank_fraction = 1.0;
+  int64_t rank_multiple_of = 1;
+  double epsilon = 1e-8;
+  bool operator==(const DionOptions& o) const {
+    return rank_fraction == o.rank_fraction && rank_multiple_of == o.rank_multiple_of &&
+           epsilon == o.epsilon;
+  }
+};
+
+// The rank of Dion's update of a (rows × cols) matrix.
+int64_t dion_rank(const DionOptions& dion, int64_t rows, int64_t cols);
+// The shape of Dion's right factor Q for matrices in `view` (batch..., rows, cols):
+// (batch..., min(rows, cols), rank).
+std::vector<int64_t> dion_q_shape(const DionOptions& dion, const std::vector<int64_t>& view);
+
 // Muon's settings; their names, defaults, ranges and meanings are the list MUON_MUON_OPTIONS in
 // muon/option_schema.h.
 struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions> {
@@ -101,7 +120,14 @@ struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonPa
   TORCH_ARG(at::Tensor, normuon_second_moment);
   // mantissa_tracking: the low 16 bits of each fp32 weight of a bf16 parameter (int16).
   TORCH_ARG(at::Tensor, mantissa);
+  // Dion's right factor Q (batch..., min(rows, cols), rank), fp32 (fp64 for fp64 parameters);
+  // undefined without Dion.
+  TORCH_ARG(at::Tensor, dion_q);
 };
+
+// Dion's recipe as Muon options (microsoft/dion's defaults: lr 0.01, μ 0.95, weight decay 0.01,
+// the √(rows/cols) factor; its buffer is the summed, error-corrected momentum, without Nesterov).
+MuonOptions dion_options(DionOptions dion = {});
 
 // A parameter of rank ≥ 2 is a batch of matrices over its last two dims: an expert stack
 // (E, rows, cols) is orthogonalized expert by expert. set_matrix_view() reshapes a parameter into

@@ -123,6 +123,10 @@ struct OptionInfo {
   X(double, post_norm_eps, 1e-8, positive, "Muon+'s eps")                                          \
   X(std::optional<NorMuonOptions>, normuon, std::nullopt, any,                                     \
     "NorMuon: unset (off) or {beta2, axis}, a per-row or per-column second moment")                \
+  X(std::optional<DionOptions>, dion, std::nullopt, any,                                           \
+    "Dion: unset (off) or {rank_fraction, rank_multiple_of, epsilon}, a rank-r orthonormal update "\
+    "by power iteration with error feedback instead of Newton–Schulz; needs nesterov false and "   \
+    "momentum_form sum")                                                                           \
   X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
   X(bool, cautious, false, any,                                                                    \
     "cautious mask: keep only the changes that agree in sign with the gradient")                   \

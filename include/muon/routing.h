@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,9 @@ struct RoutedParameter {
   std::string reason;  // human-readable, e.g. "name part 'lm_head' marks an input/output layer"
   std::string module_type;
   std::vector<int64_t> view;  // Muon's (batch..., rows, cols) view; empty: the tensor's shape
+  // With RoutingRules::split_heads: the heads its declared rows side splits into, each
+  // orthogonalized alone (Muon's num_heads).
+  std::optional<int64_t> num_heads;
 };
 
 // Biases and norm weights: no weight decay unless their parameter group sets one
@@ -97,6 +101,10 @@ struct RoutingRules {
   // head_dim, kv} merge when adjacent, the batch axis `exp` must lead, selection axes {vocab,
   // output} mean AdamW. The rest must form exactly two sides: (out side, in side) → Muon's view.
   void declare_axes(const std::string& name, std::vector<std::string> axes);
+  // Orthogonalize each head of a declared rows side that ends in `head_dim` — (heads, head_dim),
+  // (kv, heads, head_dim) — alone, as Muon's num_heads (dion's per-head orthogonalization); off:
+  // the side's rows form one matrix. Head axes on the columns side always stay merged.
+  bool split_heads = false;
 
   std::map<const void*, Role> tags;
   std::map<std::string, std::vector<std::string>> axes;

@@ -28,6 +28,7 @@ from ._engine import TORCH_IMPLEMENTATION_FLAGS, _EngineOptimizer
 
 __all__ = [
     "Muon",
+    "Dion",
     "AdamW",
     "Adam",
     "Lamb",
@@ -107,6 +108,14 @@ _TORCH_MUON_DEFAULTS = {"lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "nest
                         "adjust_lr": "original", "weight_decay_method": "decoupled"}
 
 
+# Dion (arXiv 2504.05295) as microsoft/dion sets it up, in our names, for Muon(...,
+# preset="dion"): its summed momentum with error feedback has no Nesterov step, and its updates
+# scale by √(rows/cols).
+_DION_DEFAULTS = {"lr": 0.01, "momentum": 0.95, "weight_decay": 0.01, "nesterov": False,
+                  "momentum_form": "sum", "adjust_lr": "spectral",
+                  "dion": {"rank_fraction": 1.0, "rank_multiple_of": 1, "epsilon": 1e-8}}
+
+
 def _muon_from_torch_names(settings):
     """Rewrites torch.optim.Muon's names in ``settings`` into ours, in place: ns_coefficients
     (a, b, c) → coefficients [[a, b, c]], eps → ns_eps, adjust_lr_fn (None = 'original') →
@@ -148,15 +157,34 @@ class Muon(_EngineOptimizer):
     A drop-in for ``torch.optim.Muon``: its keywords ``ns_coefficients``, ``eps`` and
     ``adjust_lr_fn`` are accepted (in the constructor, param groups and state dicts) and stored
     under our names, its state dicts load, and ``preset="torch"`` gives its defaults
-    (lr 1e-3, weight_decay 0.1); docs/python.md §torch.optim.Muon.
+    (lr 1e-3, weight_decay 0.1); docs/python.md §torch.optim.Muon. ``preset="dion"`` gives
+    Dion's (see ``Dion``).
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
     __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_ALIASES,
-                                 presets={"torch": _TORCH_MUON_DEFAULTS})
+                                 presets={"torch": _TORCH_MUON_DEFAULTS, "dion": _DION_DEFAULTS})
 
     def _from_torch_names(self, settings):
         return _muon_from_torch_names(super()._from_torch_names(settings))
+
+
+class Dion(Muon):
+    """Dion (Ahn et al., arXiv 2504.05295; docs/design.md §Dion): a rank-r orthonormal update
+    from one power iteration per step with error feedback, in microsoft/dion's keywords:
+
+    ``Dion(params, lr=0.01, mu=0.95, weight_decay=0.01, *, rank_fraction=1.0,
+    rank_multiple_of=1, epsilon=1e-8, **muon_options)`` — ``Muon(params, preset="dion",
+    dion={...})`` under another name. Param groups and state dicts use Muon's names
+    (``momentum``, ``dion``); the state adds ``dion_q``, the right factor Q.
+    """
+
+    def __init__(self, params, lr=0.01, mu=0.95, weight_decay=0.01, *, rank_fraction=1.0,
+                 rank_multiple_of=1, epsilon=1e-8, **muon_options):
+        dion = {"rank_fraction": rank_fraction, "rank_multiple_of": rank_multiple_of,
+                "epsilon": epsilon}
+        super().__init__(params, lr, mu, preset="dion", weight_decay=weight_decay, dion=dion,
+                         **muon_options)
 
 
 class AdamW(_EngineOptimizer):

@@ -190,7 +190,8 @@ def test_torch_name_errors():
     with pytest.raises(ValueError, match=r"adjust_lr_fn must be None, 'original' or "
                                          r"'match_rms_adamw'.*got 'spectral'"):
         muon_cpp.Muon([w], adjust_lr_fn="spectral")
-    with pytest.raises(ValueError, match=r"preset must be None .* or one of 'torch', got 'jax'"):
+    with pytest.raises(ValueError,
+                       match=r"preset must be None .* or one of 'torch', 'dion', got 'jax'"):
         muon_cpp.Muon([w], preset="jax")
     with pytest.raises(ValueError, match="ns_eps must be > 0"):
         muon_cpp.Muon([w], eps=0.0)

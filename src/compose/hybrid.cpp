@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "data_parallel.h"
 #include "muon/compat.h"
@@ -65,8 +66,9 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
   check_hybrid_options(options);
   const auto specs = groups_or_default(options);
   check_groups(specs);
-  // (group, role) → hybrid group index, in order of first appearance.
-  std::map<std::pair<size_t, Role>, size_t> index;
+  // (group, decayed or not, role, routing's head split) → hybrid group index, in order of first
+  // appearance.
+  std::map<std::tuple<size_t, bool, Role, int64_t>, size_t> index;
   Plan plan;
   for (const auto& r : routes) {
     const Role role = (options.all_adamw && r.role == Role::muon) ? Role::adamw : r.role;
@@ -92,8 +94,11 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
     row.group = spec.name;
     row.lr = spec.lr ? *spec.lr : base_lr * spec.lr_multiplier;
     row.weight_decay = spec.weight_decay ? *spec.weight_decay : is_no_decay(r) ? 0.0 : base_wd;
-    // Parameters whose settings differ (no-decay defaults) get their own libtorch group.
-    const auto key = std::make_pair(g * 2 + (row.weight_decay != base_wd), role);
+    // Parameters whose settings differ (no-decay defaults, a head split routing found where the
+    // group sets no split of its own) get their own libtorch group.
+    const bool group_splits = spec.num_heads || spec.split_sizes;
+    const int64_t heads = role == Role::muon && !group_splits ? r.num_heads.value_or(0) : 0;
+    const auto key = std::make_tuple(g, row.weight_decay != base_wd, role, heads);
     auto [it, fresh] = index.emplace(key, plan.groups.size());
     if (fresh) {
       std::unique_ptr<torch::optim::OptimizerOptions> group_options;
@@ -103,6 +108,7 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
         if (spec.momentum) o.momentum(*spec.momentum);
         if (spec.num_heads) o.num_heads(*spec.num_heads);
         if (spec.split_sizes) o.split_sizes(*spec.split_sizes);
+        if (heads > 0) o.num_heads(heads);
         group_options = std::make_unique<MuonOptions>(o);
       } else {
         auto o = options.adamw;

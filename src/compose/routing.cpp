@@ -84,6 +84,7 @@ struct Decision {
   Role role;
   std::string reason;
   std::vector<int64_t> view;  // Muon's view when not the tensor's own shape
+  std::optional<int64_t> num_heads = std::nullopt;
 };
 
 bool is_head_axis(const std::string& a) {
@@ -100,7 +101,8 @@ std::string join(const std::vector<std::string>& parts, const char* separator) {
 }
 
 // Dew's rules on declared logical axes (docs/design.md §Routing, rule 4).
-Decision decide_declared(const NamedParameter& p, const std::vector<std::string>& axes) {
+Decision decide_declared(const NamedParameter& p, const std::vector<std::string>& axes,
+                         bool split_heads) {
   const auto& t = p.tensor;
   check(static_cast<int64_t>(axes.size()) == t.dim(), "routing: parameter '", p.name,
         "' has shape ", t.sizes(), " but ", axes.size(), " declared axes (", join(axes, ", "), ")");
@@ -116,6 +118,7 @@ Decision decide_declared(const NamedParameter& p, const std::vector<std::string>
   for (; i < axes.size() && axes[i] == "exp"; ++i) view.push_back(t.size(static_cast<int64_t>(i)));
   std::vector<std::vector<std::string>> sides;
   std::vector<int64_t> sizes;
+  int64_t last_size = 0;  // the size of the rows side's last axis
   for (; i < axes.size(); ++i) {
     check(axes[i] != "exp", "routing: parameter '", p.name, "' with ", described,
           " has the batch axis 'exp' after a matrix axis; declare expert axes first");
@@ -127,6 +130,7 @@ Decision decide_declared(const NamedParameter& p, const std::vector<std::string>
       sides.push_back({axes[i]});
       sizes.push_back(t.size(static_cast<int64_t>(i)));
     }
+    if (sides.size() == 1) last_size = t.size(static_cast<int64_t>(i));
   }
   if (sides.size() != 2) {
     std::vector<std::string> described_sides;
@@ -138,9 +142,13 @@ Decision decide_declared(const NamedParameter& p, const std::vector<std::string>
   }
   view.push_back(sizes[0]);
   view.push_back(sizes[1]);
-  return {Role::muon,
-          described + ": matrix (" + join(sides[0], ", ") + ") x (" + join(sides[1], ", ") + ")",
-          view};
+  auto reason =
+      described + ": matrix (" + join(sides[0], ", ") + ") x (" + join(sides[1], ", ") + ")";
+  const bool heads = split_heads && sides[0].size() > 1 && sides[0].back() == "head_dim";
+  if (!heads) return {Role::muon, reason, view};
+  const int64_t count = sizes[0] / last_size;
+  return {Role::muon, reason + ", " + std::to_string(count) + " heads orthogonalized alone", view,
+          count};
 }
 
 // Speedtronic's heuristics (docs/design.md §Routing, rule 5) with the higher_rank policy.
@@ -240,10 +248,10 @@ std::optional<Decision> decide_override(const NamedParameter& p, const RoutingRu
   if (*role != Role::muon) return Decision{*role, why, {}};
   const auto declared = rules.axes.find(p.name);
   if (declared != rules.axes.end()) {
-    auto d = decide_declared(p, declared->second);
+    auto d = decide_declared(p, declared->second, rules.split_heads);
     check(d.role == Role::muon, "routing: parameter '", p.name, "' is overridden to muon (", why,
           ") but its ", d.reason, " cannot be orthogonalized");
-    return Decision{Role::muon, why + "; " + d.reason, d.view};
+    return Decision{Role::muon, why + "; " + d.reason, d.view, d.num_heads};
   }
   check(p.tensor.is_floating_point() && !p.tensor.is_complex() && p.tensor.dim() == 2,
         "routing: parameter '", p.name, "' of shape ", p.tensor.sizes(), " and dtype ",
@@ -266,12 +274,12 @@ std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters
     } else if (auto forced = decide_override(p, rules)) {
       d = *forced;
     } else if (const auto declared = rules.axes.find(p.name); declared != rules.axes.end()) {
-      d = decide_declared(p, declared->second);
+      d = decide_declared(p, declared->second, rules.split_heads);
     } else {
       d = decide_heuristic(p, rules.higher_rank);
     }
-    out.push_back(
-        {p.name, p.tensor, d.role, std::move(d.reason), p.module_type, std::move(d.view)});
+    out.push_back({p.name, p.tensor, d.role, std::move(d.reason), p.module_type,
+                   std::move(d.view), d.num_heads});
   }
   review_last_matrix(out);
   return out;

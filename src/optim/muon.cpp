@@ -29,6 +29,62 @@ double shape_factor(AdjustLr mode, int64_t rows, int64_t cols) {
   throw Error("unknown adjust_lr mode");
 }
 
+int64_t dion_rank(const DionOptions& dion, int64_t rows, int64_t cols) {
+  const auto short_side = std::min(rows, cols);
+  const auto multiple = dion.rank_multiple_of;
+  const auto wanted = static_cast<int64_t>(
+      std::ceil(dion.rank_fraction * static_cast<double>(short_side) / static_cast<double>(multiple)));
+  return std::min(wanted * multiple, short_side);
+}
+
+std::vector<int64_t> dion_q_shape(const DionOptions& dion, const std::vector<int64_t>& view) {
+  const auto rows = view[view.size() - 2];
+  const auto cols = view.back();
+  std::vector<int64_t> shape(view.begin(), view.end() - 2);
+  shape.push_back(std::min(rows, cols));
+  shape.push_back(dion_rank(dion, rows, cols));
+  return shape;
+}
+
+MuonOptions dion_options(DionOptions dion) {
+  return MuonOptions(0.01)
+      .momentum(0.95)
+      .weight_decay(0.01)
+      .nesterov(false)
+      .momentum_form(MomentumForm::sum)
+      .adjust_lr(AdjustLr::spectral)
+      .dion(dion);
+}
+
+namespace {
+
+// Dion replaces the momentum direction and its orthogonalization; the Muon settings that act
+// there have no meaning in it.
+void check_dion(const MuonOptions& o) {
+  const auto& d = *o.dion();
+  check(d.rank_fraction > 0 && d.rank_fraction <= 1,
+        "Muon: dion rank_fraction must be in (0, 1], got ", d.rank_fraction);
+  check(d.rank_multiple_of >= 1, "Muon: dion rank_multiple_of must be a whole number >= 1, got ",
+        d.rank_multiple_of);
+  check(std::isfinite(d.epsilon) && d.epsilon > 0, "Muon: dion epsilon must be > 0, got ",
+        d.epsilon);
+  check(!o.nesterov() && o.momentum_form() == MomentumForm::sum,
+        "Muon: dion keeps a summed momentum with error feedback (M ← M + g, then M −= (1 − μ)·P·Rᵀ), "
+        "without Nesterov; set nesterov false and momentum_form sum (muon::dion_options(), "
+        "optimizer name dion and preset \"dion\" do)");
+  check(o.state_dtype() == at::kFloat, "Muon: dion keeps its momentum in float32 (float64 for "
+        "float64 parameters); state_dtype bfloat16 is not supported with it");
+  const char* other = o.normuon()                        ? "normuon"
+                      : o.post_norm() != PostNorm::none  ? "post_norm"
+                      : o.row_equilibration()            ? "row_equilibration"
+                      : (o.num_heads() || o.split_sizes()) ? "num_heads / split_sizes"
+                                                           : nullptr;
+  check(other == nullptr, "Muon: dion makes its own orthonormal update; it cannot be combined with ",
+        other ? other : "");
+}
+
+}  // namespace
+
 void check_options(const MuonOptions& o) {
   check_ranges("Muon", o);
   check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, "Muon: state_dtype ",
@@ -50,6 +106,7 @@ void check_options(const MuonOptions& o) {
   check(!(o.cautious_weight_decay() && o.weight_decay_method() == WeightDecayMethod::l2),
         "Muon: cautious_weight_decay needs a multiplicative weight_decay_method (decoupled, "
         "independent or palm); l2 adds its decay to the gradient instead");
+  if (o.dion()) check_dion(o);
   check_options(orthogonalize_options(o), kMuonOrthogonalizeNames);
 }
 

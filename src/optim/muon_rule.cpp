@@ -6,6 +6,7 @@
 
 #include "in_place.h"
 #include "master_weights.h"
+#include "muon_parts.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
@@ -25,6 +26,31 @@ OrthogonalizeOptions orthogonalize_options(const MuonOptions& o) {
       .method(plain_only ? NsMethod::plain : o.ns_method())
       .gram_restarts(o.gram_restarts());
 }
+
+namespace detail {
+
+at::Tensor momentum_gradient(const at::Tensor& grad, const at::Tensor& p, const MuonOptions& o) {
+  const double l2 = l2_coefficient(o.weight_decay_method(), o.weight_decay());
+  return l2 == 0 ? grad : grad + l2 * p;
+}
+
+void apply_update(at::Tensor& p, const at::Tensor& grad, const at::Tensor& U, const MuonOptions& o,
+                  double factor) {
+  const double decay = 1.0 - decay_fraction(o.weight_decay_method(), o.lr(), o.weight_decay());
+  const double scale = o.lr() * factor;
+  const bool masked = o.cautious();
+  if (!detail::runs_fused(o.fused(), p)) {
+    generic_apply_update(p, U, decay, scale, o.cautious_weight_decay(), masked ? &grad : nullptr);
+    return;
+  }
+  const auto dense_grad = masked ? grad.contiguous() : at::Tensor();
+  detail::update_in_place(p, [&](at::Tensor& dense) {
+    fused_apply_update(dense, U.contiguous(), decay, scale, o.cautious_weight_decay(),
+                       masked ? &dense_grad : nullptr);
+  });
+}
+
+}  // namespace detail
 
 OrthogonalizeWorkspace& MuonWorkspaces::get(int64_t rows, int64_t cols, at::ScalarType dtype,
                                             at::Device device,
@@ -57,6 +83,7 @@ void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOpti
     check(total == rows, "Muon: split_sizes ", at::IntArrayRef(sizes), " add up to ", total,
           " rows, but ", where, " has ", rows, " (view ", at::IntArrayRef(view), ")");
   }
+  if (o.dion()) return;  // no Newton–Schulz: the QR of Dion runs in float32 or float64
   // The orthogonalization can run (a bf16 dtype on CPU needs bf16 dot products): checked before
   // anything changes, not in the middle of the step.
   try {
@@ -87,6 +114,9 @@ MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& s
 
 namespace {
 
+using detail::apply_update;
+using detail::momentum_gradient;
+
 // The row blocks each matrix is orthogonalized in: num_heads equal heads, split_sizes, or the
 // whole matrix (dion's num_heads and split_sizes).
 std::vector<int64_t> row_blocks(const MuonOptions& o, int64_t rows) {
@@ -116,31 +146,6 @@ void equilibrate_rows(at::Tensor Q) {
                       std::sqrt(static_cast<double>(rows));
   const auto row_norms = at::linalg_vector_norm(Q, 2, {-1}, /*keepdim=*/true).clamp_min(1e-6);
   Q.mul_(target / row_norms);
-}
-
-// The gradient the momentum accumulates: g, or g + λ·W under weight_decay_method l2.
-at::Tensor momentum_gradient(const at::Tensor& grad, const at::Tensor& p, const MuonOptions& o) {
-  const double l2 = l2_coefficient(o.weight_decay_method(), o.weight_decay());
-  return l2 == 0 ? grad : grad + l2 * p;
-}
-
-// W ← W·(1 − decay_fraction) − lr·factor·U (decay masked to U·W ≥ 0 with cautious weight decay),
-// computed in U's dtype and rounded once into W. With `cautious`, entries where
-// (W_old − W_new)·g ≤ 0 keep W_old.
-void apply_update(at::Tensor& p, const at::Tensor& grad, const at::Tensor& U, const MuonOptions& o,
-                  double factor) {
-  const double decay = 1.0 - decay_fraction(o.weight_decay_method(), o.lr(), o.weight_decay());
-  const double scale = o.lr() * factor;
-  const bool masked = o.cautious();
-  if (!detail::runs_fused(o.fused(), p)) {
-    generic_apply_update(p, U, decay, scale, o.cautious_weight_decay(), masked ? &grad : nullptr);
-    return;
-  }
-  const auto dense_grad = masked ? grad.contiguous() : at::Tensor();
-  detail::update_in_place(p, [&](at::Tensor& dense) {
-    fused_apply_update(dense, U.contiguous(), decay, scale, o.cautious_weight_decay(),
-                       masked ? &dense_grad : nullptr);
-  });
 }
 
 // Everything after orthogonalization: Muon+, NorMuon, shape factor, decay and the update.
@@ -309,7 +314,12 @@ void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces)
       [](const MuonItem& item) {
         return detail::mantissa_of(item.options->mantissa_tracking(), item.param, *item.state);
       },
-      [&](const std::vector<MuonItem>& work) { update_batches(work, workspaces); });
+      [&](const std::vector<MuonItem>& work) {
+        std::vector<MuonItem> muon, dion;
+        for (const auto& item : work) (item.options->dion() ? dion : muon).push_back(item);
+        update_batches(muon, workspaces);
+        detail::dion_update(dion);
+      });
 }
 
 }  // namespace muon

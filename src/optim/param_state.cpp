@@ -48,11 +48,14 @@ std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optim
   const auto shape = param.sizes().vec();
   if (const auto* m = options_as<MuonOptions>(options)) {
     std::vector<StateSlot> slots{{"momentum_buffer", shape, stored_dtype(param, m->state_dtype())}};
+    const auto* views = dynamic_cast<const MatrixViews*>(&optimizer);
+    const auto view = views != nullptr ? views->matrix_view(param) : shape;
     if (m->normuon()) {
-      const auto* views = dynamic_cast<const MatrixViews*>(&optimizer);
-      const auto view = views != nullptr ? views->matrix_view(param) : shape;
       slots.push_back({"normuon_second_moment", normuon_state_shape(view, m->normuon()->axis),
                        stored_dtype(param, at::kFloat)});
+    }
+    if (m->dion()) {
+      slots.push_back({"dion_q", dion_q_shape(*m->dion(), view), stored_dtype(param, at::kFloat)});
     }
     if (detail::tracks_mantissa(m->mantissa_tracking(), param)) {
       slots.push_back({"mantissa", shape, at::kShort});
@@ -92,6 +95,7 @@ std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& o
       entry.tensors["normuon_second_moment"] = m->normuon_second_moment();
     }
     if (m->mantissa().defined()) entry.tensors["mantissa"] = m->mantissa();
+    if (options.dion() && m->dion_q().defined()) entry.tensors["dion_q"] = m->dion_q();
   } else if (const auto* a = dynamic_cast<const AdamParamState*>(state)) {
     entry.step = a->step();
     entry.tensors["exp_avg"] = a->exp_avg();
@@ -142,6 +146,7 @@ void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& par
     m->momentum_buffer(copy("momentum_buffer"));
     m->normuon_second_moment(copy("normuon_second_moment"));
     m->mantissa(copy("mantissa"));
+    m->dion_q(copy("dion_q"));
     state = std::move(m);
   } else {
     auto a = std::make_unique<AdamParamState>();

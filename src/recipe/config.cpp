@@ -119,10 +119,12 @@ void read_qk_clip(Section& s, OptimConfig& config) {
 void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& root_muon_plus,
                     const std::optional<bool>& root_cautious) {
   if (const auto name = s.text("name")) config.name = *name;
-  check(config.name == "muon" || config.name == "muonclip" || config.name == "adamw",
+  check(config.name == "muon" || config.name == "muonclip" || config.name == "dion" ||
+            config.name == "adamw",
         s.key_path("name"), ": unknown optimizer '", config.name,
-        "'; valid optimizers are muon, muonclip, adamw");
+        "'; valid optimizers are muon, muonclip, dion, adamw");
   auto& h = config.hybrid;
+  if (config.name == "dion") h.muon = dion_options();  // the keys below override its defaults
   h.all_adamw = config.name == "adamw";
   read_rates(s, config);
   detail::read_shorthands(s, h);

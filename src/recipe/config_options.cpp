@@ -31,6 +31,7 @@ constexpr Shorthand kShorthands[] = {
     {"gram_restarts", "", "gram_restarts", true, false},
     {"adjust_lr", "", "adjust_lr", true, false},
     {"normuon", "", "normuon", true, false},
+    {"dion", "", "dion", true, false},
     {"cautious_weight_decay", "", "cautious_weight_decay", true, false},
     {"fused", "", "fused", true, true},
 };

@@ -103,6 +103,7 @@ void read_routing(Section& s, OptimConfig& config) {
       config.routing.higher_rank =
           one_of<HigherRankPolicy>(r.key_path("higher_rank"), *v, higher_rank_policy_from_string);
     }
+    if (const auto v = r.boolean("split_heads")) config.routing.split_heads = *v;
     r.finish();
   }
 }

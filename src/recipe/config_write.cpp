@@ -24,7 +24,8 @@ std::string OptimConfig::to_yaml() const {
   out << YAML::Key << "routing" << YAML::Value << YAML::BeginMap << YAML::Key << "muon"
       << YAML::Value << YAML::Flow << routing.muon_patterns << YAML::Key << "adamw" << YAML::Value
       << YAML::Flow << routing.adamw_patterns << YAML::Key << "higher_rank" << YAML::Value
-      << to_string(routing.higher_rank) << YAML::EndMap;
+      << to_string(routing.higher_rank) << YAML::Key << "split_heads" << YAML::Value
+      << routing.split_heads << YAML::EndMap;
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

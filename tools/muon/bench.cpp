@@ -157,7 +157,7 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
     shapes.push_back({4 * w, w});
     shapes.push_back({w, 4 * w});
   }
-  std::vector<at::Tensor> ours, ours16, theirs, buffers;
+  std::vector<at::Tensor> ours, ours16, dion, dion_quarter, theirs, buffers;
   const auto copy = [](const at::Tensor& p, const at::Tensor& g) {
     auto c = p.clone().requires_grad_(true);
     c.mutable_grad() = g.clone();
@@ -168,6 +168,8 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
     const auto g = at::randn(s);
     ours.push_back(copy(p, g));
     ours16.push_back(copy(p, g));
+    dion.push_back(copy(p, g));
+    dion_quarter.push_back(copy(p, g));
     theirs.push_back(copy(p, g));
     buffers.push_back(at::zeros(s));
     report.muon_step.parameters += p.numel();
@@ -179,6 +181,8 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
   Muon opt(ours, options);
   const bool bf16 = detail::bf16_products_available();
   Muon opt16(ours16, MuonOptions(options).ns_dtype(at::kBFloat16));
+  Muon opt_dion(dion, dion_options());
+  Muon opt_dion_quarter(dion_quarter, dion_options(DionOptions{0.25}));
   // One step each from the same state: compare the updates, then time further steps.
   const double first_ours = seconds([&] { opt.step(); });
   const auto plain_step = [&] { plain_muon_step(theirs, buffers, 0.02, 0.95, 0.01); };
@@ -204,7 +208,11 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
   if (bf16) r.bf16_max_rel_diff = worst_difference(ours16);
   // Alternating steps, so that all see the same phases of a noisy machine.
   double ours_s = first_ours, plain_s = first_plain, plain_one_s = 1e300, bf16_s = first_bf16;
+  double dion_s = seconds([&] { opt_dion.step(); });
+  double dion_quarter_s = seconds([&] { opt_dion_quarter.step(); });
   for (int rep = 0; rep < config.reps; ++rep) {
+    dion_s = std::min(dion_s, seconds([&] { opt_dion.step(); }));
+    dion_quarter_s = std::min(dion_quarter_s, seconds([&] { opt_dion_quarter.step(); }));
     ours_s = std::min(ours_s, seconds([&] { opt.step(); }));
     plain_s = std::min(plain_s, seconds(plain_step));
     plain_one_s = std::min(plain_one_s, seconds(plain_one_thread));
@@ -233,9 +241,16 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
     std::snprintf(line, sizeof line, "| muon::Muon, bf16 Newton–Schulz | %.0f | %.2fx | %.1e |\n",
                   r.bf16_ms, r.bf16_speedup, r.bf16_max_rel_diff);
     log << line;
-  } else {
-    log << "\n(no bf16 row: " << detail::bf16_products_unavailable_reason() << ")\n";
   }
+  r.dion_ms = 1e3 * dion_s;
+  r.dion_quarter_ms = 1e3 * dion_quarter_s;
+  for (const auto& [fraction, ms] : {std::pair{"1", r.dion_ms}, std::pair{"1/4", r.dion_quarter_ms}}) {
+    std::snprintf(line, sizeof line,
+                  "| muon::Muon with dion, rank_fraction %s (another update) | %.0f | %.2fx | — |\n",
+                  fraction, ms, r.plain_ms / ms);
+    log << line;
+  }
+  if (!bf16) log << "\n(no bf16 row: " << detail::bf16_products_unavailable_reason() << ")\n";
   log << std::flush;
 }
 

@@ -54,6 +54,9 @@ struct BenchReport {
     int plain_threads = 0;  // the LibTorch threads the plain step ran fastest with
     // With bf16 Newton–Schulz (0 where the CPU has no bf16 dot products).
     double bf16_ms = 0, bf16_speedup = 0, bf16_max_rel_diff = 0;
+    // Dion on the same matrices (another update: no difference column), at rank fractions 1 and
+    // 1/4.
+    double dion_ms = 0, dion_quarter_ms = 0;
   } muon_step;
 
   struct AdamW {

@@ -54,6 +54,8 @@ std::string BenchReport::to_json() const {
       << ", \"max_rel_diff\": " << muon_step.max_rel_diff << ", \"bf16_ms\": " << muon_step.bf16_ms
       << ", \"bf16_speedup\": " << muon_step.bf16_speedup
       << ", \"bf16_max_rel_diff\": " << muon_step.bf16_max_rel_diff
+      << ", \"dion_ms\": " << muon_step.dion_ms
+      << ", \"dion_quarter_ms\": " << muon_step.dion_quarter_ms
       << "},\n  \"adamw_parameters\": " << adamw_parameters << ",\n  \"adamw\": [";
   for (size_t i = 0; i < adamw.size(); ++i) {
     const auto& r = adamw[i];

@@ -31,6 +31,7 @@ OptimConfig demo_optimizer(const std::string& name, at::ScalarType state, double
   c.name = name;
   auto& h = c.hybrid;
   h.all_adamw = name == "adamw";
+  if (name == "dion") h.muon = dion_options();
   h.muon.lr(muon_lr).weight_decay(0.0).state_dtype(state);
   h.adamw.lr(adamw_lr).betas({0.9, 0.95}).weight_decay(0.0).state_dtype(state);
   LrSchedule s;

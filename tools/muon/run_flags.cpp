@@ -136,12 +136,22 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   auto& adamw_lr = values.adamw_lr;
   auto* name = train
                    .add_option("--optimizer", optimizer,
-                               "muon: Muon for hidden matrices + AdamW for the rest; adamw: AdamW "
-                               "for all")
-                   ->check(CLI::IsMember({"muon", "muonclip", "adamw"}))
+                               "muon: Muon for hidden matrices + AdamW for the rest; muonclip: "
+                               "the same with QK-clip; dion: Dion (full rank) for hidden matrices "
+                               "at the run's rates; adamw: AdamW for all")
+                   ->check(CLI::IsMember({"muon", "muonclip", "dion", "adamw"}))
                    ->capture_default_str();
   flags.push_back({"--optimizer", "optimizer.name", false, name,
                    [&optimizer](TrainConfig& c) {
+                     auto& muon = c.optimizer.hybrid.muon;
+                     if (optimizer == "dion" && !muon.dion()) {  // Dion's update, the run's rates
+                       muon = dion_options()
+                                  .lr(muon.lr())
+                                  .weight_decay(muon.weight_decay())
+                                  .state_dtype(muon.state_dtype());
+                     } else if (optimizer != "dion") {
+                       muon.dion(std::nullopt);
+                     }
                      c.optimizer.name = optimizer;
                      c.optimizer.hybrid.all_adamw = optimizer == "adamw";
                      if (optimizer == "muonclip" && !c.optimizer.hybrid.qk_clip_tau) {

@@ -60,8 +60,8 @@ void check_config(const TrainConfig& c) {
   check(c.steps > 0, "train: steps must be > 0, got ", c.steps);
   check(c.batch_size > 0, "train: batch_size must be > 0, got ", c.batch_size);
   const auto& name = c.optimizer.name;
-  check(name == "muon" || name == "muonclip" || name == "adamw",
-        "train: optimizer must be muon, muonclip or adamw, got \"", name, "\"");
+  check(name == "muon" || name == "muonclip" || name == "dion" || name == "adamw",
+        "train: optimizer must be muon, muonclip, dion or adamw, got \"", name, "\"");
   check(c.log_every > 0 && c.eval_every > 0 && c.eval_batches > 0,
         "train: log_every, eval_every and eval_batches must be > 0");
   c.optimizer.check_steps(c.steps);

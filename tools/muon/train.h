@@ -46,7 +46,8 @@ MUON_DEFINE_VISIT(DataConfig, MUON_DATA_FIELDS)
 
 // The embedded default optimizer of `muon train`: Muon at 0.02 for the hidden matrices, AdamW at
 // 0.004 with betas (0.9, 0.95) for the rest, no weight decay, warmdown (20 warmup steps, the last
-// 40% down to 5%). `name` muon or adamw (AdamW for everything at `adamw_lr`).
+// 40% down to 5%). `name` muon, dion (Dion's defaults for the matrices, then the same rates and
+// decay) or adamw (AdamW for everything at `adamw_lr`).
 OptimConfig demo_optimizer(const std::string& name = "muon", at::ScalarType state = at::kFloat,
                            double muon_lr = 0.02, double adamw_lr = 0.004);
 

@@ -1,0 +1,123 @@
+"""muon_cpp.Dion (and Muon's `dion` option) against Algorithm 1 of the Dion paper (Ahn et al.,
+arXiv 2504.05295), written out here with torch: one matrix at a time in float64, the power
+iteration's basis from torch.linalg.qr (its column signs cancel in P·Qᵀ)."""
+import io
+import math
+
+import pytest
+import torch
+
+import muon_cpp
+from helpers import max_rel_diff
+
+
+def documented_initial_q(shape, index):
+    """Q before the first step, as docs/design.md §Dion says: standard normal, drawn in float64
+    by a CPU generator seeded with 0x44696f6e + the parameter's position."""
+    generator = torch.Generator().manual_seed(0x44696F6E + index)
+    return torch.randn(shape, generator=generator, dtype=torch.float64)
+
+
+class ReferenceDion:
+    def __init__(self, shape, rank, lr, mu, weight_decay, index=0):
+        self.lr, self.mu, self.weight_decay = lr, mu, weight_decay
+        self.momentum = torch.zeros(shape, dtype=torch.float64)
+        self.q = documented_initial_q((min(shape), rank), index)
+
+    def step(self, weight, grad):
+        rows, cols = weight.shape
+        flip = rows < cols
+        self.momentum = self.momentum + grad
+        b = self.momentum.T if flip else self.momentum
+        p, _ = torch.linalg.qr(b @ self.q)
+        r = b.T @ p
+        b = b - (1 - self.mu) * p @ r.T
+        self.momentum = b.T if flip else b
+        self.q = r / (r.norm(dim=0, keepdim=True) + 1e-8)
+        update = p @ self.q.T
+        update = update.T if flip else update
+        return (weight * (1 - self.lr * self.weight_decay)
+                - self.lr * math.sqrt(rows / cols) * update)
+
+
+def gradients(shape, steps, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator, dtype=torch.float64) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("shape,rank_fraction,rank_multiple_of,rank", [
+    ((12, 8), 1.0, 1, 8), ((12, 8), 0.5, 1, 4), ((8, 12), 0.3, 2, 4), ((10, 10), 0.4, 1, 4)])
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+def test_dion_equals_the_papers_algorithm(shape, rank_fraction, rank_multiple_of, rank, dtype,
+                                          tolerance):
+    torch.manual_seed(3)
+    start = torch.randn(shape, dtype=torch.float64)
+    ours = torch.nn.Parameter(start.to(dtype, copy=True))
+    optimizer = muon_cpp.Dion([ours], lr=0.05, weight_decay=0.1, rank_fraction=rank_fraction,
+                              rank_multiple_of=rank_multiple_of)
+    reference = ReferenceDion(shape, rank, lr=0.05, mu=0.95, weight_decay=0.1)
+    expected = start
+    for grad in gradients(shape, 4, seed=4):
+        ours.grad = grad.to(dtype)
+        optimizer.step()
+        expected = reference.step(expected, grad)
+    assert max_rel_diff(ours.detach(), expected) < tolerance
+    state = optimizer.state[ours]
+    assert set(state) == {"step", "momentum_buffer", "dion_q"}
+    assert state["dion_q"].shape == (min(shape), rank)
+    assert max_rel_diff(state["momentum_buffer"], reference.momentum) < 10 * tolerance
+
+
+def test_dion_is_muons_preset_and_its_option_round_trips():
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    optimizer = muon_cpp.Dion([w], rank_fraction=0.5)
+    group = optimizer.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.01, 0.95, 0.01)
+    assert (group["nesterov"], group["momentum_form"], group["adjust_lr"]) == (
+        False, "sum", "spectral")
+    assert group["dion"] == {"rank_fraction": 0.5, "rank_multiple_of": 1, "epsilon": 1e-8}
+    twin = torch.nn.Parameter(w.detach().clone())
+    same = muon_cpp.Muon([twin], preset="dion", dion=dict(rank_fraction=0.5))
+    for p in (w, twin):
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    same.step()
+    assert torch.equal(w.detach(), twin.detach())
+
+
+def test_dion_state_dicts_resume_exactly():
+    torch.manual_seed(5)
+    start = torch.randn(8, 6)
+    grads = [g.float() for g in gradients((8, 6), 4, seed=6)]
+    straight = torch.nn.Parameter(start.clone())
+    optimizer = muon_cpp.Dion([straight], rank_fraction=0.5)
+    for grad in grads:
+        straight.grad = grad
+        optimizer.step()
+    resumed = torch.nn.Parameter(start.clone())
+    first = muon_cpp.Dion([resumed], rank_fraction=0.5)
+    for grad in grads[:2]:
+        resumed.grad = grad
+        first.step()
+    saved = io.BytesIO()
+    torch.save(first.state_dict(), saved)
+    saved.seek(0)
+    second = muon_cpp.Dion([resumed], rank_fraction=0.5)
+    second.load_state_dict(torch.load(saved))
+    for grad in grads[2:]:
+        resumed.grad = grad
+        second.step()
+    assert torch.equal(resumed.detach(), straight.detach())
+
+
+def test_dion_settings_are_checked():
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    with pytest.raises(ValueError, match=r"dion rank_fraction must be in \(0, 1\], got 1.5"):
+        muon_cpp.Dion([w], rank_fraction=1.5)
+    with pytest.raises(ValueError, match="set nesterov false and momentum_form sum"):
+        muon_cpp.Muon([w], dion={})
+    with pytest.raises(ValueError, match="unknown key 'rank'; valid keys are rank_fraction, "
+                                         "rank_multiple_of, epsilon"):
+        muon_cpp.Muon([w], preset="dion", dion={"rank": 2})
+    with pytest.raises(TypeError, match="dion"):
+        muon_cpp.Muon([w], preset="dion", dion=0.5)

@@ -1,0 +1,72 @@
+// Dion (Ahn et al., arXiv 2504.05295, Algorithm 1; microsoft/dion's dion.py for the details):
+// instead of orthogonalizing the whole momentum, one power iteration against the previous right
+// factor Q finds a rank-r orthonormal basis P of the momentum's leading column space; the part of
+// the momentum the update took (P·Rᵀ) is mostly removed from the buffer (error feedback), and the
+// update is P times the column-normalized R. Formulas in docs/design.md, "Dion".
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "muon/dtypes.h"
+#include "muon_parts.h"
+
+namespace muon::detail {
+namespace {
+
+// Seeds Q's first draw: the same on every rank and device for the parameter at `index`.
+constexpr uint64_t kDionSeed = 0x44696f6e;  // "Dion"
+
+// Matrices are worked on with their long side first (dion.py's transposition), so P is
+// (long × r) and Q (short × r).
+bool transposed(const std::vector<int64_t>& view) {
+  return view[view.size() - 2] < view.back();
+}
+
+// Q as the paper starts it: standard normal entries (drawn in fp64 on the CPU, so every device
+// and dtype starts from the same values). A Q of another shape — the rank changed between steps
+// — starts afresh too.
+at::Tensor& right_factor(const MuonItem& item, at::ScalarType dtype) {
+  const auto shape = dion_q_shape(*item.options->dion(), item.view);
+  if (!item.state->dion_q().defined() || item.state->dion_q().sizes() != at::IntArrayRef(shape)) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(kDionSeed + item.index);
+    const auto q = at::randn(shape, generator, at::TensorOptions().dtype(at::kDouble));
+    item.state->dion_q(q.to(item.param.device(), dtype));
+  }
+  return item.state->dion_q();
+}
+
+void dion_step(const MuonItem& item) {
+  const auto& o = *item.options;
+  const double epsilon = o.dion()->epsilon;
+  const auto dtype = full_precision(item.param.scalar_type());
+  const auto G = momentum_gradient(item.grad, item.param, o).to(dtype).reshape(item.view);
+  auto M = item.state->momentum_buffer().view(item.view);
+  M.add_(G);
+  const bool flip = transposed(item.view);
+  const auto B = flip ? M.transpose(-2, -1) : M;  // a view: (…, long, short)
+  auto& Q = right_factor(item, dtype);
+  auto P = std::get<0>(at::linalg_qr(at::matmul(B, Q), "reduced"));
+  auto R = at::matmul(B.transpose(-2, -1), P);
+  // An all-zero momentum has no column space: no update, and Q is kept (dion.py's
+  // fix_all_zero_or_nan).
+  const auto zero = M.ne(0).any(-1, true).any(-2, true).logical_not();
+  P = at::where(zero, at::zeros_like(P), P.nan_to_num());
+  R = at::where(zero, Q, R.nan_to_num());
+  B.sub_(at::matmul(P, R.transpose(-2, -1)), 1.0 - o.momentum());  // error feedback, in M
+  Q = R / (at::linalg_vector_norm(R, 2, {-2}, /*keepdim=*/true) + epsilon);
+  auto U = at::matmul(P, Q.transpose(-2, -1));
+  if (flip) U = U.transpose(-2, -1);
+  auto param = item.param;
+  const auto rows = item.view[item.view.size() - 2];
+  apply_update(param, item.grad, U.reshape(param.sizes()), o,
+               shape_factor(o.adjust_lr(), rows, item.view.back()));
+  item.state->step(item.state->step() + 1);
+}
+
+}  // namespace
+
+void dion_update(const std::vector<MuonItem>& items) {
+  for (const auto& item : items) dion_step(item);
+}
+
+}  // namespace muon::detail

@@ -1,0 +1,237 @@
+// Dion (muon::dion_options, the Muon option `dion`) against a plain implementation of the paper's
+// Algorithm 1 (Ahn et al., arXiv 2504.05295) written here: fp64, one matrix at a time, the power
+// iteration's basis by modified Gram–Schmidt.
+#include <gtest/gtest.h>
+#include <torch/serialize.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "helpers.h"
+#include "muon/error.h"
+#include "muon/muon.h"
+
+namespace muon {
+namespace {
+
+using testing::expect_error;
+using testing::seeded;
+
+// Orthonormal columns spanning those of A (m × r, full column rank), Gram–Schmidt style.
+at::Tensor gram_schmidt(const at::Tensor& A) {
+  auto P = A.clone();
+  for (int64_t j = 0; j < P.size(1); ++j) {
+    auto col = P.select(1, j);
+    for (int64_t i = 0; i < j; ++i) {
+      const auto prev = P.select(1, i);
+      col.sub_(prev * at::dot(prev, col));
+    }
+    col.div_(col.norm());
+  }
+  return P;
+}
+
+// The first Q as muon-cpp documents it: standard normal entries drawn in fp64 on the CPU by a
+// generator seeded with 0x44696f6e + the parameter's position.
+at::Tensor documented_initial_q(const std::vector<int64_t>& shape, int64_t index) {
+  auto gen = seeded(0x44696f6e + static_cast<uint64_t>(index));
+  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble));
+}
+
+// One (rows × cols) matrix under Dion, fp64.
+struct ReferenceDion {
+  double lr, mu, weight_decay;
+  at::Tensor M, Q;  // momentum (rows × cols), right factor (short side × rank)
+
+  void step(at::Tensor& W, const at::Tensor& G) {
+    const bool flip = W.size(0) < W.size(1);  // work with the long side first
+    M = M + G;                                // B_t = M_{t−1} + G_t
+    const auto B = flip ? M.t() : M;
+    const auto P = gram_schmidt(B.mm(Q));  // P_t = Orthogonalize(B_t·Q_{t−1})
+    const auto R = B.t().mm(P);            // R_t = B_tᵀ·P_t
+    const auto Bnext = B - (1 - mu) * P.mm(R.t());  // M_t = B_t − (1 − μ)·P_t·R_tᵀ
+    M = flip ? Bnext.t() : Bnext;
+    Q = R / (R.norm(2, {0}, true) + 1e-8);  // Q_t = ColumnNormalize(R_t)
+    auto O = P.mm(Q.t());
+    if (flip) O = O.t();
+    const double factor = std::sqrt(static_cast<double>(W.size(0)) / W.size(1));
+    W = W * (1 - lr * weight_decay) - lr * factor * O;  // X_t = X_{t−1} − η·√(m/n)·O_t
+  }
+};
+
+struct Case {
+  int64_t rows, cols;
+  DionOptions dion;
+  int64_t expected_rank;
+};
+
+TEST(Dion, RankIsTheFractionOfTheShortSideRoundedUpToItsMultiple) {
+  EXPECT_EQ(dion_rank(DionOptions{}, 12, 8), 8);
+  EXPECT_EQ(dion_rank(DionOptions{0.5}, 12, 8), 4);
+  EXPECT_EQ(dion_rank(DionOptions{0.3}, 8, 12), 3);     // ⌈2.4⌉
+  EXPECT_EQ(dion_rank(DionOptions{0.3, 4}, 8, 12), 4);  // ⌈2.4 / 4⌉·4
+  EXPECT_EQ(dion_rank(DionOptions{0.9, 4}, 10, 10), 10);  // 12, capped at the short side
+  EXPECT_EQ(dion_q_shape(DionOptions{0.5}, {3, 8, 12}), (std::vector<int64_t>{3, 8, 4}));
+}
+
+TEST(Dion, MatchesThePapersAlgorithmOverSeveralSteps) {
+  const std::vector<Case> cases{{12, 8, DionOptions{}, 8},
+                                {12, 8, DionOptions{0.5}, 4},
+                                {8, 12, DionOptions{0.3, 2}, 4},
+                                {10, 10, DionOptions{0.4}, 4}};
+  for (const auto dtype : {at::kDouble, at::kFloat}) {
+    for (const auto& fused : testing::kernel_paths()) {
+      for (const auto& c : cases) {
+        SCOPED_TRACE(testing::path_name(fused) + ", " + c10::toString(dtype) + ", " +
+                     std::to_string(c.rows) + "x" + std::to_string(c.cols));
+        auto gen = seeded(7);
+        const auto W0 = at::randn({c.rows, c.cols}, gen, at::kDouble);
+        auto W = W0.to(dtype).clone();
+        const auto options = dion_options(c.dion).lr(0.05).weight_decay(0.1).fused(fused);
+        Muon opt({W}, options);
+        ReferenceDion ref{0.05, 0.95, 0.1, at::zeros_like(W0),
+                          documented_initial_q({std::min(c.rows, c.cols), c.expected_rank}, 0)};
+        auto W_ref = W0.clone();
+        for (int step = 0; step < 4; ++step) {
+          const auto G = at::randn({c.rows, c.cols}, gen, at::kDouble);
+          W.mutable_grad() = G.to(dtype);
+          opt.step();
+          ref.step(W_ref, G);
+        }
+        const double tolerance = dtype == at::kDouble ? 1e-10 : 2e-5;
+        EXPECT_LT(testing::max_rel_diff(W, W_ref), tolerance);
+        const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+        EXPECT_LT(testing::max_rel_diff(state.momentum_buffer(), ref.M), tolerance * 10);
+        EXPECT_EQ(state.dion_q().sizes(), ref.Q.sizes());
+        EXPECT_EQ(state.dion_q().scalar_type(), dtype);
+      }
+    }
+  }
+}
+
+TEST(Dion, EachMatrixOfAStackHasItsOwnFactors) {
+  auto gen = seeded(3);
+  const auto W0 = at::randn({2, 6, 10}, gen, at::kDouble);
+  auto W = W0.clone();
+  Muon opt({W}, dion_options(DionOptions{0.5}).lr(0.03));
+  const auto Q0 = documented_initial_q({2, 6, 3}, 0);
+  std::vector<ReferenceDion> refs;
+  std::vector<at::Tensor> W_refs;
+  for (int64_t e = 0; e < 2; ++e) {
+    refs.push_back({0.03, 0.95, 0.01, at::zeros({6, 10}, at::kDouble), Q0[e]});
+    W_refs.push_back(W0[e].clone());
+  }
+  for (int step = 0; step < 3; ++step) {
+    const auto G = at::randn({2, 6, 10}, gen, at::kDouble);
+    W.mutable_grad() = G;
+    opt.step();
+    for (int64_t e = 0; e < 2; ++e) refs[e].step(W_refs[e], G[e]);
+  }
+  for (int64_t e = 0; e < 2; ++e) EXPECT_LT(testing::max_rel_diff(W[e], W_refs[e]), 1e-10);
+}
+
+TEST(Dion, AtFullRankTheBufferKeepsMuTimesTheSum) {
+  // With r = min(rows, cols), P spans B's columns, so P·Rᵀ = P·Pᵀ·B = B and M_t = μ·B_t.
+  auto gen = seeded(11);
+  auto W = at::randn({9, 5}, gen, at::kDouble);
+  Muon opt({W}, dion_options().momentum(0.8));
+  auto sum = at::zeros_like(W);
+  for (int step = 0; step < 3; ++step) {
+    const auto G = at::randn({9, 5}, gen, at::kDouble);
+    W.mutable_grad() = G;
+    opt.step();
+    sum = 0.8 * (sum + G);
+    const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+    EXPECT_LT(testing::max_rel_diff(state.momentum_buffer(), sum), 1e-12);
+  }
+}
+
+TEST(Dion, TheUpdateHasRankRAndUnitColumnFactors) {
+  // O = P·Qᵀ with orthonormal P (long × r) and unit-norm columns of Q: rank r, ‖O‖_F² = r (less
+  // about 2·epsilon/‖R_j‖ per column, from the 1e-8 in the normalization).
+  auto gen = seeded(5);
+  const auto W0 = at::randn({16, 12}, gen, at::kDouble);
+  auto W = W0.clone();
+  Muon opt({W}, dion_options(DionOptions{0.25}).lr(0.1).weight_decay(0));
+  W.mutable_grad() = at::randn({16, 12}, gen, at::kDouble);
+  opt.step();
+  const auto O = (W0 - W) / (0.1 * std::sqrt(16.0 / 12.0));
+  const auto s = at::linalg_svdvals(O);
+  EXPECT_NEAR(s.square().sum().item<double>(), 3.0, 1e-7);
+  EXPECT_GT(s[2].item<double>(), 1e-3);
+  EXPECT_LT(s[3].item<double>(), 1e-12);
+}
+
+TEST(Dion, AZeroMomentumOnlyDecaysAndKeepsQ) {
+  auto W = at::ones({6, 4}, at::kDouble);
+  Muon opt({W}, dion_options(DionOptions{0.5}).lr(0.1).weight_decay(0.5));
+  W.mutable_grad() = at::zeros({6, 4}, at::kDouble);
+  opt.step();
+  EXPECT_TRUE(at::allclose(W, at::full({6, 4}, 0.95, at::kDouble), 0, 1e-15));
+  const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+  const auto Q0 = documented_initial_q({4, 2}, 0);
+  EXPECT_TRUE(at::allclose(state.dion_q(), Q0 / (Q0.norm(2, {0}, true) + 1e-8), 0, 1e-14));
+}
+
+TEST(Dion, CheckpointsResumeBitForBit) {
+  auto gen = seeded(21);
+  const auto W0 = at::randn({8, 6}, gen);
+  std::vector<at::Tensor> grads;
+  for (int i = 0; i < 4; ++i) grads.push_back(at::randn({8, 6}, gen));
+  const auto options = dion_options(DionOptions{0.5});
+  auto W = W0.clone();
+  Muon straight({W}, options);
+  for (const auto& g : grads) {
+    W.mutable_grad() = g;
+    straight.step();
+  }
+  auto V = W0.clone();
+  std::stringstream saved;
+  {
+    Muon first({V}, options);
+    for (int i = 0; i < 2; ++i) {
+      V.mutable_grad() = grads[i];
+      first.step();
+    }
+    torch::save(first, saved);
+  }
+  Muon resumed({V}, options);
+  torch::load(resumed, saved);
+  for (int i = 2; i < 4; ++i) {
+    V.mutable_grad() = grads[i];
+    resumed.step();
+  }
+  EXPECT_TRUE(at::equal(V, W));
+}
+
+TEST(Dion, SettingsWithoutMeaningForItAreRefused) {
+  auto W = at::randn({6, 4});
+  const auto dion = dion_options();
+  expect_error<Error>([&] { Muon({W}, MuonOptions().dion(DionOptions{})); },
+                      {"Muon: dion keeps a summed momentum with error feedback",
+                       "set nesterov false and momentum_form sum"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).momentum_form(MomentumForm::ema)); },
+                      {"set nesterov false and momentum_form sum"});
+  expect_error<Error>([&] { Muon({W}, dion_options(DionOptions{0.0})); },
+                      {"Muon: dion rank_fraction must be in (0, 1], got 0"});
+  expect_error<Error>([&] { Muon({W}, dion_options(DionOptions{1.5})); },
+                      {"Muon: dion rank_fraction must be in (0, 1], got 1.5"});
+  expect_error<Error>([&] { Muon({W}, dion_options(DionOptions{0.5, 0})); },
+                      {"Muon: dion rank_multiple_of must be a whole number >= 1, got 0"});
+  expect_error<Error>([&] { Muon({W}, dion_options(DionOptions{0.5, 1, 0.0})); },
+                      {"Muon: dion epsilon must be > 0, got 0"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).state_dtype(at::kBFloat16)); },
+                      {"state_dtype bfloat16 is not supported with it"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).normuon(NorMuonOptions{})); },
+                      {"Muon: dion makes its own orthonormal update; it cannot be combined with "
+                       "normuon"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).num_heads(2)); },
+                      {"cannot be combined with num_heads / split_sizes"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).row_equilibration(true)); },
+                      {"cannot be combined with row_equilibration"});
+  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).post_norm(PostNorm::row)); },
+                      {"cannot be combined with post_norm"});
+}
+
+}  // namespace
+}  // namespace muon
