@@ -100,6 +100,22 @@ def test_muon_on_the_device_follows_the_plain_chain_on_cpu(settings):
         assert device_opt.state[p]["momentum_buffer"].device.type == DEVICE.type
 
 
+@pytest.mark.parametrize("rank_fraction", [1.0, 0.5])
+def test_dion_on_the_device_follows_the_cpu(rank_fraction):
+    cpu, device = model_on("cpu"), model_on(DEVICE)
+    # The same first Q on every device (drawn on the CPU); on CPU the generic update gives the
+    # fused kernel's bits; a GPU's fp32 QR and products differ by rounding.
+    cpu_opt = muon_cpp.Dion(matrices(cpu), lr=0.02, rank_fraction=rank_fraction)
+    device_opt = muon_cpp.Dion(matrices(device), lr=0.02, rank_fraction=rank_fraction,
+                               fused=False)
+    train(cpu, cpu_opt, data_on("cpu", 10))
+    train(device, device_opt, data_on(DEVICE, 10))
+    assert_match([p.detach() for p in matrices(device)], [p.detach() for p in matrices(cpu)],
+                 1e-3)
+    for p in matrices(device):
+        assert device_opt.state[p]["dion_q"].device.type == DEVICE.type
+
+
 def test_hybrid_with_fused_false_equals_the_fused_path_and_state_moves_between_them():
     config = {"optimizer": {"name": "muon", "adamw_lr": 0.01, "ns_method": "plain",
                             "grad_clip": 1.0, "state_dtype": "bfloat16",
