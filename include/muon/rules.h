@@ -1,5 +1,5 @@
-// The update rules: Muon (with NorMuon and Muon+), the Adam family (AdamW, Adam, NAdam) and LAMB
-// as functions of an explicit list of (parameter, gradient, state, options). They hold no groups
+// The update rules: Muon (with NorMuon, Muon+ and Dion), the Adam family (AdamW, Adam, NAdam) and
+// LAMB as functions of an explicit list of (parameter, gradient, state, options). They hold no groups
 // and no torch::optim machinery; the optimizers (muon::Muon, muon::AdamW, ..., the hybrid) own
 // groups and state and hand the rules what to update — on N ranks, only what a rank owns.
 //
@@ -47,7 +47,8 @@ MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& s
                            const std::vector<int64_t>& view);
 
 // One Muon step of every item (checked by check_muon_item): matrices of one shape, dtype, device
-// and orthogonalization setting are orthogonalized together in one batched call.
+// and orthogonalization setting are orthogonalized together in one batched call; items whose
+// options set `dion` take Dion's update instead, matrix by matrix.
 void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces);
 
 // The orthogonalization settings of `options` (fused: false makes `automatic` mean plain).

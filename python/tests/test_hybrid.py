@@ -98,7 +98,7 @@ def test_named_parameters_and_config_forms_agree(tmp_path):
 def test_examples_build():
     model = TinyGpt()
     for name in ("muon.yaml", "speedtronic.yaml", "dew.yaml", "flaxchat.yaml", "muoneq.yaml",
-                 "dion.yaml", "adamw.yaml"):
+                 "dion.yaml", "dion_full.yaml", "adamw.yaml"):
         optimizer = muon_cpp.build_optimizer(model, EXAMPLES / name, 1000)
         train(model, optimizer, batches(2))
         assert optimizer.step_count == 2
