@@ -7,8 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "compare.h"
 #include "data.h"
 #include "helpers.h"
 #include "muon/config.h"
@@ -281,6 +283,89 @@ cautious: true
   const auto example = train_config_from_yaml_file(MUON_EXAMPLES_DIR "/run.yaml");
   EXPECT_EQ(example.steps, 400);
   EXPECT_EQ(example.data.source, "kjv");
+}
+
+// Every file under `dir` (path → contents).
+std::map<std::string, std::string> files_under(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    files[entry.path().string()] = {std::istreambuf_iterator<char>(in), {}};
+  }
+  return files;
+}
+
+// The training columns of two runs' metrics rows agree bit for bit (the timings may not).
+void expect_same_rows(const TrainResult& a, const TrainResult& b) {
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  for (size_t i = 0; i < a.rows.size(); ++i) {
+    const auto &x = a.rows[i], &y = b.rows[i];
+    EXPECT_EQ(x.step, y.step);
+    EXPECT_EQ(x.val_loss, y.val_loss) << "row " << i;
+    if (i > 0) {  // step 0 has no training loss, rate or gradient yet (NaN)
+      EXPECT_EQ(x.train_loss, y.train_loss) << "row " << i;
+      EXPECT_EQ(x.grad_norm, y.grad_norm) << "row " << i;
+      EXPECT_EQ(x.adamw_lr, y.adamw_lr) << "row " << i;
+    }
+  }
+}
+
+TEST(Compare, TheSameCommandKeepsFinishedRunsAndContinuesAnInterruptedOne) {
+  const auto dir = std::filesystem::temp_directory_path() / "muon_compare_again";
+  std::filesystem::remove_all(dir);
+  auto base = fixture_config(dir.string());
+  base.steps = 40;
+  base.log_every = base.eval_every = 20;
+  const std::vector<CompareEntry> entries{{"adamw", MUON_EXAMPLES_DIR "/adamw.yaml"},
+                                          {"muon", MUON_EXAMPLES_DIR "/muon.yaml"}};
+  CompareOptions options;
+  options.lr_grid = {0.5, 1};
+  std::ostringstream log;
+  const auto first = compare(base, entries, options, log);
+  ASSERT_EQ(first.runs.size(), 2u);
+  EXPECT_EQ(log.str().find("kept the finished run"), std::string::npos);
+  const auto files = files_under(dir);
+
+  // Again: nothing trains, every file stays as it was, the report is the same.
+  std::ostringstream again_log;
+  const auto again = compare(base, entries, options, again_log);
+  size_t kept = 0;
+  for (auto at = again_log.str().find("kept the finished run in "); at != std::string::npos;
+       at = again_log.str().find("kept the finished run in ", at + 1))
+    ++kept;
+  EXPECT_EQ(kept, 4u) << again_log.str();
+  EXPECT_EQ(again_log.str().find("muon train:"), std::string::npos) << again_log.str();
+  EXPECT_TRUE(files_under(dir) == files);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(again.runs[i].lr_multiplier, first.runs[i].lr_multiplier);
+    EXPECT_EQ(again.runs[i].sweep, first.runs[i].sweep);
+    expect_same_rows(again.runs[i].result, first.runs[i].result);
+  }
+  EXPECT_EQ(again.steps_to_target, first.steps_to_target);
+
+  // Muon at ×1 stopped halfway (as a signal would leave it): the next compare continues it and
+  // ends where the uninterrupted run did.
+  auto part = base;
+  part.optimizer = OptimConfig::from_yaml_file(MUON_EXAMPLES_DIR "/muon.yaml");
+  part.out_dir = (dir / "muon" / "lr1").string();
+  part.stop_after = 20;
+  train(part, log);
+  std::ostringstream continued_log;
+  const auto continued = compare(base, entries, options, continued_log);
+  EXPECT_NE(continued_log.str().find("continuing the run in " + part.out_dir + " from step 20"),
+            std::string::npos)
+      << continued_log.str();
+  EXPECT_EQ(continued.runs[1].sweep, first.runs[1].sweep);
+  expect_same_rows(continued.runs[1].result, first.runs[1].result);
+
+  // Another seed is another run: trained afresh, replacing the one there.
+  base.seed = 7;
+  std::ostringstream reseeded_log;
+  const auto reseeded = compare(base, {entries[0]}, {}, reseeded_log);
+  EXPECT_EQ(reseeded_log.str().find("kept the finished run"), std::string::npos);
+  EXPECT_NE(reseeded.runs[0].result.final_val_loss, first.runs[0].sweep.back().second);
+  EXPECT_EQ(read_stored_run((dir / "adamw").string()).config.seed, 7);
 }
 
 TEST(Data, WindowsAreShiftedByOneByte) {

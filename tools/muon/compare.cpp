@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "muon/error.h"
@@ -35,6 +36,29 @@ OptimConfig scaled(OptimConfig config, double m) {
   return config;
 }
 
+// Trains `config` into its out_dir unless that directory already holds this run: a finished one
+// is kept (its results read back), an interrupted one continues from its checkpoint. Anything else
+// there (another config, another length, no checkpoint) is replaced.
+TrainResult train_or_reuse(TrainConfig config, std::ostream& log) {
+  const auto dir = config.out_dir;
+  std::optional<StoredRun> stored;
+  if (fs::exists(fs::path(dir) / "checkpoint.pt")) {
+    try {
+      stored = read_stored_run(dir);
+    } catch (const std::exception&) {  // unreadable or from an older version: train afresh
+    }
+  }
+  if (stored && stored->config.to_yaml() == config.to_yaml()) {
+    if (stored->step >= config.steps) {
+      log << "kept the finished run in " << dir << "\n";
+      return finished_run(dir);
+    }
+    log << "continuing the run in " << dir << " from step " << stored->step << "\n";
+    config.resume_dir = dir;
+  }
+  return train(config, log);
+}
+
 // The report of the runs so far: compare.csv, compare.svg and the table on `log`.
 void report(const TrainConfig& base, CompareResult& result, std::ostream& log);
 
@@ -65,7 +89,13 @@ CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& 
         if (grid.size() > 1) config.out_dir += "/lr" + detail::shortest_text(m);
         log << "=== " << entries[i].name << " (" << entries[i].config << ")"
             << (grid.size() > 1 ? ", rates x" + detail::shortest_text(m) : "") << "\n";
-        auto run = train(config, log);
+        auto run = train_or_reuse(config, log);
+        if (run.interrupted_by != 0) {
+          log << "compare: interrupted; the same command continues it (finished runs are kept, "
+                 "the interrupted one resumes from its checkpoint)\n";
+          result.interrupted_by = run.interrupted_by;
+          return result;
+        }
         best.sweep.emplace_back(m, run.final_val_loss);
         if (best.sweep.size() == 1 || run.final_val_loss < best.result.final_val_loss) {
           best.lr_multiplier = m;

@@ -34,6 +34,7 @@ struct CompareResult {
   std::vector<CompareRun> runs;
   double target = 0;                                    // the validation loss steps are counted to
   std::vector<std::optional<int64_t>> steps_to_target;  // per run: first evaluation at or below
+  int interrupted_by = 0;  // the signal that stopped a run (0: none; then nothing is reported)
 };
 
 // Resolves "name" to examples/name.yaml (relative to the working directory) or a path to a file.
@@ -42,7 +43,11 @@ CompareEntry compare_entry(const std::string& spec);
 // Reads every entry's config and checks it against base.steps (errors name the file and key),
 // then trains `base` once per entry and rate (into base.out_dir/<name>[/lr<multiplier>]) and
 // writes compare.csv and compare.svg into base.out_dir and prints a table. A run that fails
-// leaves the ones before it and their report in place.
+// leaves the ones before it and their report in place. A run directory that already holds the
+// same run (its checkpoint's config equal to the one it would train) is not trained again: a
+// finished run is read back, an interrupted one resumes, so the same command continues a compare
+// that was stopped. With base.handle_signals, SIGINT/SIGTERM stop the current run as in `muon
+// train` (checkpointed) and the compare returns with interrupted_by set.
 CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& entries,
                       const CompareOptions& options, std::ostream& log);
 

@@ -321,7 +321,9 @@ int main(int argc, char** argv) {
         compare_config.log_every = std::min(compare_config.log_every, compare_config.eval_every);
       }
       if (tune_lr) compare_options.lr_grid = lr_grid;
-      muon::demo::compare(compare_config, entries, compare_options, std::cout);
+      compare_config.handle_signals = true;
+      const auto result = muon::demo::compare(compare_config, entries, compare_options, std::cout);
+      if (result.interrupted_by != 0) return 128 + SIGINT;
     } else if (*schedule) {
       const auto c = muon::OptimConfig::from_yaml_file(schedule_config);
       print_schedule(

@@ -224,6 +224,15 @@ Gpt seeded_model(const TrainConfig& config) {
   return Gpt(config.model);
 }
 
+// The run's metrics rows and the validation losses before and after training among them.
+void take_rows(TrainResult& result, std::vector<MetricsRow> rows) {
+  result.rows = std::move(rows);
+  for (const auto& row : result.rows) {
+    if (row.step == 0 && row.val_loss) result.initial_val_loss = *row.val_loss;
+    if (row.val_loss) result.final_val_loss = *row.val_loss;
+  }
+}
+
 // The mean over ranks of this rank's loss (the loss of the whole batch).
 double global_mean(const at::Tensor& loss, Communicator& communicator) {
   auto value = loss.detach().to(at::kDouble).reshape({1}).clone();
@@ -232,6 +241,14 @@ double global_mean(const at::Tensor& loss, Communicator& communicator) {
 }
 
 }  // namespace
+
+TrainResult finished_run(const std::string& dir) {
+  const auto stored = read_stored_run(dir);
+  TrainResult result;
+  result.steps_done = stored.step;
+  take_rows(result, MetricsLog(dir, fs::path(dir), stored.step).rows());
+  return result;
+}
 
 StoredRun read_stored_run(const std::string& dir) {
   const auto path = (fs::path(dir) / "checkpoint.pt").string();
@@ -426,11 +443,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   result.steps_done = done;
   result.interrupted_by = stopped_by;
   if (!writer) return result;
-  result.rows = metrics->rows();
-  for (const auto& row : result.rows) {
-    if (row.step == 0 && row.val_loss) result.initial_val_loss = *row.val_loss;
-    if (row.val_loss) result.final_val_loss = *row.val_loss;
-  }
+  take_rows(result, metrics->rows());
   if (stopped_by != 0) {
     log << (config.progress_bar ? "\r\033[K" : "") << "interrupted by "
         << (stopped_by == SIGTERM ? "SIGTERM" : "SIGINT") << " after step " << done << "/"

@@ -112,6 +112,10 @@ struct StoredRun {
 };
 StoredRun read_stored_run(const std::string& dir);
 
+// The result of the run in `dir` as far as its checkpoint goes, read back from its files: the
+// metrics rows and validation losses (throughput, the loss alerts and the sample are not stored).
+TrainResult finished_run(const std::string& dir);
+
 // Throws unless config.out_dir may receive the run's files: a new or empty directory, the run
 // being resumed, or anything with config.overwrite.
 void check_out_dir(const TrainConfig& config);
