@@ -3,7 +3,7 @@ and prints the resume command; `--resume` then logs exactly the rows an uninterr
 (every column but the timings, bit for bit, none lost or repeated). A flag that contradicts the run
 is refused and changes no file; `--print-config` is the config the run stores; an existing run is
 not overwritten without --overwrite; a second signal ends the process at once, leaving no torn
-checkpoint.
+checkpoint. `muon compare` stopped the same way continues when the same command is run again.
 
     signal_resume.py MUON_BINARY DATA_FILE WORK_DIR
 """
@@ -42,12 +42,13 @@ def run(args, **kwargs):
     return subprocess.run(args, capture_output=True, text=True, **kwargs)
 
 
-def interrupt(args, out, rows_before, signals=1):
-    """Starts `args`, waits for `rows_before` metrics rows, sends SIGINT `signals` times."""
+def interrupt(args, out, rows_before, signals=1, run_dir=None):
+    """Starts `args` (writing into `out`), waits for `rows_before` metrics rows in `run_dir`
+    (default: `out`), sends SIGINT `signals` times."""
     shutil.rmtree(out, ignore_errors=True)
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    path = os.path.join(out, "metrics.csv")
-    deadline = time.time() + 120
+    path = os.path.join(run_dir or out, "metrics.csv")
+    deadline = time.time() + 300  # the runs before the one to cut may take a while
     while time.time() < deadline and process.poll() is None:
         if os.path.exists(path) and len(open(path).readlines()) > rows_before:
             break
@@ -123,7 +124,46 @@ def main():
     refused = run([muon, "train", "--resume", odd])
     assert refused.returncode == 2, (refused.returncode, refused.stderr)
     assert f"cannot read '{odd}/checkpoint.pt': it is not a regular file" in refused.stderr
+    compare_again(muon, data, work)
     print("signal_resume: OK")
+
+
+def compare_again(muon, data, work):
+    """Ctrl-C in `muon compare` during its second run, then the same command: the first run is
+    kept as it was, the second continues, and the report equals an uninterrupted compare's."""
+    examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+    steps = 60  # two runs of 60 steps, cut in the second
+
+    def compare(out):
+        args = command(muon, data, out)[2:]
+        args[args.index("--steps") + 1] = str(steps)
+        return [muon, "compare", "--optimizers",
+                ",".join(os.path.join(examples, name + ".yaml") for name in ("adamw", "muon")),
+                *args]
+
+    reference = os.path.join(work, "compare_reference")
+    whole = run(compare(reference))
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    cut = os.path.join(work, "compare_cut")
+    code, output = interrupt(compare(cut), cut, rows_before=3, run_dir=os.path.join(cut, "muon"))
+    assert code == 130, (code, output)
+    assert "compare: interrupted; the same command continues it" in output, output
+    step = load_checkpoint(os.path.join(cut, "muon", "checkpoint.pt"))["step_count"]
+    assert 0 < step < steps, step
+    first = hashes(os.path.join(cut, "adamw"))
+    again = run(compare(cut))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"kept the finished run in {cut}/adamw" in again.stdout, again.stdout
+    assert f"continuing the run in {cut}/muon from step {step}" in again.stdout, again.stdout
+    assert hashes(os.path.join(cut, "adamw")) == first
+    for name in ("adamw", "muon"):
+        assert rows(os.path.join(cut, name)) == rows(os.path.join(reference, name)), name
+    report = open(os.path.join(reference, "compare.csv")).read()
+    assert open(os.path.join(cut, "compare.csv")).read() == report
+    table = whole.stdout[whole.stdout.index("| optimizer |"):]
+    assert again.stdout.endswith(table.replace(reference, cut)), (again.stdout, table)
+    print(f"signal_resume: compare stopped in its second run at step {step}; the same command "
+          "kept the first and finished the second as an uninterrupted compare")
 
 
 if __name__ == "__main__":
