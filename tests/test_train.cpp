@@ -325,6 +325,14 @@ TEST(Compare, TheSameCommandKeepsFinishedRunsAndContinuesAnInterruptedOne) {
   const auto first = compare(base, entries, options, log);
   ASSERT_EQ(first.runs.size(), 2u);
   EXPECT_EQ(log.str().find("kept the finished run"), std::string::npos);
+  for (const auto& run : first.runs) {  // with two rates, the best is always at an edge
+    const bool low = run.lr_multiplier == 0.5;
+    EXPECT_NE(log.str().find("note: " + run.name + "'s best rate ×" + (low ? "0.5" : "1") +
+                             " is the " + (low ? "smallest" : "largest") + " of --lr-grid; a " +
+                             (low ? "lower" : "higher") + " one may be better"),
+              std::string::npos)
+        << log.str();
+  }
   const auto files = files_under(dir);
 
   // Again: nothing trains, every file stays as it was, the report is the same.

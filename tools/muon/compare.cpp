@@ -1,5 +1,6 @@
 #include "compare.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -119,6 +120,22 @@ CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& 
 
 namespace {
 
+// A warning when a run's best rate is the smallest or largest of its grid: the optimum may lie
+// beyond it, so the comparison is not yet at the tuned rate.
+std::string edge_note(const CompareRun& run) {
+  if (run.sweep.size() < 2) return "";
+  double lowest = run.sweep.front().first, highest = lowest;
+  for (const auto& [m, loss] : run.sweep) {
+    lowest = std::min(lowest, m);
+    highest = std::max(highest, m);
+  }
+  if (run.lr_multiplier != lowest && run.lr_multiplier != highest) return "";
+  const bool low = run.lr_multiplier == lowest;
+  return "note: " + run.name + "'s best rate ×" + detail::shortest_text(run.lr_multiplier) +
+         " is the " + (low ? "smallest" : "largest") + " of --lr-grid; a " +
+         (low ? "lower" : "higher") + " one may be better\n";
+}
+
 void report(const TrainConfig& base, CompareResult& result, std::ostream& log) {
   std::ostringstream csv;
   csv << "optimizer,lr_multiplier,step,val_loss\n";
@@ -193,6 +210,7 @@ void report(const TrainConfig& base, CompareResult& result, std::ostream& log) {
         log << ' ' << std::to_string(loss).substr(0, 6) << " |";
       log << '\n';
     }
+    for (const auto& run : result.runs) log << edge_note(run);
   }
   log << "\nwrote " << (fs::path(base.out_dir) / "compare.csv").string() << ", compare.svg\n";
 }
