@@ -22,6 +22,7 @@ struct MlpImpl : torch::nn::Module {
 TORCH_MODULE(Mlp);
 
 int main() {
+  std::printf("built as C++ %ld\n", static_cast<long>(__cplusplus));  // the standard muon::muon asked for
   at::manual_seed(0);
   Mlp model;
   const auto routes = muon::route(*model);
