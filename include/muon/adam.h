@@ -93,6 +93,9 @@ class AdamFamily : public torch::optim::Optimizer {
   using Options = AdamFamilyOptions<R>;
   explicit AdamFamily(std::vector<torch::optim::OptimizerParamGroup> groups, Options defaults = {});
   explicit AdamFamily(std::vector<at::Tensor> params, Options defaults = {});
+  // torch::optim::Optimizer::add_param_group, keeping the group's own options on every LibTorch
+  // (as Muon::add_param_group). Checked by the next step().
+  void add_param_group(const torch::optim::OptimizerParamGroup& group);
   at::Tensor step(LossClosure closure = nullptr) override;
   // Throws muon::Error for whatever would stop step(), changing nothing.
   void check_step() const;

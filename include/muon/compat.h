@@ -1,12 +1,15 @@
-// The one place where LibTorch version differences live (1.13 and 2.x; CI builds 1.13 and 2.6).
+// The one place where LibTorch version differences live (1.13 to 2.15; CI builds 1.13, Debian
+// sid's 2.14 and PyPI's current release).
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace c10d {
 class ProcessGroup;
@@ -58,6 +61,20 @@ struct has_use_libuv<Options, std::void_t<decltype(std::declval<Options&>().useL
 template <class Options>
 void use_plain_tcp_store(Options& options) {
   if constexpr (has_use_libuv<Options>::value) options.useLibUV = false;
+}
+
+// A param group's own options. Newer LibTorch (Debian's 2.14, PyPI's 2.15; not 1.13 or 2.6) makes
+// each group that torch::optim::Optimizer's constructor or add_param_group receives from a copy of
+// the optimizer's defaults, merging the group's settings into it only for LibTorch's own six
+// option types (SGD, Adam, AdamW, Adagrad, RMSprop, LBFGS): a group with options of any other
+// type — every muon-cpp type — silently gets the defaults instead. Called right after either, this
+// gives the groups from `first` on the options `given` holds (a no-op where LibTorch kept them).
+inline void keep_group_options(std::vector<torch::optim::OptimizerParamGroup>& installed,
+                               size_t first,
+                               const std::vector<torch::optim::OptimizerParamGroup>& given) {
+  for (size_t i = 0; i < given.size(); ++i) {
+    if (given[i].has_options()) installed.at(first + i).set_options(given[i].options().clone());
+  }
 }
 
 }  // namespace muon::compat

@@ -124,7 +124,9 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // scale its lr and weight decay like the others'. Throws muon::Error, adding nothing, for
   // another options type, invalid options, a parameter already in a group or a Muon parameter
   // that is not a matrix. A group added through the base class (torch::optim::Optimizer's
-  // add_param_group) is checked the same way by the next step().
+  // add_param_group) is checked the same way by the next step() — but newer LibTorch (2.14,
+  // 2.15) gives such a group the hybrid's AdamW defaults in place of options of a type it does
+  // not know (muon/compat.h), so add groups here.
   void add_param_group(const torch::optim::OptimizerParamGroup& group);
 
   // Writes / reads the state of every parameter, the step counters and each group's lr, weight

@@ -166,6 +166,11 @@ class Muon : public torch::optim::Optimizer, public MatrixViews {
                 MuonOptions defaults = {});
   explicit Muon(std::vector<at::Tensor> params, MuonOptions defaults = {});
 
+  // torch::optim::Optimizer::add_param_group, keeping the group's own MuonOptions on every
+  // LibTorch (newer ones replace options of types they do not know with the defaults; through a
+  // torch::optim::Optimizer& that happens). Checked by the next step().
+  void add_param_group(const torch::optim::OptimizerParamGroup& group);
+
   // Calls `closure` (if any) once with gradients enabled, then updates every parameter that has a
   // gradient. Everything is validated before the first parameter changes.
   at::Tensor step(LossClosure closure = nullptr) override;

@@ -133,10 +133,11 @@ HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
     : HybridOptimizer(make_plan(routes, options), options) {}
 
 HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
-    : Optimizer(std::move(plan.groups), std::make_unique<AdamWOptions>(options.adamw)),
+    : Optimizer(plan.groups, std::make_unique<AdamWOptions>(options.adamw)),
       options_(options),
       report_(std::move(plan.report)),
       names_(std::move(plan.names)) {
+  compat::keep_group_options(param_groups_, 0, plan.groups);
   for (size_t g = 0; g < param_groups_.size(); ++g) adopt_group(g, plan.group_schedules[g]);
   for (auto& [tensor, view] : plan.views) {
     check_matrix_view(tensor, view, "routing");
@@ -204,6 +205,7 @@ void HybridOptimizer::adopt_added_groups(const char* who) {
 void HybridOptimizer::add_param_group(const torch::optim::OptimizerParamGroup& group) {
   adopt_added_groups("HybridOptimizer::add_param_group");
   Optimizer::add_param_group(group);
+  compat::keep_group_options(param_groups_, param_groups_.size() - 1, {group});
   try {
     check_group(param_groups_.size() - 1, "HybridOptimizer::add_param_group");
   } catch (...) {

@@ -19,9 +19,16 @@ std::vector<torch::optim::OptimizerParamGroup> one_group(std::vector<at::Tensor>
 
 template <AdamRule R>
 AdamFamily<R>::AdamFamily(std::vector<torch::optim::OptimizerParamGroup> groups, Options defaults)
-    : Optimizer(std::move(groups), std::make_unique<Options>(defaults)) {
+    : Optimizer(groups, std::make_unique<Options>(defaults)) {
+  compat::keep_group_options(param_groups_, 0, groups);
   check_adam_options(defaults);
   check_step();
+}
+
+template <AdamRule R>
+void AdamFamily<R>::add_param_group(const torch::optim::OptimizerParamGroup& group) {
+  Optimizer::add_param_group(group);
+  compat::keep_group_options(param_groups_, param_groups_.size() - 1, {group});
 }
 
 template <AdamRule R>

@@ -142,7 +142,8 @@ std::string param_label(size_t group, size_t index) {
 }  // namespace
 
 Muon::Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups, MuonOptions defaults)
-    : Optimizer(std::move(param_groups), std::make_unique<MuonOptions>(defaults)) {
+    : Optimizer(param_groups, std::make_unique<MuonOptions>(defaults)) {
+  compat::keep_group_options(param_groups_, 0, param_groups);
   check_options(defaults);
   for (size_t gi = 0; gi < param_groups_.size(); ++gi) {
     check_options(static_cast<const MuonOptions&>(param_groups_[gi].options()));
@@ -155,6 +156,11 @@ Muon::Muon(std::vector<at::Tensor> params, MuonOptions defaults)
     : Muon(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(
                std::move(params))},
            std::move(defaults)) {}
+
+void Muon::add_param_group(const torch::optim::OptimizerParamGroup& group) {
+  Optimizer::add_param_group(group);
+  compat::keep_group_options(param_groups_, param_groups_.size() - 1, {group});
+}
 
 void Muon::set_matrix_view(const at::Tensor& param, std::vector<int64_t> view) {
   bool known = false;
