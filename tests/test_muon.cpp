@@ -55,9 +55,13 @@ struct ReferenceMuon {
       const auto target = Q.norm() / std::sqrt(static_cast<double>(Q.size(0)));
       Q = Q * target / Q.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-6);
     }
-    auto table = o.coefficients();
+    // torch.optim.Muon's Gram schedule: non-square matrices iterate by gram_coefficients, one
+    // iteration per row.
+    const bool gram_table = o.gram_coefficients() && W.size(0) != W.size(1);
+    auto table = gram_table ? *o.gram_coefficients() : o.coefficients();
     if (o.ns_eps()) table.eps = *o.ns_eps();
-    auto U = reference_newton_schulz(Q, table, o.ns_steps());
+    const auto steps = gram_table ? static_cast<int64_t>(table.rows.size()) : o.ns_steps();
+    auto U = reference_newton_schulz(Q, table, steps);
     U = reference_post_norm(U, o.post_norm(), o.post_norm_eps());
     if (o.normuon()) U = reference_normuon(U);
     const double rows = static_cast<double>(W.size(0));
@@ -385,6 +389,44 @@ TEST(Muon, NsEpsReplacesTheTablesEps) {
   auto W = at::ones({4, 4}).requires_grad_(true);
   expect_error<Error>([&] { Muon({W}, MuonOptions().ns_eps(0.0)); },
                       {"Muon: ns_eps must be > 0, got 0"});
+}
+
+TEST(Muon, GramCoefficientsDriveNonSquareMatricesOnly) {
+  // A schedule unlike the quintic (a contracting first row, then the quintic, 6 iterations in
+  // all), so that which table ran shows; square matrices keep coefficients and ns_steps.
+  const auto gram = CoefficientTable::custom(
+      {{2.0, -1.5, 0.5}, {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315},
+       {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315}, {3.4445, -4.7750, 2.0315}});
+  const auto options = MuonOptions(0.02).weight_decay(0.1).gram_coefficients(gram);
+  for (auto dtype : {at::kFloat, at::kDouble}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    expect_matches_reference(options, 12, 40, 730, 3, nullptr, dtype);
+    expect_matches_reference(options, 40, 12, 731, 3, nullptr, dtype);
+    expect_matches_reference(options, 16, 16, 732, 3, nullptr, dtype);
+  }
+  // Against plain Muon: the same on a square matrix, different on a rectangular one.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{16, 16}, {12, 40}}) {
+    auto gen = seeded(733);
+    const auto start = at::randn({rows, cols}, gen, at::kDouble);
+    const auto grad = at::randn({rows, cols}, gen, at::kDouble);
+    auto A = start.clone().requires_grad_(true);
+    auto B = start.clone().requires_grad_(true);
+    Muon with({A}, options), without({B}, MuonOptions(0.02).weight_decay(0.1));
+    A.mutable_grad() = grad.clone();
+    B.mutable_grad() = grad.clone();
+    with.step();
+    without.step();
+    EXPECT_EQ(rows == cols, testing::max_rel_diff(A.detach() - start, B.detach() - start) < 1e-12);
+  }
+  auto W = at::ones({4, 8}).requires_grad_(true);
+  expect_error<Error>(
+      [&] { Muon({W}, MuonOptions().gram_coefficients(CoefficientTable::custom({}))); },
+      {"Muon: gram_coefficients must have 1 to 1000 rows [a, b, c] (one per iteration), got 0"});
+  expect_error<Error>(
+      [&] {
+        Muon({W}, MuonOptions().gram_coefficients(CoefficientTable::custom({{1, NAN, 0}})));
+      },
+      {"Muon: gram_coefficients has a non-finite coefficient"});
 }
 
 TEST(Muon, MuonPlusModesMatchReference) {

@@ -261,6 +261,7 @@ TEST(Schema, EveryShorthandEqualsItsNestedForm) {
                                                      {"ns_dtype", "float64"},
                                                      {"ns_method", "gram"},
                                                      {"gram_restarts", "[2]"},
+                                                     {"gram_coefficients", "[[2, -1.5, 0.5]]"},
                                                      {"adjust_lr", "spectral"},
                                                      {"normuon", "{beta2: 0.5}"},
                                                      {"cautious_weight_decay", "true"},

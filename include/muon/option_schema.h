@@ -118,6 +118,9 @@ struct OptionInfo {
     "Newton–Schulz dtype; unset: float32 on CPU, bfloat16 on GPUs")                                \
   X(std::optional<std::vector<int64_t>>, gram_restarts, std::nullopt, any,                         \
     "gram: the iteration counts after which the Gram matrix is formed afresh; unset: the table's") \
+  X(std::optional<CoefficientTable>, gram_coefficients, std::nullopt, any,                         \
+    "non-square matrices iterate by this table instead, one iteration per row (ns_steps then "     \
+    "counts for square ones): torch.optim.Muon's Gram Newton–Schulz schedule; unset: coefficients")\
   X(PostNorm, post_norm, PostNorm::none, any,                                                      \
     "Muon+: none, row, col, row_col, col_row or frobenius normalization after orthogonalizing")    \
   X(double, post_norm_eps, 1e-8, positive, "Muon+'s eps")                                          \

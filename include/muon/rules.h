@@ -51,8 +51,10 @@ MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& s
 // options set `dion` take Dion's update instead, matrix by matrix.
 void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces);
 
-// The orthogonalization settings of `options` (fused: false makes `automatic` mean plain).
-OrthogonalizeOptions orthogonalize_options(const MuonOptions& options);
+// The orthogonalization settings of `options` for a rows × cols matrix: gram_coefficients (one
+// iteration per row) when set and the matrix is not square, coefficients and ns_steps otherwise
+// (torch.optim.Muon's Gram schedule); fused: false makes `automatic` mean plain.
+OrthogonalizeOptions orthogonalize_options(const MuonOptions& options, int64_t rows, int64_t cols);
 
 // ---- For the optimizers that own groups and state -------------------------------------------
 

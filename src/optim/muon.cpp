@@ -107,7 +107,16 @@ void check_options(const MuonOptions& o) {
         "Muon: cautious_weight_decay needs a multiplicative weight_decay_method (decoupled, "
         "independent or palm); l2 adds its decay to the gradient instead");
   if (o.dion()) check_dion(o);
-  check_options(orthogonalize_options(o), kMuonOrthogonalizeNames);
+  check_options(orthogonalize_options(o, 1, 1), kMuonOrthogonalizeNames);
+  if (const auto& gram = o.gram_coefficients()) {
+    check(!gram->rows.empty() && gram->rows.size() <= 1000,
+          "Muon: gram_coefficients must have 1 to 1000 rows [a, b, c] (one per iteration), got ",
+          gram->rows.size());
+    for (const auto& row : gram->rows) {
+      check(std::isfinite(row[0]) && std::isfinite(row[1]) && std::isfinite(row[2]),
+            "Muon: gram_coefficients has a non-finite coefficient");
+    }
+  }
 }
 
 void check_matrix_view(const at::Tensor& param, const std::vector<int64_t>& view,

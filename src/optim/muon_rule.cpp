@@ -15,12 +15,14 @@
 
 namespace muon {
 
-OrthogonalizeOptions orthogonalize_options(const MuonOptions& o) {
+OrthogonalizeOptions orthogonalize_options(const MuonOptions& o, int64_t rows, int64_t cols) {
   const bool plain_only = o.fused() == false && o.ns_method() == NsMethod::automatic;
-  auto table = o.coefficients();
+  const bool by_gram_table = o.gram_coefficients() && rows != cols;
+  auto table = by_gram_table ? *o.gram_coefficients() : o.coefficients();
+  const auto steps = by_gram_table ? static_cast<int64_t>(table.rows.size()) : o.ns_steps();
   if (o.ns_eps()) table.eps = *o.ns_eps();
   return OrthogonalizeOptions()
-      .steps(o.ns_steps())
+      .steps(steps)
       .coefficients(std::move(table))
       .dtype(o.ns_dtype())
       .method(plain_only ? NsMethod::plain : o.ns_method())
@@ -73,6 +75,7 @@ void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOpti
         " for a parameter of shape ", p.sizes());
   detail::check_kernels(o.fused(), p, "Muon", where);
   const auto rows = view[view.size() - 2];
+  const auto cols = view.back();
   if (o.num_heads()) {
     check(rows % *o.num_heads() == 0, "Muon: ", where, " has ", rows, " rows (view ",
           at::IntArrayRef(view), "), which num_heads ", *o.num_heads(), " does not divide");
@@ -87,7 +90,7 @@ void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOpti
   // The orthogonalization can run (a bf16 dtype on CPU needs bf16 dot products): checked before
   // anything changes, not in the middle of the step.
   try {
-    resolve_method(view, p.scalar_type(), p.device(), orthogonalize_options(o));
+    resolve_method(view, p.scalar_type(), p.device(), orthogonalize_options(o, rows, cols));
   } catch (const Error& e) {
     const std::string dtype = o.ns_dtype() ? c10::toString(*o.ns_dtype()) : "unset";
     throw Error("Muon: " + where + " with ns_dtype " + dtype + ": " + e.what());
@@ -218,7 +221,8 @@ bool same_batch(const Batch& batch, const Piece& piece, const OrthogonalizeOptio
 std::vector<Batch> batches_of(const std::vector<Piece>& pieces) {
   std::vector<Batch> batches;
   for (const auto& piece : pieces) {
-    const auto options = orthogonalize_options(*piece.item->options);
+    const auto options =
+        orthogonalize_options(*piece.item->options, piece.rows, piece.item->view.back());
     auto it = std::find_if(batches.begin(), batches.end(),
                            [&](const Batch& b) { return same_batch(b, piece, options); });
     if (it == batches.end()) it = batches.insert(batches.end(), Batch{&piece, options, {}, {}, 0});

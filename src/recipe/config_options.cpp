@@ -29,6 +29,7 @@ constexpr Shorthand kShorthands[] = {
     {"ns_dtype", "", "ns_dtype", true, false},
     {"ns_method", "", "ns_method", true, false},
     {"gram_restarts", "", "gram_restarts", true, false},
+    {"gram_coefficients", "", "gram_coefficients", true, false},
     {"adjust_lr", "", "adjust_lr", true, false},
     {"normuon", "", "normuon", true, false},
     {"dion", "", "dion", true, false},
