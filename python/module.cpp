@@ -350,6 +350,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("orthogonalize", &orthogonalize_binding, py::arg("x"), py::arg("coefficients"),
         py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restarts"));
   m.def("orthogonality_error", &muon::orthogonality_error, py::arg("x"));
+  m.def(
+      "coefficient_table",
+      [](py::handle table) {
+        const auto t = coefficients("coefficients", table);
+        py::list rows;
+        for (const auto& r : t.rows) rows.append(py::make_tuple(r[0], r[1], r[2]));
+        return py::dict(py::arg("name") = t.name, py::arg("rows") = rows,
+                        py::arg("safety") = t.safety, py::arg("eps") = t.eps);
+      },
+      py::arg("coefficients"),
+      "A coefficient table (a name or rows [[a, b, c], ...]) as a dict: name, rows, safety, eps.");
   m.def("option_schema", &option_schema, py::arg("algorithm"),
         "The options of 'muon', 'adamw', 'adam' or 'lamb': (name, default, doc, range) tuples.");
   m.def(

@@ -23,7 +23,7 @@ import os
 
 import torch
 
-from . import _core
+from . import _core, _torch_muon
 from ._engine import TORCH_IMPLEMENTATION_FLAGS, _EngineOptimizer
 
 __all__ = [
@@ -78,7 +78,7 @@ def _init_from_schema(algorithm, positional, aliases=None, presets=None):
     __init__.__doc__ = "Options:\n" + "\n".join(
         f"    {name} (default {default!r}{', ' + rng if rng else ''}): {doc}"
         for name, default, doc, rng in options) + "\n" + _TORCH_KEYWORDS_DOC + "".join(
-        f"\n    {theirs}: torch.optim's name for {ours}" for theirs, ours in aliases.items())
+        f"\n    {theirs}: torch.optim's keyword for {ours}" for theirs, ours in aliases.items())
     return __init__
 
 
@@ -98,14 +98,11 @@ def _preset(presets, name):
     return dict(presets[name])
 
 
-# torch.optim.Muon (PyTorch 2.9): its keyword names that differ from ours, and its defaults (in
-# our names) for Muon(..., preset="torch"). Its Newton–Schulz normalizes by max(‖X‖_F, eps), ours
-# by ‖X‖_F + eps: the same to within eps/‖X‖_F.
-_TORCH_MUON_ALIASES = {"ns_coefficients": "coefficients", "eps": "ns_eps",
-                       "adjust_lr_fn": "adjust_lr"}
-_TORCH_MUON_DEFAULTS = {"lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "nesterov": True,
-                        "coefficients": "quintic", "ns_eps": 1e-7, "ns_steps": 5,
-                        "adjust_lr": "original", "weight_decay_method": "decoupled"}
+# torch.optim.Muon's constructor keywords that muon_cpp.Muon also takes, with the option of
+# ours each sets (docs/python.md §torch.optim.Muon).
+_TORCH_MUON_KEYWORDS = {"ns_coefficients": "coefficients", "eps": "ns_eps",
+                        "adjust_lr_fn": "adjust_lr", "use_gram_newton_schulz": "gram_coefficients",
+                        "gram_newton_schulz_config": "gram_coefficients"}
 
 
 # Dion (arXiv 2504.05295) as microsoft/dion sets it up, in our names, for Muon(...,
@@ -114,36 +111,6 @@ _TORCH_MUON_DEFAULTS = {"lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "nest
 _DION_DEFAULTS = {"lr": 0.01, "momentum": 0.95, "weight_decay": 0.01, "nesterov": False,
                   "momentum_form": "sum", "adjust_lr": "spectral",
                   "dion": {"rank_fraction": 1.0, "rank_multiple_of": 1, "epsilon": 1e-8}}
-
-
-def _muon_from_torch_names(settings):
-    """Rewrites torch.optim.Muon's names in ``settings`` into ours, in place: ns_coefficients
-    (a, b, c) → coefficients [[a, b, c]], eps → ns_eps, adjust_lr_fn (None = 'original') →
-    adjust_lr."""
-    for theirs, ours in _TORCH_MUON_ALIASES.items():
-        if theirs not in settings:
-            continue
-        value = settings.pop(theirs)
-        if theirs == "ns_coefficients":
-            if _is_one_row(value):
-                value = [list(value)]
-            elif not isinstance(value, (str, list, tuple)):
-                raise TypeError("ns_coefficients must be (a, b, c), a table name or "
-                                f"[[a, b, c], ...], got {type(value).__name__} {value!r:.40}")
-        elif theirs == "adjust_lr_fn":
-            if value is None:
-                value = "original"
-            elif value not in ("original", "match_rms_adamw"):
-                raise ValueError("adjust_lr_fn must be None, 'original' or 'match_rms_adamw' "
-                                 f"(torch.optim.Muon's), got {value!r}; adjust_lr also takes "
-                                 "'spectral' and 'none'")
-        settings[ours] = value
-    return settings
-
-
-def _is_one_row(value):
-    return (isinstance(value, (tuple, list)) and len(value) == 3
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
 
 
 class Muon(_EngineOptimizer):
@@ -162,11 +129,31 @@ class Muon(_EngineOptimizer):
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
-    __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_ALIASES,
-                                 presets={"torch": _TORCH_MUON_DEFAULTS, "dion": _DION_DEFAULTS})
+    __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
+                                 presets={"torch": _torch_muon.PRESET, "dion": _DION_DEFAULTS})
 
     def _from_torch_names(self, settings):
-        return _muon_from_torch_names(super()._from_torch_names(settings))
+        settings = super()._from_torch_names(settings)
+        if settings.get("use_gram_newton_schulz", False) is None:  # the keyword's "not given"
+            del settings["use_gram_newton_schulz"]
+        if "gram_newton_schulz_config" in settings:  # the constructor's; torch groups are flat
+            config = settings.pop("gram_newton_schulz_config")
+            settings.update(_torch_muon.gram_group_keys(
+                settings.get("use_gram_newton_schulz", False), config))
+        return _torch_muon.to_ours(settings)
+
+    def state_dict(self):
+        """PyTorch's layout, each group with our names and, where torch.optim.Muon can run the
+        group as it is, also torch's (ns_coefficients, eps, adjust_lr_fn and the Gram keys), so
+        that the state dict loads into torch.optim.Muon too."""
+        out = super().state_dict()
+        for group in out["param_groups"]:
+            group.update(_torch_muon.torch_view(group, _core.coefficient_table) or {})
+        return out
+
+    def _loaded_group(self, saved):
+        return _torch_muon.drop_duplicates(
+            saved, _torch_muon.torch_view(saved, _core.coefficient_table), keep="ours")
 
 
 class Dion(Muon):

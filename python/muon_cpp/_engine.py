@@ -20,7 +20,7 @@ class _EngineOptimizer(Optimizer):
         self._engine = None
         super().__init__(params, defaults)
         self._engine = engine if engine is not None else self._make_engine(
-            [(group["params"], _settings(group)) for group in self.param_groups])
+            [(group["params"], self._engine_settings(group)) for group in self.param_groups])
 
     @property
     def state(self):
@@ -37,14 +37,14 @@ class _EngineOptimizer(Optimizer):
 
     def add_param_group(self, param_group):
         if isinstance(param_group, dict):
-            param_group = self._from_torch_names(dict(param_group))
+            param_group = self._from_torch_names(_named(dict(param_group), self.param_groups))
         super().add_param_group(param_group)  # PyTorch's checks and defaults
         if self._engine is None:
             return
         # A new engine over all groups (which validates the new ones), keeping the state so far.
         try:
             engine = self._make_engine(
-                [(group["params"], _settings(group)) for group in self.param_groups])
+                [(group["params"], self._engine_settings(group)) for group in self.param_groups])
             kept = [(i, p, self._engine.state(p)) for i, p in enumerate(self._params())]
             engine.load([_settings(g) for g in self.param_groups],
                         [entry for entry in kept if entry[2] is not None])
@@ -62,7 +62,7 @@ class _EngineOptimizer(Optimizer):
                 loss = closure()
         for group in self.param_groups:  # settings written under torch.optim's names
             self._from_torch_names(group)
-        self._engine.set_options([_settings(group) for group in self.param_groups])
+        self._engine.set_options([self._engine_settings(group) for group in self.param_groups])
         self._engine.step()
         return loss
 
@@ -101,11 +101,11 @@ class _EngineOptimizer(Optimizer):
                 raise TypeError(f"state_dict['state'][{key!r}] must be a dict, "
                                 f"got {type(entry).__name__}")
             states.append((key, by_index[key], entry))
-        settings = [self._from_torch_names({key: value for key, value in saved.items()
-                                            if key != "params"})
+        settings = [self._from_torch_names(self._loaded_group(
+                        {key: value for key, value in saved.items() if key != "params"}))
                     for saved in saved_groups]
         self._check_extra(state_dict)
-        self._engine.load(settings, states)
+        self._engine.load([self._engine_settings(group) for group in settings], states)
         for group, saved in zip(self.param_groups, settings):
             group.update(saved)
         self._load_extra(state_dict)
@@ -113,11 +113,21 @@ class _EngineOptimizer(Optimizer):
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
 
-    # Settings dicts written with torch.optim's names (a subclass's aliases, its implementation
-    # flags), rewritten in place into this engine's names; returns the dict.
+    # A settings dict as param_groups keep it, from one written with torch.optim's names (a
+    # subclass's aliases, its implementation flags): rewritten in place; returns the dict.
     def _from_torch_names(self, settings):
         check_torch_flags(settings, type(self).__name__)
         return settings
+
+    # What the engine gets for a param group: its settings under the engine's names (the engine
+    # ignores keys it does not know, such as param_names).
+    def _engine_settings(self, group):
+        return _settings(group)
+
+    # A param group of a loaded state dict, before _from_torch_names; a subclass whose state
+    # dicts carry more than one name for a setting reconciles them here.
+    def _loaded_group(self, saved):
+        return saved
 
     # Hooks for what a subclass saves beyond PyTorch's layout.
     def _check_extra(self, state_dict):
@@ -160,6 +170,29 @@ class _StateView(collections.abc.Mapping):
 def _settings(group):
     """A param group's settings for the engine (it ignores keys it does not know)."""
     return {key: value for key, value in group.items() if key != "params"}
+
+
+def _named(param_group, groups):
+    """A param group whose params are (name, tensor) pairs, as named_parameters() gives them,
+    split into params and param_names as torch.optim (2.x) does it — here on every PyTorch."""
+    params = param_group.get("params")
+    if isinstance(params, (torch.Tensor, set)) or params is None:
+        return param_group  # PyTorch's own checks and messages
+    params = list(params)
+    named = [isinstance(p, tuple) for p in params]
+    if any(named):
+        if not all(named) or not all(len(p) == 2 and isinstance(p[0], str) for p in params):
+            raise ValueError("all optimizer params should be with/without names: give tensors or "
+                             "(name, tensor) pairs, as named_parameters() does, not both")
+        param_group["param_names"] = [name for name, _ in params]
+        params = [p for _, p in params]
+    for group in groups:
+        if ("param_names" in group) != ("param_names" in param_group):
+            raise ValueError("all optimizer param groups should be with/without names: cannot add "
+                             f"a group {'with' if 'param_names' in param_group else 'without'} "
+                             "names to groups " + ("with" if "param_names" in group else "without"))
+    param_group["params"] = params
+    return param_group
 
 
 def _split_state_dict(state_dict):

@@ -68,7 +68,9 @@ def snapshot(optimizer, params):
     """Everything an optimizer holds, copied: parameters, settings, state."""
     state = {i: {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in s.items()}
              for i, s in optimizer.state_dict()["state"].items()}
-    groups = [{k: v for k, v in g.items()} for g in optimizer.state_dict()["param_groups"]]
+    # The groups' settings (muon_cpp.Muon's state dicts add torch.optim.Muon's names derived
+    # from them).
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     return [p.detach().clone() for p in params], groups, state
 
 

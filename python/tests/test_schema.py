@@ -24,7 +24,8 @@ def test_keywords_and_param_groups_are_the_schema(algorithm):
     # names and its preset keyword; test_torch_muon.py).
     flags = [("foreach", None), ("maximize", False), ("capturable", False),
              ("differentiable", False)]
-    extra = ([("ns_coefficients", None), ("eps", None), ("adjust_lr_fn", None)] + flags
+    extra = ([("ns_coefficients", None), ("eps", None), ("adjust_lr_fn", None),
+              ("use_gram_newton_schulz", None), ("gram_newton_schulz_config", None)] + flags
              + [("preset", None)]) if algorithm == "muon" else flags
     assert [(p.name, p.default) for p in keywords(cls)] == [
         (n, d) for n, d, _, _ in schema] + extra

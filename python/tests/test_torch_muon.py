@@ -126,7 +126,12 @@ def test_torch_names_in_param_groups_and_between_steps():
     assert max_rel_diff(ours.detach() - start, theirs.detach() - start) < 1e-10
     group = optimizer.param_groups[0]
     assert group["adjust_lr"] == "match_rms_adamw" and "adjust_lr_fn" not in group
-    assert group["ns_eps"] == 1e-6 and group["coefficients"] == [list(QUINTIC)]
+    # torch's default row is the quintic table (its Gram restart points too); any other row is
+    # a table of its own.
+    assert group["ns_eps"] == 1e-6 and group["coefficients"] == "quintic"
+    optimizer.param_groups[0]["ns_coefficients"] = (3.4445, -4.775, 2.03)
+    optimizer.step()
+    assert optimizer.param_groups[0]["coefficients"] == [[3.4445, -4.775, 2.03]]
 
 
 def torch_layout_state_dict(buffer, **group):
