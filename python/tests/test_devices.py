@@ -1,9 +1,12 @@
 """Tensors on any device: the device-generic form of every update (fused=False on CPU, and what
 every other device runs) against the fused CPU kernels and torch.optim.
 
-On CPU the generic form gives the fused kernels' bits. MUON_TEST_DEVICE=cuda (scripts/
-gpu_check.sh sets it) runs the same checks with the model on a GPU, against the CPU results to
-the tolerance of the GPU's arithmetic.
+On CPU the generic form gives the fused kernels' bits wherever LibTorch rounds float32 square
+roots correctly, as the fused kernels do (Debian's builds). PyPI's torch computes them with MKL's
+vector math, one ulp off for about 16% of inputs (PyTorch 2.15; division, products and sums
+are exact there too), so there, as on a GPU, the two agree to the tolerance of different arithmetic.
+MUON_TEST_DEVICE=cuda (scripts/gpu_check.sh sets it) runs the same checks with the model on a GPU,
+against the CPU results to that tolerance.
 """
 import os
 
@@ -15,6 +18,16 @@ from helpers import TinyGpt, batches, max_rel_diff, train, weights
 
 DEVICE = torch.device(os.environ.get("MUON_TEST_DEVICE", "cpu"))
 ON_CPU = DEVICE.type == "cpu"
+
+
+def sqrt_rounds_correctly():
+    """Whether this LibTorch's float32 sqrt on CPU is the correctly rounded one (that of float64,
+    rounded: exact for float32 inputs)."""
+    x = torch.rand(100_000, generator=torch.Generator().manual_seed(0)) * 10
+    return torch.equal(x.sqrt(), x.double().sqrt().float())
+
+
+BITWISE = ON_CPU and sqrt_rounds_correctly()
 
 
 def model_on(device, seed=0):
@@ -33,7 +46,7 @@ def matrices(model):
 def assert_match(device_weights, cpu_weights, gpu_tolerance):
     for a, b in zip(device_weights, cpu_weights):
         assert a.device.type == DEVICE.type
-        if ON_CPU:
+        if BITWISE:
             assert torch.equal(a, b)
         else:
             assert max_rel_diff(a.cpu(), b) < gpu_tolerance
@@ -51,7 +64,10 @@ def test_adam_family_on_the_device_equals_the_fused_cpu_kernels(algorithm, state
     device_opt = make(device.parameters(), fused=False, **settings)
     train(cpu, cpu_opt, data_on("cpu", 30))
     train(device, device_opt, data_on(DEVICE, 30))
-    assert_match(weights(device), weights(cpu), 1e-4)
+    # Where the arithmetic differs, a last-bit difference can flip a stochastic rounding of the
+    # bfloat16 moments, a change of one bf16 step (2^-8 relative): 4.6e-4 measured after 30 steps
+    # on PyPI's torch 2.15, against < 1e-4 with float32 moments. Half a bf16 step bounds it.
+    assert_match(weights(device), weights(cpu), 1e-4 if state_dtype == torch.float32 else 2e-3)
     for p in device.parameters():
         if p.requires_grad:
             state = device_opt.state[p]
