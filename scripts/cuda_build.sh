@@ -7,12 +7,15 @@
 #
 #   scripts/cuda_build.sh            # into build-cuda/ (override with MUON_CUDA_BUILD_DIR)
 #
-# Needs nvcc on PATH (or CUDACXX) for LibTorch's CMake files. The venv is $MUON_PYPI_DIR/venv
-# (default build-pypi/venv), made when missing.
+# Needs nvcc (on PATH, in /usr/local/cuda/bin, or CUDACXX) for LibTorch's CMake files. The venv
+# is $MUON_PYPI_DIR/venv (default build-pypi/venv), made when missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh --packages-only build-essential cmake ninja-build ccache libyaml-cpp-dev \
   libblis-openmp-dev libdnnl-dev libopenblas-dev libcli11-dev libgtest-dev libbenchmark-dev
+# The toolkit's usual place, for shells that did not read /etc/profile.d (CI's).
+command -v nvcc >/dev/null || [ -n "${CUDACXX:-}" ] || [ ! -x /usr/local/cuda/bin/nvcc ] ||
+  export PATH="/usr/local/cuda/bin:$PATH"
 command -v nvcc >/dev/null || [ -n "${CUDACXX:-}" ] ||
   { echo "cuda_build: needs the CUDA toolkit's nvcc on PATH (or CUDACXX)" >&2; exit 2; }
 python="$(bash scripts/pypi_venv.sh "${MUON_PYPI_DIR:-build-pypi}/venv")"
