@@ -3,6 +3,7 @@ import math
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
 
 
 class Block(nn.Module):
@@ -109,3 +110,75 @@ class ReferenceMuon:
             U = reference_newton_schulz(Q)
             p.mul_(1 - self.lr * self.weight_decay)
             p.sub_(self.lr * self.factor(*p.shape) * U)
+
+
+# torch.optim.Muon's default Newton–Schulz row and Gram schedule (torch/optim/_muon.py).
+QUINTIC = (3.4445, -4.775, 2.0315)
+DEFAULT_GRAM = [list(QUINTIC)] * 5
+
+
+class TranscribedMuon(Optimizer):
+    """torch.optim.Muon as PyTorch's torch/optim/_muon.py writes it (the release with the Gram
+    keywords), transcribed as a torch.optim.Optimizer — so it keeps torch's param-group keys and
+    state-dict behaviour on any PyTorch — computing in the parameter's dtype instead of bfloat16
+    (standard path) and float16 (Gram path). ``exact_eps=False`` divides by ‖X‖_F + eps on the
+    standard path as muon-cpp does (torch: max(‖X‖_F, eps)); the Gram path does so in torch too."""
+
+    def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+                 ns_coefficients=QUINTIC, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
+                 use_gram_newton_schulz=False, gram_newton_schulz_config=None, exact_eps=False):
+        config = gram_newton_schulz_config or {}
+        defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
+                        ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps,
+                        adjust_lr_fn=adjust_lr_fn, use_gram_newton_schulz=use_gram_newton_schulz,
+                        gram_ns_coefficients=config.get("gram_ns_coefficients", DEFAULT_GRAM),
+                        gram_ns_reset_iterations=config.get("gram_ns_reset_iterations", []),
+                        use_cuda_graph=config.get("use_cuda_graph", False))
+        self.exact_eps = exact_eps
+        super().__init__(params, defaults)
+
+    def standard(self, grad, group):
+        a, b, c = group["ns_coefficients"]
+        x = grad.T if grad.size(0) > grad.size(1) else grad
+        norm = x.norm()
+        x = x / (norm.clamp(min=group["eps"]) if self.exact_eps else norm + group["eps"])
+        for _ in range(group["ns_steps"]):
+            gram = x @ x.T
+            x = a * x + (b * gram + c * gram @ gram) @ x
+        return x.T if grad.size(0) > grad.size(1) else x
+
+    def gram(self, grad, group):
+        """Works on R = X·Xᵀ and accumulates Q with X_k = Q·X_0, restarting from X = Q·X before
+        each iteration listed in gram_ns_reset_iterations (but the first)."""
+        x = grad.T if grad.size(0) > grad.size(1) else grad
+        x = x / (x.norm() + group["eps"])
+        eye = torch.eye(x.size(0), dtype=x.dtype)
+        resets = group["gram_ns_reset_iterations"]
+        r, q = x @ x.T, eye
+        for i, (a, b, c) in enumerate(group["gram_ns_coefficients"]):
+            if i in resets and i != 0:
+                x, r, q = q @ x, None, eye
+                r = x @ x.T
+            z = b * r + c * r @ r
+            q = z + a * eye if (i == 0 or i in resets) else a * q + q @ z
+            r = (a * eye + z) @ r @ (a * eye + z)
+        x = q @ x
+        return x.T if grad.size(0) > grad.size(1) else x
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.lerp_(p.grad, 1 - group["momentum"])
+                update = p.grad.lerp(buf, group["momentum"]) if group["nesterov"] else buf
+                square = p.size(0) == p.size(1)
+                update = (self.gram(update, group) if group["use_gram_newton_schulz"]
+                          and not square else self.standard(update, group))
+                rows, cols = p.shape
+                ratio = (math.sqrt(max(1, rows / cols)) if group["adjust_lr_fn"] in
+                         (None, "original") else 0.2 * math.sqrt(max(rows, cols)))
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(update, alpha=-group["lr"] * ratio)

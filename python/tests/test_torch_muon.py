@@ -1,67 +1,28 @@
-"""muon_cpp.Muon as a drop-in for torch.optim.Muon (PyTorch 2.9), torch.optim's implementation
-flags on every optimizer, and the weight-decay methods, MuonEq and ns_eps from Python."""
-import math
+"""muon_cpp.Muon with torch.optim.Muon's keywords (against TranscribedMuon, helpers.py), torch.optim's
+implementation flags on every optimizer, and the weight-decay methods, MuonEq and ns_eps from
+Python. The drop-in muon_cpp.optim.Muon and the Gram keywords: test_torch_optim_muon.py."""
 
 import pytest
 import torch
 
 import muon_cpp
-from helpers import max_rel_diff
-
-QUINTIC = (3.4445, -4.7750, 2.0315)
+from helpers import QUINTIC, TranscribedMuon, max_rel_diff
 
 
-class TorchMuonReference:
-    """torch.optim.Muon's step as PyTorch 2.9 writes it (torch/optim/_muon.py), transcribed in
-    the parameter's dtype instead of bfloat16 so that it can be compared closely. torch divides
-    by max(‖X‖_F, eps), muon-cpp by ‖X‖_F + eps; ``exact_eps=False`` uses ours, so that
-    everything else can be compared to float64 rounding."""
-
-    def __init__(self, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
-                 ns_coefficients=QUINTIC, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
-                 exact_eps=False):
-        self.__dict__.update(locals())
-        self.buffers = {}
-
-    def newton_schulz(self, grad):
-        a, b, c = self.ns_coefficients
-        x = grad.T if grad.size(0) > grad.size(1) else grad
-        norm = x.norm()
-        x = x / (norm.clamp(min=self.eps) if self.exact_eps else norm + self.eps)
-        for _ in range(self.ns_steps):
-            gram = x @ x.T
-            x = a * x + (b * gram + c * gram @ gram) @ x
-        return x.T if grad.size(0) > grad.size(1) else x
-
-    def adjusted_lr(self, shape):
-        rows, cols = shape[:2]
-        if self.adjust_lr_fn in (None, "original"):
-            return self.lr * math.sqrt(max(1, rows / cols))
-        return self.lr * 0.2 * math.sqrt(max(rows, cols))
-
-    def step(self, params):
-        for p in params:
-            grad = p.grad
-            buf = self.buffers.setdefault(id(p), torch.zeros_like(grad))
-            buf.lerp_(grad, 1 - self.momentum)
-            update = grad.lerp(buf, self.momentum) if self.nesterov else buf
-            update = self.newton_schulz(update)
-            with torch.no_grad():
-                p.mul_(1 - self.lr * self.weight_decay)
-                p.add_(update, alpha=-self.adjusted_lr(p.shape))
-
-
-def run_both(ours_settings, reference, shape=(24, 10), steps=5, dtype=torch.float64, seed=3):
+def run_both(ours_settings, reference_settings, shape=(24, 10), steps=5, dtype=torch.float64,
+             seed=3):
+    """muon_cpp.Muon beside TranscribedMuon (torch.optim.Muon's step in the parameter's dtype)."""
     generator = torch.Generator().manual_seed(seed)
     start = torch.randn(shape, generator=generator, dtype=dtype)
     ours = torch.nn.Parameter(start.clone())
     theirs = torch.nn.Parameter(start.clone())
     optimizer = muon_cpp.Muon([ours], **ours_settings)
+    reference = TranscribedMuon([theirs], **reference_settings)
     for _ in range(steps):
         grad = torch.randn(shape, generator=generator, dtype=dtype)
         ours.grad, theirs.grad = grad.clone(), grad.clone()
         optimizer.step()
-        reference.step([theirs])
+        reference.step()
     return optimizer, ours, theirs, start
 
 
@@ -75,8 +36,8 @@ def run_both(ours_settings, reference, shape=(24, 10), steps=5, dtype=torch.floa
 ])
 def test_torch_keywords_follow_torch_optim_muon(settings, shape, dtype):
     """Every torch.optim.Muon keyword, at torch's defaults where not given (preset='torch')."""
-    optimizer, ours, theirs, start = run_both(dict(preset="torch", **settings),
-                                              TorchMuonReference(**settings), shape, dtype=dtype)
+    optimizer, ours, theirs, start = run_both(dict(preset="torch", **settings), settings, shape,
+                                              dtype=dtype)
     # float32: the fast products against the plain chain, up to 7 iterations.
     tolerance = 1e-10 if dtype == torch.float64 else 3e-4
     assert max_rel_diff(ours.detach() - start, theirs.detach() - start) < tolerance
@@ -90,7 +51,7 @@ def test_torch_keywords_follow_torch_optim_muon(settings, shape, dtype):
 def test_torch_normalization_differs_by_eps_only():
     """Against torch's own max(‖X‖_F, eps): the results differ by about eps/‖X‖_F (amplified by
     the iterations' slope at small singular values), far below bfloat16's resolution."""
-    _, ours, theirs, start = run_both(dict(preset="torch"), TorchMuonReference(exact_eps=True))
+    _, ours, theirs, start = run_both(dict(preset="torch"), dict(exact_eps=True))
     difference = max_rel_diff(ours.detach() - start, theirs.detach() - start)
     assert 0 < difference < 1e-5
 
@@ -114,15 +75,15 @@ def test_torch_names_in_param_groups_and_between_steps():
     theirs = torch.nn.Parameter(start.clone())
     optimizer = muon_cpp.Muon([{"params": [ours], "eps": 1e-6, "ns_coefficients": QUINTIC}],
                               preset="torch")
-    reference = TorchMuonReference(eps=1e-6)
+    reference = TranscribedMuon([theirs], eps=1e-6)
     for step in range(4):
         if step == 2:  # written between steps under torch's name, as torch code would
-            optimizer.param_groups[0]["adjust_lr_fn"] = "match_rms_adamw"
-            reference.adjust_lr_fn = "match_rms_adamw"
+            for opt in (optimizer, reference):
+                opt.param_groups[0]["adjust_lr_fn"] = "match_rms_adamw"
         grad = torch.randn(12, 20, generator=generator, dtype=torch.float64)
         ours.grad, theirs.grad = grad.clone(), grad.clone()
         optimizer.step()
-        reference.step([theirs])
+        reference.step()
     assert max_rel_diff(ours.detach() - start, theirs.detach() - start) < 1e-10
     group = optimizer.param_groups[0]
     assert group["adjust_lr"] == "match_rms_adamw" and "adjust_lr_fn" not in group
@@ -153,16 +114,16 @@ def test_loads_a_torch_optim_muon_state_dict_and_continues_its_run():
     optimizer = muon_cpp.Muon([ours])  # muon-cpp's defaults, replaced by the loaded ones
     optimizer.load_state_dict(torch_layout_state_dict(buffer, lr=0.01, eps=1e-6,
                                                       adjust_lr_fn="match_rms_adamw"))
-    reference = TorchMuonReference(lr=0.01, eps=1e-6, adjust_lr_fn="match_rms_adamw")
-    reference.buffers[id(theirs)] = buffer.clone()
+    reference = TranscribedMuon([theirs], lr=0.01, eps=1e-6, adjust_lr_fn="match_rms_adamw")
+    reference.state[theirs]["momentum_buffer"] = buffer.clone()
     for _ in range(3):
         grad = torch.randn(16, 8, generator=generator, dtype=torch.float64)
         ours.grad, theirs.grad = grad.clone(), grad.clone()
         optimizer.step()
-        reference.step([theirs])
+        reference.step()
     assert max_rel_diff(ours.detach() - start, theirs.detach() - start) < 1e-10
     state = optimizer.state_dict()["state"][0]
-    assert torch.allclose(state["momentum_buffer"], reference.buffers[id(theirs)])
+    assert torch.allclose(state["momentum_buffer"], reference.state[theirs]["momentum_buffer"])
 
 
 def test_against_torch_optim_muon_itself():
