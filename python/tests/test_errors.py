@@ -167,7 +167,7 @@ def test_setting_errors_name_the_setting_and_change_nothing():
                                          "got 0"):
         muon_cpp.Muon([p], ns_steps=0)
     with pytest.raises(ValueError, match=r"ns_steps must be a whole number in \[1, 1000\], got "
-                                         "1e\+12"):
+                                         r"1e\+12"):
         muon_cpp.Muon([p], ns_steps=10**12)  # found by the property tests: it ran for ever
     with pytest.raises(ValueError, match="Muon: ns_dtype must be a floating-point type"):
         muon_cpp.Muon([p], ns_dtype=torch.int32)
