@@ -121,11 +121,13 @@ class Muon(_EngineOptimizer):
     option, its default and meaning: ``help(muon_cpp.Muon.__init__)`` or docs/python.md. Tensors
     may live on any device; on CUDA, Newton–Schulz runs in bfloat16 by default.
 
-    A drop-in for ``torch.optim.Muon``: its keywords ``ns_coefficients``, ``eps`` and
-    ``adjust_lr_fn`` are accepted (in the constructor, param groups and state dicts) and stored
-    under our names, its state dicts load, and ``preset="torch"`` gives its defaults
-    (lr 1e-3, weight_decay 0.1); docs/python.md §torch.optim.Muon. ``preset="dion"`` gives
-    Dion's (see ``Dion``).
+    torch.optim.Muon's keywords (``ns_coefficients``, ``eps``, ``adjust_lr_fn``,
+    ``use_gram_newton_schulz``, ``gram_newton_schulz_config``) are accepted in the constructor,
+    param groups and state dicts and stored under our names; its state dicts load and ours load
+    into it; ``preset="torch"`` gives its defaults (lr 1e-3, weight_decay 0.1). The positional
+    order is ours, not torch's (which has weight_decay second): the drop-in with torch's exact
+    signature is ``muon_cpp.optim.Muon``; docs/python.md §torch.optim.Muon. ``preset="dion"``
+    gives Dion's (see ``Dion``).
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
