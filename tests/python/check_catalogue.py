@@ -27,9 +27,13 @@ def test_file(root, name):
         pattern, files = f"def {name}(", (root / "python" / "tests").glob("*.py")
     else:
         pattern, files = f"NAME {name}\n", [root / "tests" / "CMakeLists.txt"]
+    # The CLI's usage-error tests are made by cli_usage_error(SHORT_NAME ...) as cli.SHORT_NAME.
+    usage_error = (re.compile(r"cli_usage_error\(" + re.escape(name[len("cli."):]) + r"\s")
+                   if name.startswith("cli.") else None)
     for path in files:
         text = path.read_text()
-        if pattern in text or pattern.strip() + " " in text:
+        if pattern in text or pattern.strip() + " " in text or (
+                usage_error and usage_error.search(text)):
             return path
     return None
 

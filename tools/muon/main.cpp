@@ -29,6 +29,7 @@
 
 namespace {
 
+using muon::demo::number_in;
 using muon::demo::positive_number;
 using muon::demo::whole_number;
 
@@ -50,7 +51,7 @@ void add_model_options(CLI::App& cmd, muon::demo::GptConfig& model) {
 // The threads option of train and bench (0: one per core).
 CLI::Option* add_threads(CLI::App& cmd, int& threads, const char* help) {
   return cmd.add_option("--threads", threads, help)
-      ->check(CLI::Range(0, 1024))
+      ->check(whole_number(0, 1024))
       ->capture_default_str();
 }
 
@@ -175,13 +176,13 @@ int main(int argc, char** argv) {
       ->add_option("--nproc", nproc,
                    "data-parallel ranks to launch on this machine (loopback, Gloo); under an "
                    "external launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT instead")
-      ->check(CLI::Range(1, 256))
+      ->check(whole_number(1, 256))
       ->capture_default_str();
   double dist_timeout = 120;
   train
       ->add_option("--dist-timeout", dist_timeout,
                    "seconds a rank waits for the others before failing")
-      ->check(CLI::Range(0.001, 86400.0))
+      ->check(number_in(0.001, 86400))
       ->capture_default_str();
   train->add_flag("--print-config", print_config,
                   "print the run config (the YAML the run stores as config.yaml) and exit");
@@ -268,7 +269,7 @@ int main(int argc, char** argv) {
                   "skip the second run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset");
   bench->add_option("--json", bench_json, "also write every figure to this JSON file");
   bench->add_option("--reps", bench_config.reps, "timed repetitions per figure (the best counts)")
-      ->check(CLI::Range(1, 1000))
+      ->check(whole_number(1, 1000))
       ->capture_default_str();
   add_count(*bench, "--muon-layers", bench_config.muon_layers,
             "layers of the GPT-shaped Muon step (7 matrices each)");
@@ -285,12 +286,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() != 0) {
-      const auto hint =
-          muon::demo::did_you_mean(app, std::vector<std::string>(argv + 1, argv + argc));
-      if (!hint.empty()) std::cerr << "error: " << hint << '\n';
-    }
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version: what was asked for
+    const auto hint =
+        muon::demo::did_you_mean(app, std::vector<std::string>(argv + 1, argv + argc));
+    if (!hint.empty()) std::cerr << "error: " << hint << '\n';
+    std::cerr << "error: " << e.what() << "\nRun with --help for more information.\n";
+    return 2;  // a usage error, whichever CLI11 found (it numbers them 100 and up)
   }
   try {
     if (threads > 0) at::set_num_threads(threads);

@@ -27,20 +27,33 @@ std::string text_of(int64_t v) {
 
 }  // namespace
 
-CLI::Validator whole_number(int64_t least) {
-  const auto most = int64_t{9007199254740992};
+namespace {
+
+// A number's text as the user wrote it, quoted when it is not a number at all.
+std::string shown(const std::string& text, bool numeric) {
+  return numeric ? text : "'" + text + "'";
+}
+
+}  // namespace
+
+CLI::Validator whole_number(int64_t least, int64_t most) {
+  const bool to_max = most == kMaxWholeNumber;
+  const std::string bound =
+      to_max ? "a whole number >= " + std::to_string(least) + " (at most 2^53)"
+             : "a whole number in [" + std::to_string(least) + ", " + std::to_string(most) + "]";
   return CLI::Validator(
-      [least, most](std::string& text) -> std::string {
+      [=](std::string& text) -> std::string {
         char* end = nullptr;
         const long double v = std::strtold(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0') return "";
-        if (v < static_cast<long double>(least) || v > static_cast<long double>(most)) {
-          return "Value " + text + " not in range " + std::to_string(least) + " to " +
-                 std::to_string(most);
+        const bool numeric = end != text.c_str() && *end == '\0';
+        if (numeric && std::floor(v) == v && v >= static_cast<long double>(least) &&
+            v <= static_cast<long double>(most)) {
+          return "";
         }
-        return "";
+        return "must be " + bound + ", got " + shown(text, numeric);
       },
-      "INT in [" + std::to_string(least) + " - 2^53]");
+      to_max ? "INT >= " + std::to_string(least)
+             : "INT in [" + std::to_string(least) + ", " + std::to_string(most) + "]");
 }
 
 CLI::Validator positive_number() {
@@ -48,10 +61,25 @@ CLI::Validator positive_number() {
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0') return "";
-        return std::isfinite(v) && v > 0 ? "" : "Value " + text + " is not a finite number > 0";
+        const bool numeric = end != text.c_str() && *end == '\0';
+        if (numeric && std::isfinite(v) && v > 0) return "";
+        return "must be a finite number > 0, got " + shown(text, numeric);
       },
       "NUMBER > 0");
+}
+
+CLI::Validator number_in(double least, double most) {
+  std::ostringstream range;
+  range << "[" << least << ", " << most << "]";
+  return CLI::Validator(
+      [least, most, bound = range.str()](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool numeric = end != text.c_str() && *end == '\0';
+        if (numeric && v >= least && v <= most) return "";
+        return "must be a number in " + bound + ", got " + shown(text, numeric);
+      },
+      "NUMBER in " + range.str());
 }
 
 namespace {

@@ -41,11 +41,14 @@ TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
                         const std::vector<RunFlag>& flags, const std::string& config_path,
                         std::ostream& log);
 
-// Validators of numeric flags. A whole number in [least, 2^53] (what a double holds exactly; CLI11
-// alone clamps 1e20 to 2^63 − 1 silently); a finite number > 0. Text that is not a number is left
-// to CLI11's conversion, which names it.
-CLI::Validator whole_number(int64_t least);
+// Validators of numeric flags, each refusing with a readable bound and the value given ("--steps:
+// must be a whole number >= 1 (at most 2^53), got 0"), text that is not a number included. A whole
+// number in [least, most] (most at most 2^53, what a double holds exactly: CLI11 alone clamps 1e20
+// to 2^63 − 1 silently); a finite number > 0; a number in [least, most].
+inline constexpr int64_t kMaxWholeNumber = int64_t{1} << 53;
+CLI::Validator whole_number(int64_t least, int64_t most = kMaxWholeNumber);
 CLI::Validator positive_number();
+CLI::Validator number_in(double least, double most);
 
 // For arguments CLI11 refused: "did you mean ..." for a mistyped command or option ("" when
 // nothing is close). `args` are the program's arguments without its name.
