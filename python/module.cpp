@@ -318,11 +318,11 @@ void bind_engine(py::module_& m) {
       .def("set_qk_clip_source", &Engine::set_qk_clip_source);
 }
 
-at::Tensor orthogonalize_binding(const at::Tensor& x, py::object table, int64_t steps,
+at::Tensor orthogonalize_binding(const at::Tensor& x, py::object table, py::handle steps,
                                  const std::string& method, py::object dtype_or_none,
                                  py::handle gram_restarts) {
   OrthogonalizeOptions o;
-  o.steps(steps).coefficients(coefficients("coefficients", table));
+  o.steps(integer("steps", steps)).coefficients(coefficients("coefficients", table));
   o.method(ns_method_from_string(method));
   if (!gram_restarts.is_none()) o.gram_restarts(integers("gram_restarts", gram_restarts));
   if (!dtype_or_none.is_none()) o.dtype(dtype("dtype", dtype_or_none));

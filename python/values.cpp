@@ -11,10 +11,21 @@
 
 namespace muon::python {
 
+namespace {
+
+// repr(v), shortened: an int of 400 digits is named by its length.
+std::string short_repr(py::handle v) {
+  const auto text = py::repr(v).cast<std::string>();
+  if (text.size() <= 40) return text;
+  return text.substr(0, 12) + "... (" + std::to_string(text.size()) + " characters)";
+}
+
+}  // namespace
+
 [[noreturn]] void type_error(const std::string& key, const std::string& expected, py::handle v) {
   throw py::type_error(key + " must be " + expected + ", got " +
                        py::str(py::type::of(v).attr("__name__")).cast<std::string>() + " " +
-                       py::repr(v).cast<std::string>());
+                       short_repr(v));
 }
 
 double number(const std::string& key, py::handle v) {
@@ -22,7 +33,16 @@ double number(const std::string& key, py::handle v) {
   if (py::isinstance<py::bool_>(v) || py::isinstance<py::str>(v) || !PyNumber_Check(v.ptr())) {
     type_error(key, "a number", v);
   }
-  return py::float_(py::reinterpret_borrow<py::object>(v)).cast<double>();
+  PyObject* as_float = PyNumber_Float(v.ptr());
+  if (as_float == nullptr) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) throw py::error_already_set();
+    PyErr_Clear();  // an int beyond a double's range: named as the setting's error
+    throw py::value_error(key + " must be a number a float holds (|x| < 1.8e308), got " +
+                          short_repr(v));
+  }
+  const double value = PyFloat_AsDouble(as_float);
+  Py_DECREF(as_float);
+  return value;
 }
 
 int64_t integer(const std::string& key, py::handle v) {
@@ -30,8 +50,7 @@ int64_t integer(const std::string& key, py::handle v) {
   int overflow = 0;
   const long long value = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
   if (overflow != 0) {
-    throw py::value_error(key + " must be an int that fits 64 bits, got " +
-                          py::repr(v).cast<std::string>());
+    throw py::value_error(key + " must be an int that fits 64 bits, got " + short_repr(v));
   }
   return value;
 }

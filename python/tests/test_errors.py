@@ -137,6 +137,23 @@ def test_out_of_range_numbers_name_the_setting_and_change_nothing():
     p = torch.nn.Parameter(torch.randn(4, 3))
     with pytest.raises(ValueError, match=r"ns_steps must be an int that fits 64 bits, got 10{30}"):
         muon_cpp.Muon([p], ns_steps=10**30)
+    # Numbers beyond a float's range (they raised OverflowError, naming no setting).
+    with pytest.raises(ValueError, match=r"^lr must be a number a float holds \(\|x\| < 1.8e308\), "
+                                         r"got 100000000000\.\.\. \(401 characters\)"):
+        muon_cpp.AdamW([p], lr=10**400)
+    with pytest.raises(ValueError, match=r"normuon\['beta2'\] must be a number a float holds"):
+        muon_cpp.Muon([p], normuon={"beta2": 10**400})
+    with pytest.raises(ValueError, match=r"rank_fraction'\] must be a number a float holds"):
+        muon_cpp.Dion([p], rank_fraction=-10**400)
+    with pytest.raises(ValueError, match=r"^steps must be an int that fits 64 bits"):
+        muon_cpp.orthogonalize(torch.randn(4, 8), steps=10**30)
+    optimizer = muon_cpp.Muon([p])
+    before = p.detach().clone()
+    optimizer.param_groups[0]["weight_decay"] = 10**400  # written between steps
+    p.grad = torch.ones_like(p)
+    with pytest.raises(ValueError, match=r"^weight_decay must be a number a float holds"):
+        optimizer.step()
+    assert torch.equal(p.detach(), before)
     model = torch.nn.Linear(3, 4)
     with pytest.raises(ValueError,
                        match=r"total_steps must be > 0 and <= 2\^53, got 1180591620717411303424"):

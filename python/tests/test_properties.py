@@ -25,6 +25,8 @@ REPO = os.path.join(os.path.dirname(__file__), "..", "..")
 # Values a careless caller may pass for any setting.
 wild_values = st.one_of(
     st.none(), st.booleans(), st.integers(-2**70, 2**70),
+    # beyond what int64 and float64 hold (a float's range ends near 2^1024)
+    st.sampled_from([2**63, -2**63 - 1, 2**64, 10**400, -10**400]),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
     st.sampled_from(["quintic", "polar_express", "dion", "row", "col", "ema", "sum", "original",
                      "plain", "gram", "symmetric", "auto", "none", "float32"]),
