@@ -99,7 +99,8 @@ struct OptionInfo {
     "the iterations' polynomial: quintic, polar_express, dion, cans, aol, cubic5, deepseekv4 or "   \
     "rows [a, b, c]")                                                                              \
   X(std::optional<double>, ns_eps, std::nullopt, positive,                                         \
-    "eps of the normalization X / (‖X‖_F·safety + eps) before the iterations; unset: the table's") \
+    "eps of the normalization X / (‖X‖_F·safety + eps) before the iterations; unset: none, so the "\
+    "update does not depend on the gradient's scale")                                              \
   X(bool, row_equilibration, false, any,                                                           \
     "MuonEq: scale each row of the direction to the matrix's RMS row norm before orthogonalizing") \
   X(std::optional<int64_t>, num_heads, std::nullopt, positive,                                     \

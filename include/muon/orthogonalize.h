@@ -20,12 +20,14 @@ namespace muon {
 using Coefficients = std::array<double, 3>;
 
 // A table of per-iteration coefficients plus the normalization X / (‖X‖_F·safety + eps) it was
-// tuned for. When an iteration count exceeds the table, the last row repeats.
+// tuned for. When an iteration count exceeds the table, the last row repeats. eps 0 (every table
+// here) adds only the working dtype's smallest normal number, so that 0 stays 0 and the result
+// does not depend on X's scale; a positive eps (Muon's ns_eps) is added as given.
 struct CoefficientTable {
   std::string name;
   std::vector<Coefficients> rows;
   double safety = 1.0;
-  double eps = 1e-7;
+  double eps = 0.0;
   // Method `gram` in float32: how many iterations may follow one Gram matrix before it is formed
   // afresh (see gram_restart_points()). The Gram matrix squares the condition number and every
   // iteration on it amplifies its rounding; measured against the plain chain's own error, the
@@ -48,7 +50,7 @@ struct CoefficientTable {
   static CoefficientTable deepseekv4();
   // A caller's table; validated when used.
   static CoefficientTable custom(std::vector<Coefficients> rows, double safety = 1.0,
-                                 double eps = 1e-7);
+                                 double eps = 0.0);
   // A table above by its name (`quintic`, `polar_express`, ...); any other name is an error
   // listing the names.
   static CoefficientTable by_name(const std::string& name);

@@ -39,6 +39,10 @@ ALIASES = {"ns_coefficients": "coefficients", "eps": "ns_eps", "adjust_lr_fn": "
 COUNTERPARTS = dict(ALIASES, use_gram_newton_schulz="gram_coefficients", use_cuda_graph=None)
 TORCH_ONLY_KEYS = tuple(COUNTERPARTS)
 
+# torch's eps for our default normalization X / ‖X‖_F (no eps: the update does not depend on the
+# gradient's scale): torch divides by max(‖X‖_F, eps), so float32's smallest normal number.
+FLOAT32_TINY = 1.1754943508222875e-38
+
 # torch.optim.Muon's defaults in our names, for muon_cpp.Muon(..., preset="torch").
 PRESET = {"lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "nesterov": True,
           "coefficients": "quintic", "ns_eps": 1e-7, "ns_steps": 5, "adjust_lr": "original",
@@ -123,7 +127,7 @@ def _torch_view(settings, table_of):
     restarts = settings.get("gram_restarts")
     eps = settings.get("ns_eps")
     return {"ns_coefficients": tuple(table["rows"][0]),
-            "eps": table["eps"] if eps is None else float(eps),
+            "eps": (table["eps"] or FLOAT32_TINY) if eps is None else float(eps),
             "adjust_lr_fn": None if adjust_lr == "original" else adjust_lr,
             "use_gram_newton_schulz": gram is not None,
             "gram_ns_coefficients": _rows(DEFAULT_GRAM_NS_COEFFICIENTS if gram is None

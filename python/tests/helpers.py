@@ -71,7 +71,8 @@ def max_rel_diff(a, b):
 
 # ---- Muon as docs/design.md §Muon update states it (quintic Newton–Schulz, no fast paths) ----
 
-def reference_newton_schulz(X, steps=5, abc=(3.4445, -4.7750, 2.0315), eps=1e-7):
+def reference_newton_schulz(X, steps=5, abc=(3.4445, -4.7750, 2.0315), eps=0.0):
+    """eps 0: X / ‖X‖_F, muon-cpp's normalization unless ns_eps is set."""
     tall = X.shape[0] > X.shape[1]
     if tall:
         X = X.T

@@ -185,3 +185,33 @@ def test_split_sizes_and_num_heads_orthogonalize_blocks_alone():
         w = torch.nn.Parameter(torch.randn(12, 4))
         w.grad = torch.randn(12, 4)
         muon_cpp.Muon([w], split_sizes=[8, 8]).step()
+
+
+@pytest.mark.parametrize("coefficients", ["quintic", "polar_express", "dion", "cans", "aol",
+                                          "cubic5", "deepseekv4"])
+def test_the_update_does_not_depend_on_the_gradients_scale(coefficients):
+    """A 64×32 gradient scaled by 1e-8 (‖G‖ ≈ 4.5e-7, as late in training or under loss scaling;
+    with the quintic's eps 1e-7 added to ‖X‖_F its update was 28% off), by 1e-10 or by 1e10 moves
+    the weights as the unscaled one does; zero stays zero. An explicit ns_eps keeps its meaning,
+    X / (‖X‖_F + ns_eps): there the small gradient's update differs."""
+    generator = torch.Generator().manual_seed(12)
+    start = torch.randn(64, 32, generator=generator)
+    grad = torch.randn(64, 32, generator=generator)
+
+    def update(scale, **settings):
+        w = torch.nn.Parameter(start.clone())
+        optimizer = muon_cpp.Muon([w], lr=0.02, coefficients=coefficients,
+                                  ns_steps=10 if coefficients == "deepseekv4" else 5, **settings)
+        w.grad = grad * scale
+        optimizer.step()
+        return (w.detach() - start).double()
+
+    unscaled = update(1.0)
+    for scale in (1e-8, 1e-10, 1e10):
+        assert max_rel_diff(update(scale), unscaled) < 1e-3, scale
+    zero = update(0.0)
+    assert torch.equal(zero, torch.zeros_like(zero))
+    # The first Nesterov direction is 0.0975·G: ‖X‖_F ≈ 4.4e-8 against ns_eps 1e-7, which shrinks
+    # it to 0.3 of unit norm before the iterations; how much of that they undo depends on the
+    # table (10 DeepSeek-V4 iterations: all but 3e-4). The formula itself: Muon.NsEpsReplacesTheTablesEps.
+    assert max_rel_diff(update(1e-8, ns_eps=1e-7), unscaled) > 1e-4

@@ -1,5 +1,6 @@
 #include "muon/orthogonalize.h"
 
+#include <array>
 #include <cmath>
 
 #include "cpu/blas.h"
@@ -12,7 +13,7 @@ namespace muon {
 
 CoefficientTable CoefficientTable::quintic() {
   // Keller Jordan, "Muon: An optimizer for hidden layers" (2024): one quintic reused every step.
-  return {"quintic", {{3.4445, -4.7750, 2.0315}}, 1.0, 1e-7, /*gram_restart_interval=*/3};
+  return {"quintic", {{3.4445, -4.7750, 2.0315}}, 1.0, 0.0, /*gram_restart_interval=*/3};
 }
 
 CoefficientTable CoefficientTable::polar_express() {
@@ -25,12 +26,11 @@ CoefficientTable CoefficientTable::polar_express() {
            {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
            {2.3465413258596377, -1.7097828382687081, 0.42323551169305323}},
           1.01,
-          1e-6};
+          0.0};
 }
 
 CoefficientTable CoefficientTable::dion() {
-  // Ahn et al., "Dion" (arXiv 2504.05295); optax's `dion` preset, normalized as optax does
-  // (x / (‖x‖_F + 1e-8)).
+  // Ahn et al., "Dion" (arXiv 2504.05295); optax's `dion` preset.
   return {"dion",
           {{4.0848, -6.8946, 2.9270},
            {3.9505, -6.3029, 2.6377},
@@ -38,12 +38,11 @@ CoefficientTable CoefficientTable::dion() {
            {2.8769, -3.1427, 1.2046},
            {2.8366, -3.0525, 1.2012}},
           1.0,
-          1e-8};
+          0.0};
 }
 
 // The next four are the tables NVIDIA's Emerging-Optimizers offers beyond these
-// (orthogonalized_optimizers/muon_utils.py), normalized as it does: x / ‖x‖_F, no safety factor
-// (eps 1e-15 there, as here).
+// (orthogonalized_optimizers/muon_utils.py), normalized as it does: x / ‖x‖_F, no safety factor.
 CoefficientTable CoefficientTable::cans() {
   // Grishina et al., "Accelerating Newton–Schulz iterations for orthogonalization via Chebyshev-type
   // polynomials" (CANS, arXiv 2506.10935).
@@ -54,7 +53,7 @@ CoefficientTable CoefficientTable::cans() {
            {3.2866, -2.4647, 0.5074},
            {2.2737, -1.6447, 0.4162}},
           1.0,
-          1e-15};
+          0.0};
 }
 
 CoefficientTable CoefficientTable::aol() {
@@ -66,7 +65,7 @@ CoefficientTable CoefficientTable::aol() {
            {2.7573, -3.2939, 1.4254},
            {2.7215, -3.0494, 1.3169}},
           1.0,
-          1e-15};
+          0.0};
 }
 
 CoefficientTable CoefficientTable::cubic5() {
@@ -78,7 +77,7 @@ CoefficientTable CoefficientTable::cubic5() {
            {2.4418906, -1.2764040, 0.0},
            {2.2230472, -0.9630650, 0.0}},
           1.0,
-          1e-15};
+          0.0};
 }
 
 CoefficientTable CoefficientTable::deepseekv4() {
@@ -86,7 +85,7 @@ CoefficientTable CoefficientTable::deepseekv4() {
   // point at 1 is stable, to settle the singular values there.
   std::vector<Coefficients> rows(8, {3.4445, -4.7750, 2.0315});
   rows.insert(rows.end(), 2, {2.0, -1.5, 0.5});
-  return {"deepseekv4", std::move(rows), 1.0, 1e-15};
+  return {"deepseekv4", std::move(rows), 1.0, 0.0};
 }
 
 CoefficientTable CoefficientTable::custom(std::vector<Coefficients> rows, double safety,
@@ -189,7 +188,7 @@ void check_options(const OrthogonalizeOptions& options, const OrthogonalizeNames
     check(std::isfinite(row[0]) && std::isfinite(row[1]) && std::isfinite(row[2]), where,
           " has a non-finite coefficient");
   }
-  check(table.eps > 0 && std::isfinite(table.eps), where, ": eps must be > 0, got ", table.eps);
+  check(table.eps >= 0 && std::isfinite(table.eps), where, ": eps must be >= 0, got ", table.eps);
   check(table.safety > 0 && std::isfinite(table.safety), where, ": safety must be > 0, got ",
         table.safety);
   check(table.gram_restart_interval >= 1, where, ": gram_restart_interval must be >= 1, got ",
@@ -239,6 +238,23 @@ at::Tensor plain_iterations(at::Tensor X, const CoefficientTable& table, int64_t
     X = tall ? at::baddbmm(X, X, B, /*beta=*/a) : at::baddbmm(X, B, X, /*beta=*/a);
   }
   return X;
+}
+
+// Writes X / (‖X‖_F·safety + eps) per matrix of the batch X into `out` (X's shape and dtype; not
+// X itself). Computed as (X/m) / (‖X/m‖_F·safety + eps/m) with m = max |X| per matrix, so that the
+// squares of the norm neither underflow nor overflow at any scale of X; with eps 0 (every table's)
+// the result is then the same for X scaled by any factor (docs/algorithms.md §Normalization). A
+// zero matrix gives zeros.
+void normalize_into(at::Tensor& out, const at::Tensor& X, const CoefficientTable& table) {
+  const std::array<int64_t, 2> matrix{-2, -1};
+  const auto largest = at::linalg_vector_norm(X, INFINITY, matrix, /*keepdim=*/true);
+  const auto scale = at::where(largest > 0, largest, at::ones_like(largest));
+  at::div_out(out, X, scale);
+  // The norm accumulates in at least fp32, also for bf16/fp16 working dtypes.
+  const auto accumulate = at::promote_types(out.scalar_type(), at::kFloat);
+  const auto norm = at::linalg_vector_norm(out, 2, matrix, /*keepdim=*/true, accumulate);
+  const auto denominator = norm * table.safety + table.eps / scale.to(accumulate);
+  out.div_(at::where(denominator > 0, denominator, at::ones_like(denominator)).to(out.scalar_type()));
 }
 
 }  // namespace
@@ -296,28 +312,26 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
   if (x.device().is_cpu() && orthogonalize_dtype(x, options.dtype()) == at::kBFloat16) {
     // Normalized in fp32; the iterations round to bf16 where their products need it.
     const auto batch = x.reshape({-1, rows, cols}).to(at::kFloat);
-    const auto norm = at::linalg_vector_norm(batch, 2, at::IntArrayRef{-2, -1}, true);
-    const auto X = detail::bf16_iterations(batch / (norm * table.safety + table.eps), method, table,
-                                           options.steps(), gram_restart_points(options));
+    auto normalized = at::empty_like(batch);
+    normalize_into(normalized, batch, table);
+    const auto X = detail::bf16_iterations(normalized, method, table, options.steps(),
+                                           gram_restart_points(options));
     return X.to(x.scalar_type()).reshape(x.sizes());
   }
-  // X is a fresh tensor (or workspace buffer) from the division on, so x — possibly aliased by
-  // the reshape/cast — is never written.
+  // The iterations start from a fresh tensor (or workspace buffer), so x — possibly aliased by the
+  // reshape/cast — is never written.
   const auto batch = x.reshape({-1, rows, cols}).to(orthogonalize_dtype(x, options.dtype()));
-  // The norm accumulates in at least fp32, also for bf16/fp16 working dtypes.
-  const auto norm = at::linalg_vector_norm(batch, 2, at::IntArrayRef{-2, -1}, /*keepdim=*/true,
-                                           at::promote_types(batch.scalar_type(), at::kFloat));
-  const auto denominator = (norm * table.safety + table.eps).to(batch.scalar_type());
-
   at::Tensor X;
   if (method == NsMethod::plain) {
-    X = plain_iterations(batch / denominator, table, options.steps());
+    auto normalized = at::empty_like(batch);
+    normalize_into(normalized, batch, table);
+    X = plain_iterations(normalized, table, options.steps());
   } else {
     OrthogonalizeWorkspace local;
     auto& ws = workspace != nullptr ? *workspace : local;
     auto normalized =
         ws.get(OrthogonalizeWorkspace::Slot::normalized, batch.sizes(), batch.options());
-    at::div_out(normalized, batch, denominator);
+    normalize_into(normalized, batch, table);
     X = method == NsMethod::symmetric
             ? detail::symmetric_iterations(normalized, table, options.steps(), ws)
             : detail::gram_iterations(normalized, table, options.steps(),
