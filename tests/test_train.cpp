@@ -183,12 +183,14 @@ TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
       [&] {
         resolve({"--d-model", "32"});
       },
-      {"--d-model 32 contradicts the run in", "(model.d_model: 64)"});
+      {"is not the one this command describes", "model.d_model: 64 in the run, 32 from --d-model",
+       "start a new run with another --out"});
   testing::expect_error<Error>(
       [&] {
-        resolve({"--muon-lr", "0.05"});
+        resolve({"--muon-lr", "0.05", "--layers", "3"});
       },
-      {"--muon-lr 0.05 contradicts the run in", "optimizer.muon.lr: 0.02"});
+      {"model.n_layers: 2 in the run, 3 from --layers; optimizer.muon.lr: 0.02 in the run, "
+       "0.05 from --muon-lr"});
   EXPECT_EQ(resolve({"--steps", "40"}).steps, 40);
   EXPECT_NE(log.str().find("warning: --steps 40 changes the run's length from 20"),
             std::string::npos)
@@ -199,6 +201,48 @@ TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
                                {"holds a run already; continue it with --resume"});
   fresh.overwrite = true;
   check_out_dir(fresh);
+}
+
+TEST(Train, TheCommandThatStartedARunContinuesItWithResume) {
+  // `muon train --config run.yaml --layers 1 --d-model 32 ... --steps 30 --out DIR`, then the
+  // same line with `--resume DIR --steps 60`: the --config and the flags together describe the
+  // stored run, so it continues; a key that differs is named with both values and its source.
+  const auto dir = (std::filesystem::temp_directory_path() / "muon_resume_command").string();
+  const auto yaml = (std::filesystem::temp_directory_path() / "muon_resume_command.yaml").string();
+  auto config = fixture_config(dir);
+  config.steps = 30;
+  config.log_every = config.eval_every = 10;
+  config.stop_after = 10;
+  auto on_file = config;  // the config file: another width and rate, which the flags override
+  on_file.model.d_model = 48;
+  on_file.optimizer.hybrid.muon.lr(0.05);
+  std::ofstream(yaml) << on_file.to_yaml();
+  std::ostringstream log;
+  train(config, log);
+  const auto resolve = [&](std::vector<std::string> args) {
+    CLI::App app;
+    ParsedFlags parsed;
+    const auto flags = add_run_flags(app, parsed);
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+    app.parse(args);
+    TrainConfig invocation;
+    invocation.resume_dir = dir;
+    return resolve_run(invocation, false, flags, yaml, log);
+  };
+  const auto resumed = resolve({"--d-model", std::to_string(config.model.d_model), "--muon-lr",
+                                 "0.02", "--steps", "60", "--eval-every", "5"});
+  EXPECT_EQ(resumed.steps, 60);
+  EXPECT_EQ(resumed.eval_every, 5);
+  EXPECT_EQ(resumed.model.d_model, config.model.d_model);
+  EXPECT_EQ(resumed.optimizer.hybrid.muon.lr(), 0.02);
+  EXPECT_EQ(resumed.out_dir, dir);
+  // Without the rate flag the file's rate 0.05 contradicts the run's 0.02.
+  testing::expect_error<Error>(
+      [&] {
+        resolve({"--d-model", std::to_string(config.model.d_model), "--steps", "60"});
+      },
+      {"optimizer.muon.lr: 0.02 in the run, 0.05 from --config " + yaml});
+  std::filesystem::remove(yaml);
 }
 
 TEST(Train, DataAndConfigErrors) {

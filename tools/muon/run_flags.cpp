@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -97,6 +98,58 @@ void field_flag(CLI::App& app, std::vector<RunFlag>& flags, TrainConfig& parsed,
   flags.push_back({name, key, safe, option,
                    [get, &parsed](TrainConfig& c) { get(c) = get(std::as_const(parsed)); },
                    [get](const TrainConfig& c) { return text_of(get(c)); }});
+}
+
+// "key.path" → value (flow YAML) of every leaf of `node`, into `out`.
+void collect_leaves(const YAML::Node& node, const std::string& path,
+                    std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      const auto key = entry.first.as<std::string>();
+      collect_leaves(entry.second, path.empty() ? key : path + "." + key, out);
+    }
+    return;
+  }
+  YAML::Emitter text;
+  text << YAML::Flow << node;
+  out[path] = text.c_str();
+}
+
+std::map<std::string, std::string> leaves(const TrainConfig& config) {
+  std::map<std::string, std::string> out;
+  collect_leaves(YAML::Load(config.to_yaml()), "", out);
+  return out;
+}
+
+// Throws unless `described` (what the command line says) is the run `stored` in `dir`, but for the
+// keys a resumed run may change; the message names every key that differs, both values and the
+// flag or file that set the described one.
+void check_describes(const TrainConfig& stored, const TrainConfig& described,
+                     const std::vector<RunFlag>& flags, const std::string& config_path,
+                     const std::string& dir) {
+  std::map<std::string, const RunFlag*> given;  // key → the flag given for it
+  std::vector<std::string> may_change;
+  for (const auto& flag : flags) {
+    if (flag.safe_on_resume) may_change.push_back(flag.key);
+    if (flag.option->count() > 0) given[flag.key] = &flag;
+  }
+  const auto theirs = leaves(stored), ours = leaves(described);
+  std::string differences;
+  for (const auto& [key, value] : ours) {
+    const auto it = theirs.find(key);
+    const auto stored_value = it == theirs.end() ? std::string("(absent)") : it->second;
+    if (stored_value == value || std::count(may_change.begin(), may_change.end(), key) > 0) {
+      continue;
+    }
+    const auto flag = given.find(key);
+    const auto source = flag != given.end() ? flag->second->name : "--config " + config_path;
+    differences += (differences.empty() ? "" : "; ") + key + ": " + stored_value +
+                   " in the run, " + value + " from " + source;
+  }
+  check(differences.empty(), "train: the run in ", dir,
+        " is not the one this command describes — ", differences,
+        ". Drop or change what differs to continue it (--steps and the log, eval and checkpoint "
+        "intervals may change), or start a new run with another --out");
 }
 
 // The base rate at update `step` of a run of `steps` under `config`'s schedule.
@@ -231,27 +284,21 @@ TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
   } else {
     const auto& dir = invocation.resume_dir;
     const auto stored = read_stored_run(dir);
-    run = stored.config;
-    if (!config_path.empty()) {
-      auto described = train_config_from_yaml_file(config_path);
-      for (const auto& flag : flags) {  // what may change is not a contradiction
-        if (flag.safe_on_resume) flag.apply(described), flag.apply(run);
-      }
-      check(described.to_yaml() == run.to_yaml(), "train: --config ", config_path,
-            " describes another run than the one in ", dir,
-            " (compare it with --print-config --resume ", dir, "); drop --config to resume");
-      run = stored.config;
-    }
+    // What this command line describes, resolved as a fresh run resolves it: the --config file,
+    // then every flag given. Without --config it starts from the stored run itself, so that
+    // `--resume DIR` alone continues whatever the run was made from.
+    auto described = config_path.empty() ? stored.config : train_config_from_yaml_file(config_path);
     for (const auto& flag : flags) {
-      if (flag.option->count() == 0) continue;
+      if (flag.option->count() > 0) flag.apply(described);
+    }
+    check_describes(stored.config, described, flags, config_path, dir);
+    run = stored.config;
+    for (const auto& flag : flags) {  // what may change: intervals and the run's length
+      if (!flag.safe_on_resume || flag.option->count() == 0) continue;
       auto changed = run;
       flag.apply(changed);
       const auto before = flag.value(run), after = flag.value(changed);
-      if (before == after) continue;
-      check(flag.safe_on_resume, "train: ", flag.name, " ", after, " contradicts the run in ", dir,
-            " (", flag.key, ": ", before, "); drop the flag to resume it, or start a new run ",
-            "with another --out");
-      if (flag.name == "--steps") {
+      if (flag.name == "--steps" && before != after) {
         char line[256];
         std::snprintf(line, sizeof line,
                       "warning: --steps %s changes the run's length from %s: its schedules are "

@@ -34,9 +34,13 @@ struct ParsedFlags {
 std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values);
 
 // The run to train: fresh (the embedded default or `config_path`, then every flag given) or, when
-// invocation.resume_dir is set, the checkpoint's run with the safe flags given applied (a change
-// of --steps is reported on `log`). The invocation fields (out_dir — default: the resumed
-// directory —, stop_after, overwrite, ...) come from `invocation`; out_given says --out was typed.
+// invocation.resume_dir is set, the checkpoint's run. Resuming, the command line — `config_path`
+// (or, without one, the stored run) with every flag given — must describe the stored run, key by
+// key, but for the keys of safe flags, which it then applies (a change of --steps is reported on
+// `log`); so the command that started a run, plus --resume, continues it. Otherwise it throws,
+// naming each key that differs, both values and the flag or file that set it. The invocation
+// fields (out_dir — default: the resumed directory —, stop_after, overwrite, ...) come from
+// `invocation`; out_given says --out was typed.
 TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
                         const std::vector<RunFlag>& flags, const std::string& config_path,
                         std::ostream& log);
