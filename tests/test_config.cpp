@@ -4,7 +4,9 @@
 #include "muon/config.h"
 
 #include <filesystem>
+#include <map>
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include "gpt.h"
 #include "helpers.h"
@@ -309,6 +311,130 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
     testing::expect_error<Error>([&] { OptimConfig::from_yaml(c.yaml); }, {c.fragment});
   }
   EXPECT_GE(std::size(cases), 30u);
+}
+
+// What the optimizer reads of `c`: all of it, but under name adamw Muon's section and the routing.
+std::string used_settings(const OptimConfig& c) {
+  auto root = YAML::Load(c.to_yaml());
+  if (c.hybrid.all_adamw) {
+    root["optimizer"].remove("muon");
+    root["optimizer"].remove("routing");
+  }
+  return YAML::Dump(root);
+}
+
+// Every flat key under every optimizer name: of two different values, each is refused naming
+// the key (or the option it sets), or the two resolve to different configs. A key both values
+// leave at the same resolved config would be silently dropped.
+TEST(Config, NoKeyIsSilentlyDropped) {
+  const std::map<std::string, std::pair<std::string, std::string>> values = {
+      {"weight_decay", {"0.3", "0.4"}},
+      {"weight_decay_method", {"independent", "palm"}},
+      {"betas", {"[0.5, 0.6]", "[0.7, 0.8]"}},
+      {"eps", {"1e-5", "1e-6"}},
+      {"momentum", {"0.5", "0.6"}},
+      {"nesterov", {"true", "false"}},
+      {"momentum_form", {"sum", "ema"}},
+      {"ns_coefficients", {"quintic", "polar_express"}},
+      {"ns_eps", {"1e-6", "1e-5"}},
+      {"row_equilibration", {"true", "false"}},
+      {"ns_dtype", {"float64", "bfloat16"}},
+      {"ns_method", {"plain", "symmetric"}},
+      {"gram_restarts", {"[2]", "[3]"}},
+      {"gram_coefficients", {"[[3, -3.2, 1.2]]", "[[2, -1.5, 0.5]]"}},
+      {"adjust_lr", {"spectral", "none"}},
+      {"normuon", {"true", "false"}},
+      {"dion", {"{rank_fraction: 0.5}", "{rank_fraction: 0.25}"}},
+      {"cautious_weight_decay", {"true", "false"}},
+      {"fused", {"true", "false"}},
+      {"ns_steps", {"3", "7"}},
+  };
+  auto keys = config_schema("shorthand");
+  keys.push_back({"ns_steps", "muon_ns_steps", "", "sets muon.ns_steps", "", ""});
+  int refused = 0, applied = 0;
+  for (const char* name : {"muon", "muonclip", "dion", "adamw"}) {
+    for (const auto& row : keys) {
+      ASSERT_TRUE(values.count(row.key)) << "no test values for the shorthand " << row.key;
+      // "sets muon.X[ and adamw.X]": X, the option an error may name instead of the key.
+      const auto dot = row.doc.find('.') + 1;
+      const auto option = row.doc.substr(dot, row.doc.find(' ', dot) - dot);
+      for (const auto& key : {row.key, row.alias}) {
+        if (key.empty()) continue;
+        SCOPED_TRACE(std::string(name) + " × " + key);
+        std::vector<std::string> resolved;
+        for (const auto& value : {values.at(row.key).first, values.at(row.key).second}) {
+          const auto yaml = "optimizer: {name: " + std::string(name) + ", " + key + ": " + value +
+                            "}\n";
+          try {
+            resolved.push_back(used_settings(OptimConfig::from_yaml(yaml)));
+          } catch (const Error& e) {
+            const std::string message = e.what();
+            EXPECT_TRUE(message.find(key) != std::string::npos ||
+                        message.find(option) != std::string::npos)
+                << yaml << message;
+            ++refused;
+          }
+        }
+        if (resolved.size() == 2) {
+          EXPECT_NE(resolved[0], resolved[1]) << "silently dropped";
+          ++applied;
+        }
+      }
+    }
+  }
+  EXPECT_GT(refused, 20);
+  EXPECT_GT(applied, 40);
+}
+
+TEST(Config, WhatNameAdamwCannotUseIsRefusedOrAppliedToAdamW) {
+  // AdamW has a nesterov of its own (NAdam's look-ahead): under name adamw the flat key sets it.
+  const auto nadam = OptimConfig::from_yaml("optimizer: {name: adamw, nesterov: true}\n");
+  EXPECT_TRUE(nadam.hybrid.adamw.nesterov());
+  EXPECT_FALSE(OptimConfig::from_yaml("optimizer: {name: muon, nesterov: true}\n")
+                   .hybrid.adamw.nesterov());  // under muon it stays Muon's, as it always was
+  const auto adamw = OptimConfig::from_yaml("optimizer: {name: adamw, adamw_lr: 0.004}\n");
+  EXPECT_DOUBLE_EQ(adamw.hybrid.adamw.lr(), 0.004);
+  const auto written = adamw.to_yaml();
+  EXPECT_EQ(written.find("muon:"), std::string::npos) << written;
+  EXPECT_EQ(written.find("routing:"), std::string::npos) << written;
+  EXPECT_EQ(OptimConfig::from_yaml(written).to_yaml(), written);
+  const std::string tail =
+      " would do nothing: name adamw trains every parameter with AdamW. Remove it, or choose "
+      "name muon to train the hidden matrices with Muon";
+  const struct {
+    const char* yaml;
+    std::string message;
+  } cases[] = {
+      {"optimizer: {name: adamw, momentum: 0.9}", "optimizer.momentum: Muon's momentum" + tail},
+      {"optimizer: {name: adamw, muon_momentum: 0.9}", "optimizer.muon_momentum: Muon's momentum"},
+      {"optimizer: {name: adamw, ns_steps: 7}", "optimizer.ns_steps: Muon's ns_steps" + tail},
+      {"optimizer: {name: adamw, coefficients: quintic}",
+       "optimizer.coefficients: Muon's coefficients"},
+      {"optimizer: {name: adamw, lr: 0.01, adamw_lr: 0.002}",
+       "optimizer.lr: Muon's rate (adamw_lr is AdamW's, and lr is too when alone)" + tail},
+      {"optimizer: {name: adamw, muon: {lr: 0.05}}", "optimizer.muon: Muon's section" + tail},
+      {"optimizer: {name: adamw, momentum_schedule: {start: 0.85}}",
+       "optimizer.momentum_schedule: Muon's momentum schedule" + tail},
+      {"optimizer: {name: adamw, routing: {muon: ['*']}}",
+       "optimizer.routing: routing between Muon and AdamW" + tail},
+      {"optimizer: {name: adamw, param_groups: [{name: a, patterns: ['*'], momentum: 0.9}]}",
+       "optimizer.param_groups[0].momentum: Muon's momentum" + tail},
+      {"optimizer: {name: adamw, preset: {name: nanochat}}",
+       "optimizer.preset: the nanochat preset (Muon's recipe for the matrices, AdamW's for the "
+       "rest)" + tail},
+      {"optimizer: {name: dion, ns_steps: 7}",
+       "Muon: dion would not read ns_steps: its update comes from a power iteration and a QR, not "
+       "Newton–Schulz; leave the Newton–Schulz settings at their defaults"},
+      {"optimizer: {name: dion, muon: {coefficients: polar_express}}",
+       "Muon: dion would not read coefficients"},
+      {"optimizer: {name: muon, ns_method: plain, gram_restarts: [2]}",
+       "Muon: gram_restarts would do nothing: ns_method plain never runs the Gram iteration; "
+       "choose gram or automatic, or leave gram_restarts unset"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    testing::expect_error<Error>([&] { OptimConfig::from_yaml(c.yaml); }, {c.message});
+  }
 }
 
 TEST(Config, FileErrorsNameTheFile) {

@@ -155,11 +155,14 @@ struct OrthogonalizeNames {
   const char* who = "orthogonalize";
   const char* steps = "steps";
   const char* dtype = "dtype";
+  const char* method = "method";
 };
-inline constexpr OrthogonalizeNames kMuonOrthogonalizeNames{"Muon", "ns_steps", "ns_dtype"};
+inline constexpr OrthogonalizeNames kMuonOrthogonalizeNames{"Muon", "ns_steps", "ns_dtype",
+                                                            "ns_method"};
 
 // Throws muon::Error when the options cannot run (steps < 1, empty or non-finite table,
-// eps or safety ≤ 0, non-floating dtype), naming each option as `names` says.
+// eps or safety ≤ 0, non-floating dtype) or set what the method never reads (gram_restarts
+// beside plain or symmetric), naming each option as `names` says.
 void check_options(const OrthogonalizeOptions& options, const OrthogonalizeNames& names = {});
 
 // The dtype orthogonalize() computes in for x under `requested` (see OrthogonalizeOptions::dtype).

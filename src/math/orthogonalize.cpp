@@ -194,6 +194,9 @@ void check_options(const OrthogonalizeOptions& options, const OrthogonalizeNames
   check(table.gram_restart_interval >= 1, where, ": gram_restart_interval must be >= 1, got ",
         table.gram_restart_interval);
   if (const auto& restarts = options.gram_restarts()) {
+    check(options.method() == NsMethod::gram || options.method() == NsMethod::automatic, who,
+          ": gram_restarts would do nothing: ", names.method, " ", to_string(options.method()),
+          " never runs the Gram iteration; choose gram or automatic, or leave gram_restarts unset");
     for (size_t i = 0; i < restarts->size(); ++i) {
       check((*restarts)[i] >= 1 && (i == 0 || (*restarts)[i] > (*restarts)[i - 1]), who,
             ": gram_restarts must be strictly increasing iteration counts >= 1, got ",

@@ -81,6 +81,18 @@ void check_dion(const MuonOptions& o) {
                                                            : nullptr;
   check(other == nullptr, "Muon: dion makes its own orthonormal update; it cannot be combined with ",
         other ? other : "");
+  const MuonOptions plain;
+  const char* newton_schulz = o.ns_steps() != plain.ns_steps()                 ? "ns_steps"
+                              : !(o.coefficients() == plain.coefficients())    ? "coefficients"
+                              : o.ns_eps()                                     ? "ns_eps"
+                              : o.ns_method() != plain.ns_method()             ? "ns_method"
+                              : o.ns_dtype()                                   ? "ns_dtype"
+                              : o.gram_restarts()                              ? "gram_restarts"
+                              : o.gram_coefficients()                          ? "gram_coefficients"
+                                                                               : nullptr;
+  check(newton_schulz == nullptr, "Muon: dion would not read ", newton_schulz ? newton_schulz : "",
+        ": its update comes from a power iteration and a QR, not Newton–Schulz; leave the "
+        "Newton–Schulz settings at their defaults");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ namespace {
 
 using detail::kind_of;
 using detail::one_of;
+using detail::refuse_unused_under_adamw;
 using detail::require;
 using detail::Section;
 
@@ -27,6 +28,10 @@ void read_rates(Section& s, OptimConfig& config) {
   // name adamw.
   const double lr = s.number("lr").value_or(muon_family ? h.muon.lr() : h.adamw.lr());
   require(lr > 0, s.key_path("lr"), "> 0", lr);
+  if (!muon_family && s.has("lr") && s.has("adamw_lr")) {
+    refuse_unused_under_adamw(s, "lr", "Muon's rate (adamw_lr is AdamW's, and lr is too when "
+                                       "alone)");
+  }
   const double adamw_lr = s.number("adamw_lr").value_or(muon_family ? h.adamw.lr() : lr);
   require(adamw_lr > 0, s.key_path("adamw_lr"), "> 0", adamw_lr);
   h.muon.lr(lr);
@@ -35,6 +40,9 @@ void read_rates(Section& s, OptimConfig& config) {
 
 // ns_steps: in its option's range, checked on the number read (before it becomes an integer).
 void read_ns_steps(Section& s, HybridOptions& h) {
+  for (const char* key : {"ns_steps", "muon_ns_steps"}) {
+    if (h.all_adamw && s.has(key)) refuse_unused_under_adamw(s, key, "Muon's ns_steps");
+  }
   if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
     require(in_range(Range::iteration_count, *v), s.key_path("ns_steps"),
             range_text(Range::iteration_count), *v);
@@ -115,6 +123,27 @@ void read_qk_clip(Section& s, OptimConfig& config) {
   }
 }
 
+// Under name adamw Muon's section, its momentum schedule, the routing between Muon and AdamW and
+// the groups' Muon settings have nothing to act on: refused, never dropped.
+void refuse_muon_sections_under_adamw(const Section& s, const HybridOptions& h) {
+  if (!h.all_adamw) return;
+  for (const auto& [key, what] : {std::pair{"muon", "Muon's section"},
+                                  {"momentum_schedule", "Muon's momentum schedule"},
+                                  {"routing", "routing between Muon and AdamW"}}) {
+    if (s.has(key)) refuse_unused_under_adamw(s, key, what);
+  }
+  for (size_t i = 0; i < h.groups.size(); ++i) {
+    const auto& g = h.groups[i];
+    const char* muon_only = g.momentum ? "momentum" : g.num_heads ? "num_heads"
+                            : g.split_sizes                     ? "split_sizes"
+                                                                : nullptr;
+    if (muon_only) {
+      refuse_unused_under_adamw(s, "param_groups[" + std::to_string(i) + "]." + muon_only,
+                                std::string("Muon's ") + muon_only);
+    }
+  }
+}
+
 // Reads the `optimizer` mapping into `config`.
 void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& root_muon_plus,
                     const std::optional<bool>& root_cautious) {
@@ -134,6 +163,7 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   read_qk_clip(s, config);
   detail::read_hybrid_fields(s, h);
   read_groups_or_preset(s, config);
+  refuse_muon_sections_under_adamw(s, h);
   read_routing(s, config);
   detail::read_option_sections(s, h);
   read_scaling(s, config);

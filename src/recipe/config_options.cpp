@@ -37,13 +37,17 @@ constexpr Shorthand kShorthands[] = {
     {"fused", "", "fused", true, true},
 };
 
+// Reads `sh` into `options`; false when Options has no option of that name.
 template <class Options>
-void read_shorthand(Section& s, const Shorthand& sh, Options& options) {
+bool read_shorthand(Section& s, const Shorthand& sh, Options& options) {
+  bool has_option = false;
   visit_options(options, [&](const OptionInfo& info, auto& value) {
     if (std::strcmp(info.name, sh.option) != 0) return;
+    has_option = true;
     const auto n = *sh.alias != '\0' ? s.find(sh.key, {sh.alias}) : s.find(sh.key);
     if (n) read_field(info, n, s.key_path(sh.key), value);
   });
+  return has_option;
 }
 
 // One row of config_schema per field of `defaults`, the default written as YAML.
@@ -65,9 +69,24 @@ std::vector<ConfigKey> rows_of(const S& defaults, bool with_kinds = false) {
 
 void read_shorthands(Section& s, HybridOptions& h) {
   for (const auto& sh : kShorthands) {
+    if (h.all_adamw && !sh.adamw) {
+      // No parameter is Muon's under name adamw: a Muon key sets AdamW's option of that name
+      // where AdamW has one (nesterov), and is refused where nothing would read it.
+      const char* given = s.has(sh.key) ? sh.key : *sh.alias && s.has(sh.alias) ? sh.alias : "";
+      if (!read_shorthand(s, sh, h.adamw) && *given) {
+        refuse_unused_under_adamw(s, given, std::string("Muon's ") + sh.option);
+      }
+      continue;
+    }
     if (sh.muon) read_shorthand(s, sh, h.muon);
     if (sh.adamw) read_shorthand(s, sh, h.adamw);
   }
+}
+
+void refuse_unused_under_adamw(const Section& s, const std::string& key, const std::string& what) {
+  throw Error(s.key_path(key) + ": " + what +
+              " would do nothing: name adamw trains every parameter with AdamW. Remove it, or "
+              "choose name muon to train the hidden matrices with Muon");
 }
 
 void read_hybrid_fields(Section& s, HybridOptions& h) {
@@ -97,8 +116,10 @@ ParamGroupSpec read_group(const YAML::Node& n, const std::string& path) {
 }
 
 void emit_hybrid(YAML::Emitter& out, const HybridOptions& h) {
-  out << YAML::Key << "muon" << YAML::Value;
-  emit_fields(out, h.muon);
+  if (!h.all_adamw) {  // under name adamw no parameter is Muon's
+    out << YAML::Key << "muon" << YAML::Value;
+    emit_fields(out, h.muon);
+  }
   out << YAML::Key << "adamw" << YAML::Value;
   emit_fields(out, h.adamw);
   emit_pairs(out, h);

@@ -60,6 +60,10 @@ void read_groups_or_preset(Section& s, OptimConfig& config) {
       require(width > 0, p.key_path("width_multiplier"), "> 0", width);
       h.groups = mup_groups(width);
     } else if (config.preset == "nanochat") {
+      if (h.all_adamw) {
+        refuse_unused_under_adamw(s, "preset", "the nanochat preset (Muon's recipe for the "
+                                               "matrices, AdamW's for the rest)");
+      }
       NanochatSettings n;
       if (const auto v = p.integer("d_model")) n.d_model = *v;
       for (auto [key, field] : {std::pair{"embedding_lr", &n.embedding_lr},

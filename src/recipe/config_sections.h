@@ -27,8 +27,12 @@ ParamGroupSpec read_group(const YAML::Node& n, const std::string& path);
 // `param_groups` or `preset` of the optimizer section `s`.
 void read_groups_or_preset(Section& s, OptimConfig& config);
 // The root-level shorthands of `s` (weight_decay, betas, momentum, ...): each sets its option of
-// MuonOptions and/or AdamWOptions.
+// MuonOptions and/or AdamWOptions. Under name adamw (h.all_adamw) a Muon key sets AdamW's option
+// of the same name, or is refused when AdamW has none.
 void read_shorthands(Section& s, HybridOptions& h);
+// Throws "<key>: <what> would do nothing: name adamw trains every parameter with AdamW ...".
+[[noreturn]] void refuse_unused_under_adamw(const Section& s, const std::string& key,
+                                            const std::string& what);
 // The hybrid's own keys of `s` (grad_clip, nonfinite and the schedules), by their schema.
 void read_hybrid_fields(Section& s, HybridOptions& h);
 // `muon` and `adamw` of `s`: any option of MuonOptions / AdamWOptions by its schema name

@@ -15,17 +15,20 @@ std::string OptimConfig::to_yaml() const {
   out.SetNullFormat(YAML::LowerNull);
   out << YAML::BeginMap << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << name;
-  // Each algorithm's options in full, the hybrid's own keys and the groups, by their schema names.
+  // Each algorithm's options in full (Muon's and the routing only where a parameter can be Muon's),
+  // the hybrid's own keys and the groups, by their schema names.
   detail::emit_hybrid(out, h);
   if (h.qk_clip_tau) {
     out << YAML::Key << "qk_clip" << YAML::Value << YAML::BeginMap << YAML::Key << "tau"
         << YAML::Value << detail::shortest_text(*h.qk_clip_tau) << YAML::EndMap;
   }
-  out << YAML::Key << "routing" << YAML::Value << YAML::BeginMap << YAML::Key << "muon"
-      << YAML::Value << YAML::Flow << routing.muon_patterns << YAML::Key << "adamw" << YAML::Value
-      << YAML::Flow << routing.adamw_patterns << YAML::Key << "higher_rank" << YAML::Value
-      << to_string(routing.higher_rank) << YAML::Key << "split_heads" << YAML::Value
-      << routing.split_heads << YAML::EndMap;
+  if (!h.all_adamw) {
+    out << YAML::Key << "routing" << YAML::Value << YAML::BeginMap << YAML::Key << "muon"
+        << YAML::Value << YAML::Flow << routing.muon_patterns << YAML::Key << "adamw"
+        << YAML::Value << YAML::Flow << routing.adamw_patterns << YAML::Key << "higher_rank"
+        << YAML::Value << to_string(routing.higher_rank) << YAML::Key << "split_heads"
+        << YAML::Value << routing.split_heads << YAML::EndMap;
+  }
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

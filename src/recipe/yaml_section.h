@@ -79,6 +79,12 @@ class Section {
     return found_as.empty() ? YAML::Node(YAML::NodeType::Undefined) : found;
   }
 
+  // Whether `key` is set (null counts as unset); does not mark it as known.
+  bool has(const std::string& key) const {
+    const YAML::Node& node = node_;
+    return node[key] && !node[key].IsNull();
+  }
+
   std::optional<double> number(const std::string& key,
                                std::initializer_list<const char*> aliases = {}) {
     const auto n = find(key, aliases);
