@@ -24,7 +24,7 @@ import os
 import torch
 
 from . import _core, _torch_muon
-from ._engine import TORCH_IMPLEMENTATION_FLAGS, _EngineOptimizer
+from ._engine import AMSGRAD, TORCH_IMPLEMENTATION_FLAGS, USE_ADDMM, _EngineOptimizer
 
 __all__ = [
     "Muon",
@@ -39,12 +39,14 @@ __all__ = [
 ]
 
 
-def _init_from_schema(algorithm, positional, aliases=None, presets=None):
+def _init_from_schema(algorithm, positional, aliases=None, presets=None, own_flags=None):
     """An __init__(self, params, <options>) whose keywords, defaults and order are the C++
     option schema's (muon/option_schema.h): the first ``positional`` options may also be given
     by position, as in torch.optim; the rest are keyword-only. After them come torch.optim's
-    implementation flags, ``aliases`` (torch.optim's name → ours) and, with ``presets`` (name →
-    defaults under our names), a keyword ``preset``."""
+    implementation flags and the class's ``own_flags`` (_engine.AMSGRAD, ...), ``aliases``
+    (torch.optim's name → ours) and, with ``presets`` (name → defaults under our names), a
+    keyword ``preset``. With a preset (another library's defaults) options are taken by keyword
+    only, since that library's positional order may differ from ours."""
     options = _core.option_schema(algorithm)
     aliases = aliases or {}
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
@@ -55,6 +57,7 @@ def _init_from_schema(algorithm, positional, aliases=None, presets=None):
         parameters.append(inspect.Parameter(name, kind, default=default))
     extra = [(name, None) for name in aliases]
     extra += [(name, None if name == "foreach" else False) for name in TORCH_IMPLEMENTATION_FLAGS]
+    extra += [(name, None if why is None else False) for name, why in (own_flags or {}).items()]
     if presets:
         extra.append(("preset", None))
     for name, default in extra:
@@ -65,6 +68,13 @@ def _init_from_schema(algorithm, positional, aliases=None, presets=None):
         given = dict(signature.bind(self, *args, **kwargs).arguments)
         del given["self"]
         params = given.pop("params")
+        if given.get("preset") is not None and len(args) > 2:
+            order = ", ".join(name for name, *_ in options[:positional])
+            raise TypeError(f"{type(self).__name__}: with preset={given['preset']!r} give the "
+                            f"options after lr by keyword: the positional order here is "
+                            f"({order}), which may not be that library's"
+                            + (" (the drop-in with torch.optim.Muon's order is "
+                               "muon_cpp.optim.Muon)" if given["preset"] == "torch" else ""))
         settings = {name: default for name, default, _doc, _range in options}
         settings.update(_preset(presets, given.pop("preset", None)))
         for theirs, ours in aliases.items():
@@ -78,7 +88,10 @@ def _init_from_schema(algorithm, positional, aliases=None, presets=None):
     __init__.__doc__ = "Options:\n" + "\n".join(
         f"    {name} (default {default!r}{', ' + rng if rng else ''}): {doc}"
         for name, default, doc, rng in options) + "\n" + _TORCH_KEYWORDS_DOC + "".join(
-        f"\n    {theirs}: torch.optim's keyword for {ours}" for theirs, ours in aliases.items())
+        f"\n    {theirs}: torch.optim's keyword for {ours}" for theirs, ours in aliases.items()) + "".join(
+        f"\n    {name}: " + (f"accepted when False; {why}" if why else
+                              "accepted, True or False: the same arithmetic")
+        for name, why in (own_flags or {}).items())
     return __init__
 
 
@@ -131,8 +144,10 @@ class Muon(_EngineOptimizer):
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
+    _own_torch_flags = USE_ADDMM
     __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
-                                 presets={"torch": _torch_muon.PRESET, "dion": _DION_DEFAULTS})
+                                 presets={"torch": _torch_muon.PRESET, "dion": _DION_DEFAULTS},
+                                 own_flags=USE_ADDMM)
 
     def _from_torch_names(self, settings):
         settings = super()._from_torch_names(settings)
@@ -166,14 +181,54 @@ class Dion(Muon):
     rank_multiple_of=1, epsilon=1e-8, **muon_options)`` — ``Muon(params, preset="dion",
     dion={...})`` under another name. Param groups and state dicts use Muon's names
     (``momentum``, ``dion``); the state adds ``dion_q``, the right factor Q.
+
+    microsoft/dion's other keywords are taken by name (its positional order differs: meshes come
+    first there): ``qr_method`` ('qr', 'cqr' or 'rcqr'), ``cqr_warmup_steps`` and
+    ``rcqr_oversample`` choose how dion computes the QR; the orthonormal basis is the same in
+    exact arithmetic (column signs cancel in P·Rᵀ and the update), and muon-cpp computes it by
+    Householder QR. ``power_iters`` must be 1, the meshes and ``mixed_precision_config`` None
+    and ``betas`` dion's default (they set its AdamW/Lion groups; this class trains matrices only:
+    give the rest to ``AdamW`` or use ``build_optimizer`` with ``name: dion``).
     """
 
     def __init__(self, params, lr=0.01, mu=0.95, weight_decay=0.01, *, rank_fraction=1.0,
-                 rank_multiple_of=1, epsilon=1e-8, **muon_options):
+                 rank_multiple_of=1, epsilon=1e-8, replicate_mesh=None, outer_shard_mesh=None,
+                 inner_shard_mesh=None, replicate_mesh_grad_sync=True, betas=(0.9, 0.95),
+                 power_iters=1, qr_method="rcqr", cqr_warmup_steps=150, rcqr_oversample=1.25,
+                 mixed_precision_config=None, **muon_options):
+        _check_dion_keywords(locals())
         dion = {"rank_fraction": rank_fraction, "rank_multiple_of": rank_multiple_of,
                 "epsilon": epsilon}
-        super().__init__(params, lr, mu, preset="dion", weight_decay=weight_decay, dion=dion,
-                         **muon_options)
+        super().__init__(params, lr=lr, momentum=mu, preset="dion", weight_decay=weight_decay,
+                         dion=dion, **muon_options)
+
+
+def _check_dion_keywords(given):
+    """microsoft/dion's keywords that muon_cpp.Dion takes only where they change nothing here."""
+    for mesh in ("replicate_mesh", "outer_shard_mesh", "inner_shard_mesh"):
+        if given[mesh] is not None:
+            raise ValueError(f"Dion: {mesh} must be None: muon-cpp's Dion does not shard over "
+                             "device meshes")
+    if not isinstance(given["replicate_mesh_grad_sync"], bool):
+        raise TypeError("Dion: replicate_mesh_grad_sync must be a bool")
+    if given["mixed_precision_config"] is not None:
+        raise ValueError("Dion: mixed_precision_config must be None: Dion's momentum and Q stay "
+                         "in float32 (float64 for float64 parameters)")
+    if given["power_iters"] != 1 or isinstance(given["power_iters"], bool):
+        raise ValueError(f"Dion: power_iters must be 1 (one power iteration per step, the "
+                         f"paper's Algorithm 1), got {given['power_iters']!r}")
+    if given["qr_method"] not in ("qr", "cqr", "rcqr"):
+        raise ValueError(f"Dion: qr_method must be 'qr', 'cqr' or 'rcqr', got "
+                         f"{given['qr_method']!r}")
+    if tuple(given["betas"]) != (0.9, 0.95):
+        raise ValueError(f"Dion: betas {tuple(given['betas'])} would do nothing: they are "
+                         "microsoft/dion's AdamW/Lion betas for non-matrix parameters, and this "
+                         "class trains matrices only; give those to muon_cpp.AdamW(betas=...) or "
+                         "use build_optimizer with name: dion and betas")
+    for name, least in (("cqr_warmup_steps", 0), ("rcqr_oversample", 1)):
+        value = given[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= least:
+            raise ValueError(f"Dion: {name} must be a number >= {least}, got {value!r}")
 
 
 class AdamW(_EngineOptimizer):
@@ -184,14 +239,16 @@ class AdamW(_EngineOptimizer):
     ``AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *, ...)``."""
 
     _make_engine = staticmethod(_core.Engine.adamw)
-    __init__ = _init_from_schema("adamw", positional=4)
+    _own_torch_flags = AMSGRAD
+    __init__ = _init_from_schema("adamw", positional=4, own_flags=AMSGRAD)
 
 
 class Adam(_EngineOptimizer):
     """Adam with coupled (L2) weight decay, as torch.optim.Adam; options as AdamW's."""
 
     _make_engine = staticmethod(_core.Engine.adam)
-    __init__ = _init_from_schema("adam", positional=4)
+    _own_torch_flags = AMSGRAD
+    __init__ = _init_from_schema("adam", positional=4, own_flags=AMSGRAD)
 
 
 class Lamb(_EngineOptimizer):

@@ -115,8 +115,11 @@ class _EngineOptimizer(Optimizer):
 
     # A settings dict as param_groups keep it, from one written with torch.optim's names (a
     # subclass's aliases, its implementation flags): rewritten in place; returns the dict.
+    # Implementation flags of this class's peers beyond torch.optim's common ones (AMSGRAD, ...).
+    _own_torch_flags = {}
+
     def _from_torch_names(self, settings):
-        check_torch_flags(settings, type(self).__name__)
+        check_torch_flags(settings, type(self).__name__, self._own_torch_flags)
         return settings
 
     # What the engine gets for a param group: its settings under the engine's names (the engine
@@ -220,18 +223,24 @@ _WHY_NOT = {
                   "capture them",
     "differentiable": "muon-cpp's updates run outside autograd",
 }
+# Flags of one optimizer class's peers, name → why True is refused (None: any bool is accepted,
+# the arithmetic being the same).
+AMSGRAD = {"amsgrad": "AMSGrad's running maximum of the second moment is not implemented"}
+USE_ADDMM = {"use_addmm": None}  # an older torch.optim.Muon's choice of addmm for a·X + B·X
 
 
-def check_torch_flags(settings, who):
-    """Checks and removes torch.optim's implementation flags from ``settings`` (in place)."""
-    for name in TORCH_IMPLEMENTATION_FLAGS:
+def check_torch_flags(settings, who, own_flags=None):
+    """Checks and removes torch.optim's implementation flags, and the class's ``own_flags``, from
+    ``settings`` (in place)."""
+    why_not = dict(_WHY_NOT, **(own_flags or {}))
+    for name in TORCH_IMPLEMENTATION_FLAGS + tuple(own_flags or ()):
         if name not in settings:
             continue
         value = settings.pop(name)
-        if name == "foreach" and value is None:
+        if value is None and name not in _WHY_NOT:  # foreach's default; "not given" otherwise
             continue
         if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool{' or None' if name == 'foreach' else ''}, "
+            raise TypeError(f"{name} must be a bool{' or None' if name not in _WHY_NOT else ''}, "
                             f"got {type(value).__name__}")
-        if value and name != "foreach":
-            raise ValueError(f"{who}: {name}=True is not supported; {_WHY_NOT[name]}")
+        if value and why_not.get(name):
+            raise ValueError(f"{who}: {name}=True is not supported; {why_not[name]}")

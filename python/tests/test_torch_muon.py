@@ -191,6 +191,79 @@ def test_torch_implementation_flags(cls):
         cls([w], foreach=1)
 
 
+@pytest.mark.parametrize("cls", [muon_cpp.AdamW, muon_cpp.Adam])
+def test_amsgrad_is_accepted_off_and_refused_on(cls):
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    assert "amsgrad" not in cls([w], amsgrad=False).param_groups[0]
+    with pytest.raises(ValueError, match=f"{cls.__name__}: amsgrad=True is not supported; "
+                                         "AMSGrad's running maximum"):
+        cls([w], amsgrad=True)
+    # A torch state dict saved with amsgrad=True is refused too, before anything changes.
+    reference = getattr(torch.optim, cls.__name__)([torch.nn.Parameter(w.detach().clone())],
+                                                   amsgrad=True)
+    optimizer = cls([w])
+    with pytest.raises(ValueError, match="amsgrad=True is not supported"):
+        optimizer.load_state_dict(reference.state_dict())
+    assert optimizer.param_groups[0]["lr"] == 1e-3
+
+
+def test_muon_takes_use_addmm_either_way_with_the_same_step():
+    start = torch.randn(8, 6, generator=torch.Generator().manual_seed(3))
+    grad = torch.randn(8, 6, generator=torch.Generator().manual_seed(4))
+    results = []
+    for use_addmm in (True, False, None):
+        w = torch.nn.Parameter(start.clone())
+        optimizer = muon_cpp.Muon([w], use_addmm=use_addmm)
+        assert "use_addmm" not in optimizer.param_groups[0]
+        w.grad = grad.clone()
+        optimizer.step()
+        results.append(w.detach())
+    assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
+    with pytest.raises(TypeError, match="use_addmm must be a bool or None, got str"):
+        muon_cpp.Muon([torch.nn.Parameter(start.clone())], use_addmm="yes")
+
+
+def test_a_preset_takes_the_options_after_lr_by_keyword():
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    # torch.optim.Muon([w], 0.02, 0.1) means weight_decay 0.1; ours would read momentum 0.1.
+    with pytest.raises(TypeError, match=r"Muon: with preset='torch' give the options after lr by "
+                                        r"keyword: the positional order here is \(lr, momentum, "
+                                        r"nesterov, weight_decay\).*muon_cpp\.optim\.Muon"):
+        muon_cpp.Muon([w], 0.02, 0.1, preset="torch")
+    group = muon_cpp.Muon([w], 0.02, preset="torch", weight_decay=0.1).param_groups[0]
+    assert (group["lr"], group["weight_decay"], group["momentum"]) == (0.02, 0.1, 0.95)
+
+
+def test_dion_takes_microsoft_dions_keywords_where_they_change_nothing():
+    start = torch.randn(12, 8, generator=torch.Generator().manual_seed(5))
+    grads = [torch.randn(12, 8, generator=torch.Generator().manual_seed(6 + k)) for k in range(3)]
+
+    def run(**keywords):
+        w = torch.nn.Parameter(start.clone())
+        optimizer = muon_cpp.Dion([w], rank_fraction=0.5, **keywords)
+        for g in grads:
+            w.grad = g.clone()
+            optimizer.step()
+        return w.detach()
+
+    plain = run()
+    for keywords in ({"qr_method": "qr"}, {"qr_method": "cqr", "cqr_warmup_steps": 0},
+                     {"rcqr_oversample": 2.0, "power_iters": 1, "betas": (0.9, 0.95)},
+                     {"replicate_mesh": None, "replicate_mesh_grad_sync": False,
+                      "mixed_precision_config": None}):
+        assert torch.equal(run(**keywords), plain), keywords
+    w = [torch.nn.Parameter(start.clone())]
+    for keywords, message in [
+            ({"power_iters": 2}, "Dion: power_iters must be 1"),
+            ({"qr_method": "svd"}, "Dion: qr_method must be 'qr', 'cqr' or 'rcqr', got 'svd'"),
+            ({"betas": (0.8, 0.99)}, r"Dion: betas \(0.8, 0.99\) would do nothing"),
+            ({"replicate_mesh": object()}, "Dion: replicate_mesh must be None"),
+            ({"mixed_precision_config": {}}, "Dion: mixed_precision_config must be None"),
+            ({"rcqr_oversample": 0.5}, "Dion: rcqr_oversample must be a number >= 1")]:
+        with pytest.raises(ValueError, match=message):
+            muon_cpp.Dion(w, **keywords)
+
+
 def test_loads_a_torch_adamw_state_dict_with_its_flags():
     generator = torch.Generator().manual_seed(10)
     start = torch.randn(6, 5, generator=generator)
