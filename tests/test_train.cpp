@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -156,6 +157,36 @@ TEST(Train, ResumedRunEqualsAnUninterruptedOne) {
   EXPECT_NE(log.str().find("resumed from"), std::string::npos);
 }
 
+TEST(Train, TheFirstRowAfterAResumeTimesOnlyItsOwnSteps) {
+  // Stopped after 16 of a 20-step log window: the resumed window's loss mean holds all 20 steps,
+  // but this process ran 4 of them; counting 20 in the throughput made it 5× too high. The bound
+  // (2.5× the uninterrupted run's) leaves room for the machine's timing noise.
+  const auto dir = std::filesystem::temp_directory_path();
+  auto straight = fixture_config((dir / "muon_rate_straight").string());
+  straight.steps = 40;
+  straight.log_every = straight.eval_every = 20;
+  std::ostringstream log;
+  const auto whole = train(straight, log);
+  auto interrupted = straight;
+  interrupted.out_dir = (dir / "muon_rate_part").string();
+  interrupted.stop_after = 16;
+  train(interrupted, log);
+  auto resumed = straight;
+  resumed.out_dir = interrupted.out_dir;
+  resumed.resume_dir = interrupted.out_dir;
+  const auto rest = train(resumed, log);
+  const auto rate_at = [](const TrainResult& r, int64_t step) {
+    for (const auto& row : r.rows) {
+      if (row.step == step) return row.tokens_per_s;
+    }
+    return -1.0;
+  };
+  const double uninterrupted = std::max(rate_at(whole, 20), rate_at(whole, 40));
+  EXPECT_GT(rate_at(rest, 20), 0.0) << log.str();
+  EXPECT_LT(rate_at(rest, 20), 2.5 * uninterrupted) << log.str();
+  EXPECT_EQ(rest.rows.back().train_loss, whole.rows.back().train_loss);
+}
+
 TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
   const auto dir = (std::filesystem::temp_directory_path() / "muon_resume_flags").string();
   auto config = fixture_config(dir);
@@ -276,6 +307,32 @@ TEST(Train, DataAndConfigErrors) {
                                 "make the text file smaller"});
   unsetenv("MUON_MEMORY_LIMIT");
   EXPECT_FALSE(std::filesystem::exists(config.out_dir));
+}
+
+TEST(Train, AdamwRunsStoreNoMuonSettingsAndOlderOnesStillRead) {
+  auto config = fixture_config("/tmp/muon_test_unused");
+  config.optimizer.name = "adamw";
+  config.optimizer.hybrid.all_adamw = true;
+  const auto text = config.to_yaml();
+  EXPECT_EQ(text.find("  muon:"), std::string::npos) << text;
+  // What earlier versions stored under name adamw: Muon's section and the routing as well.
+  auto older = YAML::Load(text);
+  older["optimizer"]["muon"] = YAML::Load("{lr: 0.02, momentum: 0.95}");
+  older["optimizer"]["routing"] = YAML::Load("{muon: [], adamw: []}");
+  const auto older_text = YAML::Dump(older);
+  testing::expect_error<Error>([&] { train_config_from_yaml(older_text); },
+                               {"optimizer.muon: Muon's section would do nothing"});
+  EXPECT_EQ(stored_train_config_from_yaml(older_text).to_yaml(), text);
+  // The rate flag of a parameter kind the run does not have.
+  CLI::App app;
+  ParsedFlags parsed;
+  const auto flags = add_run_flags(app, parsed);
+  app.parse(std::vector<std::string>{"adamw", "--optimizer", "0.05", "--muon-lr"});
+  std::ostringstream log;
+  testing::expect_error<Error>(
+      [&] { resolve_run(TrainConfig{}, false, flags, "", log); },
+      {"train: --muon-lr would do nothing: optimizer adamw trains every parameter with AdamW, at "
+       "--adamw-lr"});
 }
 
 TEST(Train, EachSeedRecipeInExamplesTrains) {
@@ -418,6 +475,24 @@ TEST(Compare, TheSameCommandKeepsFinishedRunsAndContinuesAnInterruptedOne) {
   EXPECT_EQ(reseeded_log.str().find("kept the finished run"), std::string::npos);
   EXPECT_NE(reseeded.runs[0].result.final_val_loss, first.runs[0].sweep.back().second);
   EXPECT_EQ(read_stored_run((dir / "adamw").string()).config.seed, 7);
+}
+
+TEST(Train, SamplesArePrintedWithoutControlBytes) {
+  const char raw[] = "In the\tbeginning\n\x1b[2J\0\x07\x7f\xc3";
+  EXPECT_EQ(printable(std::string(raw, sizeof raw - 1)),
+            "In the\tbeginning\n\\x1b[2J\\x00\\x07\\x7f\\xc3");
+  // A barely trained model's sample, as the run prints it.
+  auto config = fixture_config((std::filesystem::temp_directory_path() / "muon_sample").string());
+  config.steps = 2;
+  config.log_every = config.eval_every = 2;
+  config.sample_bytes = 400;
+  std::ostringstream log;
+  const auto result = train(config, log);
+  const auto printed = log.str().substr(log.str().find("--- sample ---"));
+  for (const unsigned char c : printed) {
+    EXPECT_TRUE((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t') << static_cast<int>(c);
+  }
+  EXPECT_NE(printed.find(printable(result.sample)), std::string::npos);
 }
 
 TEST(Data, WindowsAreShiftedByOneByte) {

@@ -73,7 +73,7 @@ def main():
     cut = os.path.join(work, "cut")
     code, output = interrupt(command(muon, data, cut), cut, rows_before=4)
     assert code == 130, (code, output)
-    assert f"resume with: muon train --resume {cut}" in output, output
+    assert f"resume with: {muon} train --resume {cut}" in output, output
     step = load_checkpoint(os.path.join(cut, "checkpoint.pt"))["step_count"]
     assert 0 < step < STEPS, step
     print(f"signal_resume: SIGINT stopped the run after step {step} with a checkpoint")
@@ -115,9 +115,29 @@ def main():
                              rows_before=2, signals=2)
     assert code == 130, (code, output)
     path = os.path.join(twice, "checkpoint.pt")
+    assert (f"second interrupt: stopped at once, without a new checkpoint. If {path} exists, "
+            f"{muon} train --resume {twice} continues from it; if not, start the run again with "
+            "--overwrite." in output), output
     if os.path.exists(path):
         load_checkpoint(path)  # whole
-    print("signal_resume: a second signal ends the process at once; the checkpoint is whole")
+        printed = run([muon, "train", "--resume", twice, "--print-config"])
+        assert printed.returncode == 0, printed.stderr
+    print("signal_resume: a second signal ends the process at once, saying what to do; the "
+          "checkpoint is whole")
+    # A run stopped before its first checkpoint: both commands say what to do.
+    early = os.path.join(work, "early")
+    os.makedirs(early)
+    with open(os.path.join(early, "metrics.csv"), "w") as f:
+        f.write("step,loss\n")
+    again = run(command(muon, data, early))
+    assert again.returncode != 0 and (
+        f"'{early}' holds a run that stopped before its first checkpoint, so it cannot be "
+        "continued; pass --overwrite to start it again there" in again.stderr), again.stderr
+    resumed = run([muon, "train", "--resume", early])
+    assert resumed.returncode != 0 and (
+        f"'{early}' holds a run that stopped before its first checkpoint (no checkpoint.pt), so "
+        f"it cannot be continued; start it again with --overwrite --out {early}"
+        in resumed.stderr), resumed.stderr
     # A directory where the checkpoint should be: a clear error, not an abort.
     odd = os.path.join(work, "odd")
     os.makedirs(os.path.join(odd, "checkpoint.pt"))

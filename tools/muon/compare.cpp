@@ -169,9 +169,15 @@ void report(const TrainConfig& base, CompareResult& result, std::ostream& log) {
     const auto step = evaluated[(q * evaluated.size() + 3) / 4 - 1];  // the ⌈q·n/4⌉-th
     if (shown.empty() || shown.back() != step) shown.push_back(step);
   }
-  auto loss_at = [](const TrainResult& run, int64_t step) -> std::string {
+  // Rounded to `decimals` places (as the header's target is), never cut.
+  const auto fixed = [](double value, int decimals) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    return std::string(text);
+  };
+  auto loss_at = [&](const TrainResult& run, int64_t step) -> std::string {
     for (const auto& row : run.rows) {
-      if (row.step == step && row.val_loss) return std::to_string(*row.val_loss).substr(0, 6);
+      if (row.step == step && row.val_loss) return fixed(*row.val_loss, 4);
     }
     return "-";
   };
@@ -190,8 +196,7 @@ void report(const TrainConfig& base, CompareResult& result, std::ostream& log) {
     std::string steps = reached ? std::to_string(*reached) : "not reached";
     std::string ratio =
         (reached && base_reached)
-            ? std::to_string(static_cast<double>(*reached) / static_cast<double>(*base_reached))
-                  .substr(0, 4)
+            ? fixed(static_cast<double>(*reached) / static_cast<double>(*base_reached), 2)
             : "-";
     log << "| " << result.runs[i].name << " |"
         << (tuned ? " " + detail::shortest_text(result.runs[i].lr_multiplier) + " |" : "");
@@ -207,7 +212,7 @@ void report(const TrainConfig& base, CompareResult& result, std::ostream& log) {
     for (const auto& run : result.runs) {
       log << "| " << run.name << " |";
       for (const auto& [m, loss] : run.sweep)
-        log << ' ' << std::to_string(loss).substr(0, 6) << " |";
+        log << ' ' << fixed(loss, 4) << " |";
       log << '\n';
     }
     for (const auto& run : result.runs) log << edge_note(run);

@@ -238,16 +238,21 @@ int main(int argc, char** argv) {
   add_model_options(*compare, compare_config.model);
 
   std::string schedule_config;
-  int64_t schedule_steps = 1000;
+  int64_t schedule_steps = 0;
   int64_t schedule_every = 0;
   auto* schedule = app.add_subcommand(
       "schedule",
       "Print the learning-rate multiplier, Muon momentum and weight-decay multiplier a "
       "config's schedules give at each step.");
-  schedule->add_option("--config", schedule_config, "YAML optimizer config")
+  schedule->add_option("--config", schedule_config,
+                       "YAML config: an optimizer config or a whole run, as muon train reads it")
       ->required()
       ->check(CLI::ExistingFile);
-  add_count(*schedule, "--steps", schedule_steps, "the run's length");
+  auto* schedule_steps_option =
+      schedule
+          ->add_option("--steps", schedule_steps,
+                       "the run's length (default: the config's train.steps, else muon train's 400)")
+          ->check(whole_number(1));
   add_count(*schedule, "--every", schedule_every, "print every N steps (0: about 20 rows)", 0);
   std::string schedule_svg;
   schedule->add_option("--svg", schedule_svg, "also plot the curves into this SVG file");
@@ -298,6 +303,7 @@ int main(int argc, char** argv) {
     if (*train) {
       invocation.progress_bar = isatty(STDOUT_FILENO) != 0;
       invocation.handle_signals = true;
+      invocation.program = argv[0];
       const auto run = muon::demo::resolve_run(invocation, out_option->count() > 0, run_flags,
                                                config_path, std::cerr);
       if (print_config) {
@@ -326,11 +332,12 @@ int main(int argc, char** argv) {
       const auto result = muon::demo::compare(compare_config, entries, compare_options, std::cout);
       if (result.interrupted_by != 0) return 128 + SIGINT;
     } else if (*schedule) {
-      const auto c = muon::OptimConfig::from_yaml_file(schedule_config);
-      print_schedule(
-          c, schedule_steps,
-          schedule_every > 0 ? schedule_every : std::max<int64_t>(1, schedule_steps / 20),
-          schedule_svg);
+      // The optimizer `muon train --config` would run, with the run's length unless given.
+      const auto run = muon::demo::train_config_from_yaml_file(schedule_config);
+      const int64_t steps = schedule_steps_option->count() > 0 ? schedule_steps : run.steps;
+      print_schedule(run.optimizer, steps,
+                     schedule_every > 0 ? schedule_every : std::max<int64_t>(1, steps / 20),
+                     schedule_svg);
     } else if (*bench) {
       if (!bench_only.empty()) {
         auto wanted = [&](const char* s) {

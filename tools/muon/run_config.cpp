@@ -72,6 +72,18 @@ TrainConfig train_config_from_yaml(const std::string& text, TrainConfig config) 
   return config;
 }
 
+TrainConfig stored_train_config_from_yaml(const std::string& text) {
+  auto root = YAML::Load(text);
+  // Runs stored by earlier versions kept Muon's section and the routing under name adamw too,
+  // where nothing reads them (and the reader refuses them now): dropped, so those runs resume.
+  auto optimizer = root["optimizer"];
+  if (optimizer.IsMap() && optimizer["name"].IsScalar() && optimizer["name"].Scalar() == "adamw") {
+    optimizer.remove("muon");
+    optimizer.remove("routing");
+  }
+  return train_config_from_yaml(YAML::Dump(root));
+}
+
 TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig defaults) {
   const auto text = detail::read_file(path, "config");
   return with_context(path, [&] { return train_config_from_yaml(text, std::move(defaults)); });

@@ -261,7 +261,12 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
                   ->check(positive_number())
                   ->capture_default_str();
   flags.push_back({"--muon-lr", "optimizer.muon.lr", false, mlr,
-                   [&muon_lr](TrainConfig& c) { c.optimizer.hybrid.muon.lr(muon_lr); },
+                   [&muon_lr](TrainConfig& c) {
+                     check(!c.optimizer.hybrid.all_adamw,
+                           "train: --muon-lr would do nothing: optimizer adamw trains every "
+                           "parameter with AdamW, at --adamw-lr");
+                     c.optimizer.hybrid.muon.lr(muon_lr);
+                   },
                    [](const TrainConfig& c) { return text_of(c.optimizer.hybrid.muon.lr()); }});
   auto* alr = train.add_option("--adamw-lr", adamw_lr, "peak learning rate of the AdamW tensors")
                   ->check(positive_number())
@@ -318,6 +323,7 @@ TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
   run.progress_bar = invocation.progress_bar;
   run.handle_signals = invocation.handle_signals;
   run.overwrite = invocation.overwrite;
+  run.program = invocation.program;
   return run;
 }
 

@@ -2,12 +2,15 @@
 // then checkpoints and prints how to resume); a second ends the process at once.
 #pragma once
 
+#include <string>
+
 namespace muon::demo {
 
 // Installs the handlers for as long as the guard lives (the previous ones come back after).
+// `second_note` is printed to stderr when a second signal ends the process (what to do next).
 class StopRequests {
  public:
-  StopRequests();
+  explicit StopRequests(const std::string& second_note = "");
   ~StopRequests();
   StopRequests(const StopRequests&) = delete;
   StopRequests& operator=(const StopRequests&) = delete;

@@ -143,18 +143,38 @@ std::string progress_line(const MetricsRow& row, int64_t steps, int64_t steps_he
     return std::isnan(lr) ? std::string("-") : std::string(text);
   };
   const double per_step = seconds_here / static_cast<double>(std::max<int64_t>(steps_here, 1));
+  char val[32] = "  -   ";  // rounded as the loss beside it, never cut
+  if (row.val_loss) std::snprintf(val, sizeof val, "%.4f", *row.val_loss);
   char line[320];
   std::snprintf(
       line, sizeof line,
       "step %5lld/%lld | loss %.4f | val %s | lr muon %s adamw %s | grad %.3f | %7.0f tok/s | "
       "%.2f it/s | %s / ETA %s",
       static_cast<long long>(row.step), static_cast<long long>(steps), row.train_loss,
-      row.val_loss ? std::to_string(*row.val_loss).substr(0, 6).c_str() : "  -   ",
+      val,
       rate(row.muon_lr).c_str(), rate(row.adamw_lr).c_str(), row.grad_norm, row.tokens_per_s,
       1.0 / per_step, clock_text(row.elapsed_s).c_str(),
       clock_text(per_step * static_cast<double>(steps - row.step)).c_str());
   return line;
 }
+
+}  // namespace
+
+std::string printable(const std::string& bytes) {
+  std::string out;
+  for (const unsigned char c : bytes) {
+    if ((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t') {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  return out;
+}
+
+namespace {
 
 // The signal that stops the run after this step, the same on every rank: any rank's first.
 int agree_on_stop(int signal, Communicator& communicator) {
@@ -252,6 +272,10 @@ TrainResult finished_run(const std::string& dir) {
 
 StoredRun read_stored_run(const std::string& dir) {
   const auto path = (fs::path(dir) / "checkpoint.pt").string();
+  std::error_code error;
+  check(fs::exists(path, error) || !holds_a_run(dir), "train: '", dir,
+        "' holds a run that stopped before its first checkpoint (no checkpoint.pt), so it cannot "
+        "be continued; start it again with --overwrite --out ", dir);
   const auto info = read_checkpoint_info(path);
   return with_context(path, [&] {
     YAML::Node root;
@@ -270,7 +294,7 @@ StoredRun read_stored_run(const std::string& dir) {
     stored.elapsed_s = progress.number("elapsed_s").value_or(0.0);
     progress.finish();
     root.remove("progress");
-    stored.config = train_config_from_yaml(YAML::Dump(root));
+    stored.config = stored_train_config_from_yaml(YAML::Dump(root));
     return stored;
   });
 }
@@ -282,9 +306,13 @@ void check_out_dir(const TrainConfig& config) {
         "' exists and is not a directory");
   const bool same_run = !config.resume_dir.empty() && fs::exists(out, error) &&
                         fs::equivalent(out, config.resume_dir, error);
-  check(same_run || config.overwrite || !holds_a_run(out), "train: '", config.out_dir,
+  if (same_run || config.overwrite || !holds_a_run(out)) return;
+  check(!fs::exists(out / "checkpoint.pt", error), "train: '", config.out_dir,
         "' holds a run already; continue it with --resume ", config.out_dir,
         ", choose another --out, or pass --overwrite to replace it");
+  throw Error("train: '" + config.out_dir +
+              "' holds a run that stopped before its first checkpoint, so it cannot be "
+              "continued; pass --overwrite to start it again there, or choose another --out");
 }
 
 TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
@@ -361,10 +389,18 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   double optimizer_seconds = 0;
   double eval_seconds = 0;  // excluded from throughput and the optimizer's share
   auto window_start = Clock::now();
+  int64_t window_timed_steps = 0;  // steps of this window run by this process (a resumed window
+                                   // also holds steps from before the interruption)
   const int64_t last =
       config.stop_after > 0 ? std::min(config.stop_after, config.steps) : config.steps;
   std::optional<StopRequests> signals;
-  if (config.handle_signals) signals.emplace();
+  if (config.handle_signals) {
+    const auto checkpoint = (fs::path(config.out_dir) / "checkpoint.pt").string();
+    signals.emplace("\nsecond interrupt: stopped at once, without a new checkpoint. If " +
+                    checkpoint + " exists, " + config.program + " train --resume " +
+                    config.out_dir + " continues from it; if not, start the run again with " +
+                    "--overwrite.\n");
+  }
   LossMonitor monitor;
   int64_t done = first_step;
   int stopped_by = 0;
@@ -388,6 +424,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
     const double step_loss = world > 1 ? global_mean(loss, *communicator) : loss.item<double>();
     progress.window_loss += step_loss;
     ++progress.window_steps;
+    ++window_timed_steps;
     done = step + 1;
     if (const auto alert = monitor.observe(done, step_loss)) {
       log << (config.progress_bar ? "\r\033[K" : "") << *alert << std::endl;
@@ -408,7 +445,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
                      first_rate(optimizer, false),
                      stats.grad_norm,
                      stats.clip_factor,
-                     tokens_per_step * static_cast<double>(progress.window_steps) /
+                     tokens_per_step * static_cast<double>(window_timed_steps) /
                          seconds_since(window_start),
                      0.0};
       if (evaluate_now && writer) {
@@ -425,6 +462,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
       }
       progress.window_loss = 0;
       progress.window_steps = 0;
+      window_timed_steps = 0;
       window_start = Clock::now();
     }
     if (config.checkpoint_every > 0 && done % config.checkpoint_every == 0 && done < last) {
@@ -447,8 +485,8 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   if (stopped_by != 0) {
     log << (config.progress_bar ? "\r\033[K" : "") << "interrupted by "
         << (stopped_by == SIGTERM ? "SIGTERM" : "SIGINT") << " after step " << done << "/"
-        << config.steps << "; wrote " << checkpoint_path << "\nresume with: muon train --resume "
-        << config.out_dir << "\n";
+        << config.steps << "; wrote " << checkpoint_path << "\nresume with: " << config.program
+        << " train --resume " << config.out_dir << "\n";
     return result;
   }
   if (done < config.steps) {
@@ -462,7 +500,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   log << "final val loss " << result.final_val_loss << " | "
       << static_cast<int64_t>(result.tokens_per_s) << " tok/s | optimizer "
       << static_cast<int>(100 * result.optimizer_share) << "% of step time\n--- sample ---\n"
-      << result.sample << "\n--------------\n"
+      << printable(result.sample) << "\n--------------\n"
       << "wrote " << (out_dir / "metrics.csv").string()
       << ", metrics.jsonl, loss.svg, checkpoint.pt, routing.txt, config.yaml\n";
   return result;

@@ -66,6 +66,7 @@ struct TrainConfig {
   bool progress_bar = false;    // redraw a progress line every step (set when on a terminal)
   bool handle_signals = false;  // SIGINT/SIGTERM: finish the step, checkpoint, exit (muon train)
   bool overwrite = false;       // replace a run already in out_dir
+  std::string program = "muon";  // the command as the user typed it, for the hints printed
 
   // The run as YAML (model, data, train and the optimizer config), read back by
   // train_config_from_yaml to the same run.
@@ -124,6 +125,13 @@ void check_out_dir(const TrainConfig& config);
 // MUON_GPT_FIELDS, MUON_DATA_FIELDS, MUON_TRAIN_FIELDS); everything else is the optimizer config,
 // which replaces the defaults' when the text has any of it.
 TrainConfig train_config_from_yaml(const std::string& text, TrainConfig defaults = {});
+// `bytes` with every byte that is not printable ASCII (or a newline or tab) written as \xNN: a
+// sample from a barely trained byte model may hold control bytes that a terminal would act on.
+std::string printable(const std::string& bytes);
+
+// The config a checkpoint stored (what train_config_from_yaml reads, also as written by earlier
+// versions).
+TrainConfig stored_train_config_from_yaml(const std::string& text);
 TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig defaults = {});
 
 // Mean loss over the fixed validation windows: eval_batches batches of the step's global batch
