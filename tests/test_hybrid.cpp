@@ -425,6 +425,54 @@ TEST(Hybrid, SchedulesDriveRatesMomentumAndDecayFromTheStepCount) {
                       {"schedules need total_steps > 0"});
 }
 
+TEST(Hybrid, WhatAScheduleSetsIsNotChangedBehindItsBackAndTheRestIsTheCallers) {
+  demo::Gpt model(tiny());
+  HybridOptions options;
+  options.muon = MuonOptions(0.02);
+  options.adamw = AdamWOptions(0.004);
+  LrSchedule cosine;
+  cosine.kind = ScheduleKind::cosine;
+  options.schedule = cosine;
+  options.total_steps = 10;
+  HybridOptimizer opt(route(*model), options);
+  set_gradients(*model, 1);
+  opt.step();
+  torch::optim::StepLR external(opt, /*step_size=*/1, /*gamma=*/0.5);
+  external.step();
+  external.step();  // halves every lr behind the cosine's back
+  const auto before = snapshot(*model);
+  set_gradients(*model, 2);
+  expect_error<Error>([&] { opt.step(); },
+                      {"HybridOptimizer: param group 0 (adamw): lr was changed to 0.002",
+                       " outside the optimizer (a torch lr scheduler, set_lr, param_groups?), but "
+                       "the schedule of its configuration sets it at every step (",
+                       "remove that schedule to set lr yourself, or leave it to it"});
+  const auto after = snapshot(*model);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(before[i], after[i])) << i;
+  expect_error<Error>([&] { opt.set_lr_multiplier(0.5); },
+                      {"set_lr_multiplier: param group 0 has a learning-rate schedule"});
+
+  // Only a momentum schedule: lr is the caller's, and a changed one is what the step uses.
+  options.schedule.reset();
+  options.momentum_schedule = MomentumSchedule{0.85, 0.95, 4};
+  demo::Gpt other(tiny());
+  HybridOptimizer mine(route(*other), options);
+  for (auto& g : mine.param_groups()) g.options().set_lr(0.0);
+  const auto still = snapshot(*other);
+  set_gradients(*other, 3);
+  mine.step();
+  const auto moved = snapshot(*other);
+  for (size_t i = 0; i < still.size(); ++i) EXPECT_TRUE(at::equal(still[i], moved[i])) << i;
+  for (const auto& g : mine.param_groups()) EXPECT_EQ(g.options().get_lr(), 0.0);
+  MuonOptions* muon = nullptr;
+  for (auto& g : mine.param_groups()) {
+    if (auto* m = dynamic_cast<MuonOptions*>(&g.options())) muon = m;
+  }
+  ASSERT_NE(muon, nullptr);
+  muon->momentum(0.5);  // the momentum schedule's, now changed behind it
+  expect_error<Error>([&] { mine.step(); }, {"momentum was changed to 0.5", "momentum_schedule"});
+}
+
 TEST(Hybrid, FrozenParametersNeverMoveAndAdamWModeTakesEverything) {
   demo::Gpt model(tiny());
   model->norm->weight.set_requires_grad(false);

@@ -143,14 +143,16 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // Clears all optimizer state (e.g. after an outer synchronization, DiLoCo style).
   void reset_state();
 
-  // Sets every group's lr to its construction-time lr × multiplier (for a caller's own schedule).
+  // Sets every group's lr to its construction-time lr × multiplier (for a caller's own schedule;
+  // refused where options.schedule or a group's schedule sets lr).
   void set_lr_multiplier(double multiplier);
 
   // Updates done so far (the schedules' position).
   int64_t step_count() const { return step_count_; }
 
   // For checkpoints: the trainable parameters by name (sorted), the algorithm that updates a
-  // parameter (frozen: none), and restoring the step counters.
+  // parameter (frozen: none), and restoring the step counters (which also takes each group's lr,
+  // weight decay and momentum, as restored, for what the schedules set last).
   std::vector<std::pair<std::string, at::Tensor>> named_trainable() const;
   Role role_of(const at::Tensor& param) const;
   void restore_counters(int64_t step_count, int64_t skipped_steps);
@@ -174,6 +176,13 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   void check_group(size_t g, const std::string& who) const;
   void adopt_group(size_t g, std::optional<LrSchedule> schedule);
   void adopt_added_groups(const char* who);  // `who` names the caller in errors
+  struct Settings {
+    double lr, weight_decay, momentum;  // momentum: Muon groups only (0 for AdamW)
+    bool operator==(const Settings& o) const {
+      return lr == o.lr && weight_decay == o.weight_decay && momentum == o.momentum;
+    }
+  };
+  Settings settings_of(size_t g) const;
   void apply_schedules();
   void check_step() const;
   Gradients gradients() const;
@@ -185,6 +194,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   struct GroupBase {
     double lr, weight_decay, momentum;
     std::optional<LrSchedule> schedule;
+    Settings last;  // as the schedules last set them (or as constructed, added or restored)
   };
   std::vector<GroupBase> base_;  // per group, as constructed or added
   int64_t step_count_ = 0;

@@ -270,7 +270,8 @@ class HybridOptimizer(_EngineOptimizer):
 
     param_groups: one per (configured group, algorithm, decayed or not), each with the keys
     'algorithm' ('muon' or 'adamw') and 'group' (its configured name). A torch lr scheduler drives
-    them unless the configuration has its own schedule, which then sets 'lr' at every step.
+    them unless the configuration has its own schedule, which then sets 'lr' at every step and
+    alone: an lr changed between steps makes the next step() raise a RuntimeError.
     """
 
     def __init__(self, model_or_named_parameters, config, total_steps):

@@ -137,6 +137,21 @@ def test_configured_schedule_sets_lr_each_step():
     assert rates == sorted(rates) and len(set(rates)) == 4 and rates[-1] <= 0.02
 
 
+def test_a_torch_scheduler_beside_a_configured_schedule_is_refused_before_anything_moves():
+    # A config schedule sets lr at every step; a torch scheduler writing lr too would be
+    # overridden in silence (param_groups showing 0 while the weights still moved).
+    model = TinyGpt()
+    config = "optimizer: {name: muon, schedule: {name: linear, warmup_steps: 4}}\n"
+    optimizer = muon_cpp.build_optimizer(model, config, total_steps=8)
+    torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.0)
+    before = weights(model)
+    with pytest.raises(RuntimeError, match=r"lr was changed to 0 outside the optimizer \(a torch "
+                                           r"lr scheduler, set_lr, param_groups\?\), but the "
+                                           r"schedule of its configuration sets it at every step"):
+        train(model, optimizer, batches(1))
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
+
+
 def test_qk_clip_from_a_python_source():
     torch.manual_seed(3)
     config = "optimizer: {name: muonclip, qk_clip: {tau: 10.0}}\n"

@@ -181,7 +181,8 @@ void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) 
   const auto* muon = dynamic_cast<const MuonOptions*>(&o);
   const double wd =
       muon ? muon->weight_decay() : static_cast<const AdamWOptions&>(o).weight_decay();
-  base_.push_back({o.get_lr(), wd, muon ? muon->momentum() : 0.0, std::move(schedule)});
+  const double momentum = muon ? muon->momentum() : 0.0;
+  base_.push_back({o.get_lr(), wd, momentum, std::move(schedule), {o.get_lr(), wd, momentum}});
   const auto& params = param_groups_[g].params();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto* impl = params[i].unsafeGetTensorImpl();
@@ -215,29 +216,53 @@ void HybridOptimizer::add_param_group(const torch::optim::OptimizerParamGroup& g
   adopt_group(param_groups_.size() - 1, std::nullopt);
 }
 
+HybridOptimizer::Settings HybridOptimizer::settings_of(size_t g) const {
+  const auto& o = param_groups_[g].options();
+  if (const auto* m = dynamic_cast<const MuonOptions*>(&o)) {
+    return {o.get_lr(), m->weight_decay(), m->momentum()};
+  }
+  return {o.get_lr(), static_cast<const AdamWOptions&>(o).weight_decay(), 0.0};
+}
+
+// Each group's settings that a schedule drives are the schedule's alone: one changed since the
+// schedules last set it (by a torch lr scheduler, set_lr, a param_groups dict) is refused, never
+// silently replaced. The others are the caller's to change between steps.
 void HybridOptimizer::apply_schedules() {
   const auto& o = options_;
-  if (!o.schedule && !o.momentum_schedule && !o.weight_decay_schedule) {
-    bool any = false;
-    for (const auto& b : base_) any = any || b.schedule.has_value();
-    if (!any) return;
-  }
   const int64_t total = std::max<int64_t>(o.total_steps, 1);
   const double wd =
       o.weight_decay_schedule ? o.weight_decay_schedule->multiplier(step_count_, total) : 1.0;
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     const auto& base = base_[g];
     const auto& schedule = base.schedule ? base.schedule : o.schedule;
-    const double lr =
-        base.lr * (schedule ? schedule->multiplier(step_count_, total, base.lr) : 1.0);
+    const bool muon = role_of_group(g) == Role::muon;
+    const auto now = settings_of(g);
+    const struct {
+      bool driven;
+      const char* name;
+      double now, set;
+      const char* by;
+    } keys[] = {{schedule.has_value(), "lr", now.lr, base.last.lr, "schedule"},
+                {o.weight_decay_schedule.has_value(), "weight_decay", now.weight_decay,
+                 base.last.weight_decay, "weight_decay_schedule"},
+                {o.momentum_schedule && muon, "momentum", now.momentum, base.last.momentum,
+                 "momentum_schedule"}};
+    for (const auto& key : keys) {
+      check(!key.driven || key.now == key.set, "HybridOptimizer: param group ", g, " (",
+            to_string(role_of_group(g)), "): ", key.name, " was changed to ", key.now,
+            " outside the optimizer (a torch lr scheduler, set_lr, param_groups?), but the ",
+            key.by, " of its configuration sets it at every step (", key.set,
+            " last); remove that schedule to set ", key.name, " yourself, or leave it to it");
+    }
     auto& options = param_groups_[g].options();
-    options.set_lr(lr);
+    if (schedule) options.set_lr(base.lr * schedule->multiplier(step_count_, total, base.lr));
     if (auto* m = dynamic_cast<MuonOptions*>(&options)) {
-      m->weight_decay(base.weight_decay * wd);
+      if (o.weight_decay_schedule) m->weight_decay(base.weight_decay * wd);
       if (o.momentum_schedule) m->momentum(o.momentum_schedule->value(step_count_, total));
     } else if (auto* a = dynamic_cast<AdamWOptions*>(&options)) {
-      a->weight_decay(base.weight_decay * wd);
+      if (o.weight_decay_schedule) a->weight_decay(base.weight_decay * wd);
     }
+    base_[g].last = settings_of(g);
   }
 }
 
@@ -260,6 +285,7 @@ Role HybridOptimizer::role_of(const at::Tensor& param) const {
 void HybridOptimizer::restore_counters(int64_t step_count, int64_t skipped_steps) {
   step_count_ = step_count;
   stats_.skipped_steps = skipped_steps;
+  for (size_t g = 0; g < base_.size(); ++g) base_[g].last = settings_of(g);
 }
 
 void HybridOptimizer::save(torch::serialize::OutputArchive& archive) const {
@@ -293,8 +319,15 @@ std::vector<int64_t> HybridOptimizer::matrix_view(const at::Tensor& param) const
 }
 
 void HybridOptimizer::set_lr_multiplier(double multiplier) {
-  for (size_t g = 0; g < param_groups_.size(); ++g) {
+  adopt_added_groups("HybridOptimizer::set_lr_multiplier");
+  for (size_t g = 0; g < base_.size(); ++g) {
+    check(!base_[g].schedule && !options_.schedule, "HybridOptimizer::set_lr_multiplier: param "
+          "group ", g, " has a learning-rate schedule, which sets lr at every step; remove it to "
+          "drive lr yourself");
+  }
+  for (size_t g = 0; g < base_.size(); ++g) {
     param_groups_[g].options().set_lr(base_[g].lr * multiplier);
+    base_[g].last.lr = base_[g].lr * multiplier;
   }
 }
 
