@@ -412,14 +412,40 @@ void expect_same_rows(const TrainResult& a, const TrainResult& b) {
   }
 }
 
+TEST(Compare, ExampleNamesResolveAnywhereToTheBuiltInCopies) {
+  // Outside the repository (no examples/ here) the names are the copies built into muon, equal
+  // to the repository's files; an unknown name lists them.
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(std::filesystem::temp_directory_path());
+  ASSERT_FALSE(std::filesystem::exists("examples"));
+  for (const char* name : {"adamw", "muon", "dion", "flaxchat"}) {
+    const auto entry = compare_entry(name);
+    std::ifstream file(std::string(MUON_EXAMPLES_DIR "/") + name + ".yaml");
+    const std::string text((std::istreambuf_iterator<char>(file)), {});
+    EXPECT_EQ(entry.text, text) << name;
+    EXPECT_EQ(entry.config, std::string("built-in examples/") + name + ".yaml");
+  }
+  std::string error;
+  try {
+    compare_entry("sgd");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  std::filesystem::current_path(cwd);
+  EXPECT_NE(error.find("compare: 'sgd' is neither a config file nor an example; the examples "
+                       "are adamw, dew, dion, dion_full, flaxchat, muon, muoneq, speedtronic"),
+            std::string::npos)
+      << error;
+}
+
 TEST(Compare, TheSameCommandKeepsFinishedRunsAndContinuesAnInterruptedOne) {
   const auto dir = std::filesystem::temp_directory_path() / "muon_compare_again";
   std::filesystem::remove_all(dir);
   auto base = fixture_config(dir.string());
   base.steps = 40;
   base.log_every = base.eval_every = 20;
-  const std::vector<CompareEntry> entries{{"adamw", MUON_EXAMPLES_DIR "/adamw.yaml"},
-                                          {"muon", MUON_EXAMPLES_DIR "/muon.yaml"}};
+  const std::vector<CompareEntry> entries{compare_entry(MUON_EXAMPLES_DIR "/adamw.yaml"),
+                                          compare_entry(MUON_EXAMPLES_DIR "/muon.yaml")};
   CompareOptions options;
   options.lr_grid = {0.5, 1};
   std::ostringstream log;

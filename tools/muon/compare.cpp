@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "examples.h"
 #include "muon/error.h"
 #include "plot.h"
 #include "recipe/number_text.h"
@@ -17,11 +18,19 @@ namespace muon::demo {
 namespace fs = std::filesystem;
 
 CompareEntry compare_entry(const std::string& spec) {
-  if (fs::exists(spec)) return {fs::path(spec).stem().string(), spec};
+  if (fs::exists(spec)) {
+    return {fs::path(spec).stem().string(), spec, detail::read_file(spec, "compare")};
+  }
+  // examples/NAME.yaml here (a repository's, maybe edited), else the copy built into muon.
   const auto example = fs::path("examples") / (spec + ".yaml");
-  check(fs::exists(example), "compare: '", spec, "' is neither a config file nor examples/", spec,
-        ".yaml (run from the repository root, or give paths)");
-  return {spec, example.string()};
+  if (fs::exists(example)) return {spec, example.string(), detail::read_file(example, "compare")};
+  std::string names;
+  for (const auto& [name, text] : builtin_examples()) {
+    if (name == spec) return {spec, "built-in examples/" + spec + ".yaml", text};
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  throw Error("compare: '" + spec + "' is neither a config file nor an example; the examples " +
+              "are " + names);
 }
 
 namespace {
@@ -72,7 +81,7 @@ CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& 
   std::vector<OptimConfig> configs;
   for (const auto& entry : entries) {
     configs.push_back(with_context(entry.config, [&] {
-      auto c = OptimConfig::from_yaml(detail::read_file(entry.config, "compare"));
+      auto c = OptimConfig::from_yaml(entry.text);
       c.check_steps(base.steps);
       return c;
     }));

@@ -13,7 +13,8 @@ namespace muon::demo {
 
 struct CompareEntry {
   std::string name;    // shown in tables and the plot
-  std::string config;  // YAML file of the optimizer config
+  std::string config;  // where the optimizer config came from (a path), for the reports
+  std::string text;    // the optimizer config, YAML
 };
 
 struct CompareOptions {

@@ -17,6 +17,7 @@
 
 #include "bench.h"
 #include "compare.h"
+#include "examples.h"
 #include "launch.h"
 #include "memory.h"
 #include "metrics.h"
@@ -38,6 +39,15 @@ template <class T>
 CLI::Option* add_count(CLI::App& cmd, const char* name, T& value, const char* help,
                        int64_t least = 1) {
   return cmd.add_option(name, value, help)->check(whole_number(least))->capture_default_str();
+}
+
+// "adamw, dew, ...": the example configurations built into the program.
+std::string example_names() {
+  std::string names;
+  for (const auto& [name, text] : muon::demo::builtin_examples()) {
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  return names;
 }
 
 void add_model_options(CLI::App& cmd, muon::demo::GptConfig& model) {
@@ -212,8 +222,9 @@ int main(int argc, char** argv) {
       "and compare.svg.");
   compare
       ->add_option("--optimizers", compare_list,
-                   "comma-separated names of examples/*.yaml (run from the repository root) "
-                   "or paths to YAML configs; the first is the baseline")
+                   "comma-separated names of the examples (examples/NAME.yaml here, else the "
+                   "copy built into muon: " + example_names() +
+                       ") or paths to YAML configs; the first is the baseline")
       ->capture_default_str();
   compare
       ->add_option("--target", compare_options.target,
