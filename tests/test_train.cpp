@@ -503,6 +503,28 @@ TEST(Compare, TheSameCommandKeepsFinishedRunsAndContinuesAnInterruptedOne) {
   EXPECT_EQ(read_stored_run((dir / "adamw").string()).config.seed, 7);
 }
 
+TEST(Train, AShortRunEvaluatesFourTimesByDefault) {
+  // eval_every 0 (the default): every min(100, ⌈steps/4⌉) steps, so a 60-step run draws a curve
+  // of five validation losses (step 0 included), not a line through two.
+  auto config = fixture_config((std::filesystem::temp_directory_path() / "muon_evals").string());
+  config.steps = 60;
+  config.log_every = 20;
+  config.eval_every = TrainConfig{}.eval_every;
+  EXPECT_EQ(config.eval_every, 0);
+  EXPECT_EQ(config.eval_interval(), 15);
+  std::ostringstream log;
+  const auto result = train(config, log);
+  std::vector<int64_t> evaluated;
+  for (const auto& row : result.rows) {
+    if (row.val_loss) evaluated.push_back(row.step);
+  }
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{0, 15, 30, 45, 60}));
+  config.steps = 400;  // muon train's default run: every 100 steps, as before
+  EXPECT_EQ(config.eval_interval(), 100);
+  config.eval_every = 7;
+  EXPECT_EQ(config.eval_interval(), 7);
+}
+
 TEST(Train, SamplesArePrintedWithoutControlBytes) {
   const char raw[] = "In the\tbeginning\n\x1b[2J\0\x07\x7f\xc3";
   EXPECT_EQ(printable(std::string(raw, sizeof raw - 1)),

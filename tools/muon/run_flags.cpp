@@ -185,7 +185,8 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
       "--log-every", "train.log_every", true, 1, "steps between progress lines and metrics rows",
       [](auto& c) -> auto& { return c.log_every; });
   add(
-      "--eval-every", "train.eval_every", true, 1, "steps between validation evaluations",
+      "--eval-every", "train.eval_every", true, 0,
+      "steps between validation evaluations (0: every min(100, steps/4) steps)",
       [](auto& c) -> auto& { return c.eval_every; });
   add(
       "--eval-batches", "train.eval_batches", true, 1, "validation batches per evaluation",

@@ -62,8 +62,8 @@ void check_config(const TrainConfig& c) {
   const auto& name = c.optimizer.name;
   check(name == "muon" || name == "muonclip" || name == "dion" || name == "adamw",
         "train: optimizer must be muon, muonclip, dion or adamw, got \"", name, "\"");
-  check(c.log_every > 0 && c.eval_every > 0 && c.eval_batches > 0,
-        "train: log_every, eval_every and eval_batches must be > 0");
+  check(c.log_every > 0 && c.eval_every >= 0 && c.eval_batches > 0,
+        "train: log_every and eval_batches must be > 0, eval_every >= 0 (0: automatic)");
   c.optimizer.check_steps(c.steps);
 }
 
@@ -435,7 +435,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
     // Every rank stops after the same step (the first signal on any of them).
     stopped_by = signals ? agree_on_stop(StopRequests::signal(), *communicator) : 0;
 
-    const bool evaluate_now = done % config.eval_every == 0 || done == config.steps;
+    const bool evaluate_now = done % config.eval_interval() == 0 || done == config.steps;
     if (done % config.log_every == 0 || evaluate_now) {
       const auto& stats = optimizer.last_step();
       MetricsRow row{done,

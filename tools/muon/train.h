@@ -3,6 +3,7 @@
 
 #include <ATen/core/ScalarType.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -35,7 +36,8 @@ MUON_DEFINE_VISIT(DataConfig, MUON_DATA_FIELDS)
   X(int64_t, steps, steps, "", 400, positive, "", "optimizer updates")                             \
   X(int64_t, batch_size, batch_size, "", 32, positive, "", "sequences per step and rank")          \
   X(int64_t, log_every, log_every, "", 20, positive, "", "steps between metrics rows")             \
-  X(int64_t, eval_every, eval_every, "", 100, positive, "", "steps between validation losses")     \
+  X(int64_t, eval_every, eval_every, "", 0, nonnegative, "",                                       \
+    "steps between validation losses (0: min(100, ceil(steps/4)), so a short run gets four)")     \
   X(int64_t, eval_batches, eval_batches, "", 8, positive, "", "validation batches per evaluation") \
   X(int64_t, checkpoint_every, checkpoint_every, "", 0, nonnegative, "",                           \
     "also write checkpoint.pt every N steps (0: at the end and on a signal only)")                 \
@@ -67,6 +69,12 @@ struct TrainConfig {
   bool handle_signals = false;  // SIGINT/SIGTERM: finish the step, checkpoint, exit (muon train)
   bool overwrite = false;       // replace a run already in out_dir
   std::string program = "muon";  // the command as the user typed it, for the hints printed
+
+  // Steps between evaluations: eval_every, or with 0 min(100, ⌈steps/4⌉) — every 100 steps as
+  // a default, yet at least four evaluations (a curve, not a line) in a short run.
+  int64_t eval_interval() const {
+    return eval_every > 0 ? eval_every : std::min<int64_t>(100, (steps + 3) / 4);
+  }
 
   // The run as YAML (model, data, train and the optimizer config), read back by
   // train_config_from_yaml to the same run.
