@@ -159,6 +159,13 @@ TEST(QkClip, DemoGptReportsPerHeadMaxLogitsAndTheHybridClips) {
   HybridOptions with_clip;
   with_clip.qk_clip_tau = 1e-3;  // tiny: every head with statistics would be clipped
   HybridOptimizer clipped(route(*a), with_clip), plain(route(*b), HybridOptions{});
+  for (auto& p : a->parameters()) p.mutable_grad() = at::ones_like(p);
+  const auto untouched = a->parameters()[0].detach().clone();
+  testing::expect_error<Error>(  // without the logits QK-clip would do nothing: refused
+      [&] { clipped.step(); },
+      {"HybridOptimizer: QK-clip (tau 0.001) needs the model's attention logits: call "
+       "set_qk_clip_source(model) before step()"});
+  EXPECT_TRUE(at::equal(a->parameters()[0], untouched));
   clipped.set_qk_clip_source(a.get());
   for (auto& p : a->parameters()) p.mutable_grad() = at::ones_like(p);
   for (auto& p : b->parameters()) p.mutable_grad() = at::ones_like(p);

@@ -13,6 +13,7 @@
 #include "gpt.h"
 #include "helpers.h"
 #include "muon/error.h"
+#include "muon/hybrid.h"
 
 namespace muon {
 namespace {
@@ -290,6 +291,26 @@ TEST(Routing, SplitHeadsSplitsADeclaredRowsSideIntoItsHeads) {
   // A Muon override keeps the split of the declared axes.
   rules.muon_patterns = {"q_proj"};
   EXPECT_EQ(route(params, rules)[0].num_heads, 4);
+}
+
+TEST(Routing, AHybridThatGivesMuonNothingSaysSo) {
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 8, 3));
+  ::testing::internal::CaptureStderr();
+  HybridOptimizer cnn(route(*conv), HybridOptions{});
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "muon: warning: no parameter is routed to Muon; every trainable one goes to AdamW "
+            "(weight [8, 3, 3, 3] and any other tensor of rank > 2 under routing higher_rank "
+            "'adamw'; higher_rank 'flatten' trains each as an (out, rest) matrix). report_text() "
+            "gives each parameter's reason.\n");
+  // Nothing said when Muon gets a matrix, or when AdamW for everything was asked for.
+  RoutingRules flatten;
+  flatten.higher_rank = HigherRankPolicy::flatten;
+  HybridOptions all_adamw;
+  all_adamw.all_adamw = true;
+  ::testing::internal::CaptureStderr();
+  HybridOptimizer flattened(route(*conv, flatten), HybridOptions{});
+  HybridOptimizer asked(route(*conv), all_adamw);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 TEST(Routing, ModulesReportTheirTypeNames) {

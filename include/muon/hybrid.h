@@ -176,6 +176,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   void check_group(size_t g, const std::string& who) const;
   void adopt_group(size_t g, std::optional<LrSchedule> schedule);
   void adopt_added_groups(const char* who);  // `who` names the caller in errors
+  void warn_when_muon_gets_nothing() const;
   struct Settings {
     double lr, weight_decay, momentum;  // momentum: Muon groups only (0 for AdamW)
     bool operator==(const Settings& o) const {

@@ -183,3 +183,13 @@ class TranscribedMuon(Optimizer):
                          (None, "original") else 0.2 * math.sqrt(max(rows, cols)))
                 p.mul_(1 - group["lr"] * group["weight_decay"])
                 p.add_(update, alpha=-group["lr"] * ratio)
+
+
+class NoAttention:
+    """A QK-clip source for models without attention (TinyGpt): no heads, no logits."""
+
+    def qk_clip_targets(self):
+        return []
+
+    def qk_max_logits(self):
+        return {}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import muon_cpp
-from helpers import TinyGpt, batches, train, weights
+from helpers import NoAttention, TinyGpt, batches, train, weights
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -100,6 +100,7 @@ def test_examples_build():
     for name in ("muon.yaml", "speedtronic.yaml", "dew.yaml", "flaxchat.yaml", "muoneq.yaml",
                  "dion.yaml", "dion_full.yaml", "adamw.yaml"):
         optimizer = muon_cpp.build_optimizer(model, EXAMPLES / name, 1000)
+        optimizer.set_qk_clip_source(NoAttention())  # dew's QK-clip: TinyGpt has no heads
         train(model, optimizer, batches(2))
         assert optimizer.step_count == 2
 
@@ -148,6 +149,27 @@ def test_a_torch_scheduler_beside_a_configured_schedule_is_refused_before_anythi
     with pytest.raises(RuntimeError, match=r"lr was changed to 0 outside the optimizer \(a torch "
                                            r"lr scheduler, set_lr, param_groups\?\), but the "
                                            r"schedule of its configuration sets it at every step"):
+        train(model, optimizer, batches(1))
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
+
+
+def test_a_cnn_that_gives_muon_nothing_is_told_and_qk_clip_without_logits_is_refused(capfd):
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3))
+    muon_cpp.build_optimizer(cnn, "optimizer: muon", 10)
+    assert ("muon: warning: no parameter is routed to Muon; every trainable one goes to AdamW "
+            "(0.weight [8, 3, 3, 3] and any other tensor of rank > 2 under routing higher_rank "
+            "'adamw'; higher_rank 'flatten' trains each as an (out, rest) matrix)"
+            in capfd.readouterr().err)
+    flattened = muon_cpp.build_optimizer(
+        cnn, "optimizer: {name: muon, routing: {higher_rank: flatten}}", 10)
+    assert "warning" not in capfd.readouterr().err
+    assert {g["algorithm"] for g in flattened.param_groups} == {"muon", "adamw"}
+
+    model = TinyGpt()
+    optimizer = muon_cpp.build_optimizer(model, "optimizer: muonclip", 10)
+    before = weights(model)
+    with pytest.raises(RuntimeError, match=r"QK-clip \(tau 100\) needs the model's attention "
+                                           r"logits: call set_qk_clip_source\(model\)"):
         train(model, optimizer, batches(1))
     assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
 

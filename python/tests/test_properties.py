@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 
 import muon_cpp
 from muon_cpp import _core
-from helpers import ReferenceMuon, TinyGpt, batches, reference_newton_schulz
+from helpers import NoAttention, ReferenceMuon, TinyGpt, batches, reference_newton_schulz
 from property_support import accepted, refused
 
 ALGORITHMS = {"muon": muon_cpp.Muon, "adamw": muon_cpp.AdamW, "adam": muon_cpp.Adam,
@@ -346,6 +346,7 @@ def test_yaml_documents(document, total_steps):
         assert all(torch.equal(a, b.detach()) for a, b in zip(weights_before, model.parameters()))
         return
     accepted("yaml_documents")
+    optimizer.set_qk_clip_source(NoAttention())  # QK-clip (muonclip examples) finds no heads
     # It steps. (Not necessarily to finite weights: a mutated config may hold a valid but absurd
     # rate, say 1e38, which diverges here as it would in torch.optim.)
     for tokens in batches(2):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -143,6 +144,28 @@ HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
     check_matrix_view(tensor, view, "routing");
     views_[tensor.unsafeGetTensorImpl()] = std::move(view);
   }
+  warn_when_muon_gets_nothing();
+}
+
+// A hybrid whose Muon gets no parameter is a routing surprise more often than a choice (a CNN's
+// rank-4 kernels under higher_rank 'adamw'): said on stderr, as the library's other warnings.
+void HybridOptimizer::warn_when_muon_gets_nothing() const {
+  if (options_.all_adamw) return;
+  const ParameterReport* higher_rank = nullptr;
+  bool trainable = false;
+  for (const auto& r : report_) {
+    if (r.role == Role::muon) return;
+    trainable = trainable || r.role != Role::frozen;
+    if (r.role == Role::adamw && r.shape.size() > 2 && higher_rank == nullptr) higher_rank = &r;
+  }
+  if (!trainable) return;
+  std::cerr << "muon: warning: no parameter is routed to Muon; every trainable one goes to AdamW";
+  if (higher_rank != nullptr) {
+    std::cerr << " (" << higher_rank->name << " " << at::IntArrayRef(higher_rank->shape)
+              << " and any other tensor of rank > 2 under routing higher_rank 'adamw'; "
+                 "higher_rank 'flatten' trains each as an (out, rest) matrix)";
+  }
+  std::cerr << ". report_text() gives each parameter's reason.\n";
 }
 
 Role HybridOptimizer::role_of_group(size_t g) const {

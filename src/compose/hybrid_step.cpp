@@ -35,6 +35,11 @@ std::vector<double> host_values(const std::vector<at::Tensor>& scalars) {
 }  // namespace
 
 void HybridOptimizer::check_step() const {
+  // Without the logits QK-clip would silently do nothing.
+  check(!options_.qk_clip_tau || qk_source_ != nullptr, "HybridOptimizer: QK-clip (tau ",
+        options_.qk_clip_tau.value_or(0), ") needs the model's attention logits: call "
+        "set_qk_clip_source(model) before step() (Python: optimizer.set_qk_clip_source(model)), or "
+        "remove qk_clip (optimizer muonclip sets it)");
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     const auto& group = param_groups_[g];
     const auto* muon = dynamic_cast<const MuonOptions*>(&group.options());
