@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages muon-cpp needs (only those missing), then configures and builds
-# everything into build/ (override with MUON_BUILD_DIR). Sourced or run by train.sh and test.sh.
+# into build/ (override with MUON_BUILD_DIR): everything, or only the CMake targets named
+# (`setup.sh muon_cli`, as train.sh does). Run by train.sh and test.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -44,4 +45,6 @@ fi
 [ -n "$packages_only" ] && exit 0
 build_dir="${MUON_BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build_dir" -j"$(nproc)"
+targets=()
+for target in "$@"; do targets+=(--target "$target"); done
+cmake --build "$build_dir" -j"$(nproc)" "${targets[@]}"

@@ -4,6 +4,6 @@
 # any, it trains into runs/latest, replacing the run a previous call left there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh muon_cli  # the library and the CLI only: no tests or benchmarks
 if [ $# -eq 0 ]; then set -- --out runs/latest --overwrite; fi
 exec "${MUON_BUILD_DIR:-build}/muon" train "$@"
