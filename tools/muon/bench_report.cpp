@@ -39,7 +39,7 @@ std::string BenchReport::to_json() const {
         << ", \"gflops\": " << gemms[i].gflops << "}";
   }
   out << "],\n  \"gemm_gflops\": " << gemm_gflops << ",\n  \"bf16_gflops\": " << bf16_gflops
-      << ",\n  \"copy_gbs\": " << copy_gbs << ",\n  \"triad_gbs\": " << triad_gbs
+      << ",\n  \"copy_gbs\": " << copy_gbs << ",\n  \"update_gbs\": " << update_gbs
       << ",\n  \"orthogonalization\": [";
   for (size_t i = 0; i < orthogonalization.size(); ++i) {
     const auto& r = orthogonalization[i];
