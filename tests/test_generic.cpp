@@ -442,6 +442,7 @@ TEST(Generic, CheckpointsMoveBetweenTheFusedAndGenericPaths) {
   at::manual_seed(4);
   demo::Gpt straight(tiny());
   auto straight_opt = build_optimizer(*straight, fused, 2 * K);
+  straight_opt->set_qk_clip_source(straight.get());
   for (int64_t s = 0; s < 2 * K; ++s) train_step(straight, *straight_opt, s);
   const auto expected = weights(straight);
 
@@ -450,12 +451,14 @@ TEST(Generic, CheckpointsMoveBetweenTheFusedAndGenericPaths) {
     at::manual_seed(4);
     demo::Gpt first(tiny());
     auto first_opt = build_optimizer(*first, *first_config, 2 * K);
+    first_opt->set_qk_clip_source(first.get());
     for (int64_t s = 0; s < K; ++s) train_step(first, *first_opt, s);
     const auto path = (std::filesystem::temp_directory_path() / "muon_generic_ckpt.pt").string();
     save_checkpoint(path, *first_opt, first.get(), first_config->to_yaml());
     at::manual_seed(5);
     demo::Gpt second(tiny());
     auto second_opt = build_optimizer(*second, *second_config, 2 * K);
+    second_opt->set_qk_clip_source(second.get());
     load_checkpoint(path, *second_opt, second.get());
     for (int64_t s = K; s < 2 * K; ++s) train_step(second, *second_opt, s);
     const auto resumed = weights(second);

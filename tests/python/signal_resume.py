@@ -54,7 +54,9 @@ def interrupt(args, out, rows_before, signals=1, run_dir=None):
             break
         time.sleep(0.01)
     time.sleep(0.05)  # between two log rows
-    for _ in range(signals):
+    for k in range(signals):
+        if k > 0:
+            time.sleep(0.1)  # a signal sent while the last is still pending merges with it
         process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=120)
     return process.returncode, output
@@ -115,21 +117,31 @@ def main():
                              rows_before=2, signals=2)
     assert code == 130, (code, output)
     path = os.path.join(twice, "checkpoint.pt")
-    assert (f"second interrupt: stopped at once, without a new checkpoint. If {path} exists, "
+    note = (f"second interrupt: stopped at once, without a new checkpoint. If {path} exists, "
             f"{muon} train --resume {twice} continues from it; if not, start the run again with "
-            "--overwrite." in output), output
+            "--overwrite.")
+    # The second signal came while the first was being handled (the note), or after the process
+    # had checkpointed and printed how to resume (then the note may follow): never in silence.
+    assert note in output or f"resume with: {muon} train --resume {twice}" in output, output
     if os.path.exists(path):
         load_checkpoint(path)  # whole
         printed = run([muon, "train", "--resume", twice, "--print-config"])
         assert printed.returncode == 0, printed.stderr
-    print("signal_resume: a second signal ends the process at once, saying what to do; the "
-          "checkpoint is whole")
-    # A run stopped before its first checkpoint: both commands say what to do.
+    print("signal_resume: a second signal ends the process at once; the checkpoint is whole")
+
+    # Two signals inside one long step, before the first checkpoint: the note says what to do,
+    # and so do the start command and --resume when they meet the directory.
     early = os.path.join(work, "early")
-    os.makedirs(early)
-    with open(os.path.join(early, "metrics.csv"), "w") as f:
-        f.write("step,loss\n")
-    again = run(command(muon, data, early))
+    slow = [muon, "train", "--data", data, "--steps", "50", "--layers", "2", "--d-model", "256",
+            "--seq-len", "128", "--batch-size", "32", "--log-every", "1", "--eval-every", "50",
+            "--out", early]
+    code, output = interrupt(slow, early, rows_before=1, signals=2)
+    assert code == 130, (code, output)
+    assert (f"second interrupt: stopped at once, without a new checkpoint. If {early}/checkpoint.pt "
+            f"exists, {muon} train --resume {early} continues from it; if not, start the run "
+            "again with --overwrite." in output), output
+    assert not os.path.exists(os.path.join(early, "checkpoint.pt"))
+    again = run(slow)
     assert again.returncode != 0 and (
         f"'{early}' holds a run that stopped before its first checkpoint, so it cannot be "
         "continued; pass --overwrite to start it again there" in again.stderr), again.stderr
@@ -138,6 +150,8 @@ def main():
         f"'{early}' holds a run that stopped before its first checkpoint (no checkpoint.pt), so "
         f"it cannot be continued; start it again with --overwrite --out {early}"
         in resumed.stderr), resumed.stderr
+    print("signal_resume: two signals before the first checkpoint say what to do, and so does "
+          "the directory they leave")
     # A directory where the checkpoint should be: a clear error, not an abort.
     odd = os.path.join(work, "odd")
     os.makedirs(os.path.join(odd, "checkpoint.pt"))

@@ -41,6 +41,9 @@ StopRequests::StopRequests(const std::string& second_note) {
 }
 
 StopRequests::~StopRequests() {
+  // After a signal the process is on its way out: a later one still gets the note and exit
+  // status 128 + signal rather than the default disposition's silent kill.
+  if (received.load() != 0) return;
   sigaction(SIGINT, &previous_int, nullptr);
   sigaction(SIGTERM, &previous_term, nullptr);
 }

@@ -6,7 +6,8 @@
 
 namespace muon::demo {
 
-// Installs the handlers for as long as the guard lives (the previous ones come back after).
+// Installs the handlers for as long as the guard lives (the previous ones come back after, unless
+// a signal arrived: then they stay, for the process is stopping).
 // `second_note` is printed to stderr when a second signal ends the process (what to do next).
 class StopRequests {
  public:

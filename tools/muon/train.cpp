@@ -486,7 +486,7 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
     log << (config.progress_bar ? "\r\033[K" : "") << "interrupted by "
         << (stopped_by == SIGTERM ? "SIGTERM" : "SIGINT") << " after step " << done << "/"
         << config.steps << "; wrote " << checkpoint_path << "\nresume with: " << config.program
-        << " train --resume " << config.out_dir << "\n";
+        << " train --resume " << config.out_dir << std::endl;  // before any second signal
     return result;
   }
   if (done < config.steps) {
