@@ -437,6 +437,26 @@ TEST(Config, WhatNameAdamwCannotUseIsRefusedOrAppliedToAdamW) {
   }
 }
 
+// Values quoted in messages come from users' files: a control character or a byte that is not
+// UTF-8 is written escaped, so the message is neither cut at a NUL nor undecodable.
+TEST(Config, ValuesInMessagesAreWrittenReadably) {
+  const Invalid cases[] = {
+      {"optimizer: \"\\x85\"", "optimizer.name: unknown optimizer '\\u0085'; valid optimizers"},
+      {"optimizer: \"a\\0b\"", "optimizer.name: unknown optimizer 'a\\x00b'; valid optimizers"},
+      {"optimizer: \"\\e[2J\\a\"", "unknown optimizer '\\x1b[2J\\x07'"},
+      {"optimizer: \"caf\u00e9 \u2013 \u03b7\"", "unknown optimizer 'caf\u00e9 \u2013 \u03b7'"},
+      {"optimizer: {lr: \"\\x7f\\t\"}", "optimizer.lr: expected a number, got '\\x7f\t'"},
+  };
+  for (const auto& c : cases) {
+    testing::expect_error<Error>([&] { OptimConfig::from_yaml(c.yaml); }, {c.fragment});
+  }
+  // Bytes that are not UTF-8 (a cut sequence, a stray continuation byte, an encoded surrogate) are
+  // written as bytes; the escaping is idempotent, so a message wrapped in context stays the same.
+  EXPECT_EQ(readable("\xc3 \x80 \xed\xa0\x80 ok \xf0\x9f\x98\x80"),
+            "\\xc3 \\x80 \\xed\\xa0\\x80 ok \xf0\x9f\x98\x80");
+  EXPECT_EQ(readable(readable(std::string("a\0\x85\xc2\x85", 5))), "a\\x00\\x85\\u0085");
+}
+
 TEST(Config, FileErrorsNameTheFile) {
   testing::expect_error<Error>([] { OptimConfig::from_yaml_file("/nonexistent/optim.yaml"); },
                                {"config: cannot read '/nonexistent/optim.yaml'"});

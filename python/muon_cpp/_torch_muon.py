@@ -147,13 +147,13 @@ def drop_duplicates(saved, view, keep):
     if pairs and view is None:
         raise ValueError(f"state dict group gives both {pairs[0][0]} and {pairs[0][1]}, for "
                          "settings torch.optim.Muon cannot express; keep one of them")
+    # Two torch keys can share a counterpart (use_gram_newton_schulz and gram_ns_coefficients
+    # both carry gram_coefficients), so it may be gone already.
     for key, counterpart in pairs:
-        if _plain(saved[key]) != _plain(view[key]):
-            saved.pop(counterpart)
-        elif keep == "ours":
-            saved.pop(key)
+        if _plain(saved[key]) != _plain(view[key]) or keep == "torch":
+            saved.pop(counterpart, None)
         else:
-            saved.pop(counterpart)
+            saved.pop(key)
     return saved
 
 

@@ -45,6 +45,14 @@ def test_config_errors_are_value_errors():
         muon_cpp.build_optimizer(model, "optimizer: {name: muon, routing: {muon: ['*.bias']}}", 10)
     with pytest.raises(FileNotFoundError):
         muon_cpp.build_optimizer(model, "no_such_config.yaml", 10)
+    # Control characters and bytes that are not UTF-8 in a quoted value are written escaped: the
+    # message is neither cut at a NUL nor lost to a decoding error. (yaml-cpp 0.7 reads the escape
+    # \N as the lone byte 0x85 rather than U+0085's UTF-8 form; either is shown escaped.)
+    for text, shown in [('"\\N"', r"\\(x85|u0085)"), ('"a\\0b"', r"a\\x00b"),
+                        ('"\\e[2J"', r"\\x1b\[2J"), ('{name: "caf\u00e9"}', "caf\u00e9")]:
+        with pytest.raises(ValueError, match=f"^optimizer.name: unknown optimizer '{shown}'; "
+                                             "valid optimizers are muon"):
+            muon_cpp.build_optimizer(model, f"optimizer: {text}\n", 10)
 
 
 def test_wrong_types_are_type_errors():

@@ -294,6 +294,16 @@ def test_a_changed_torch_key_wins_over_the_stale_one_of_ours():
     assert group["ns_eps"] == 1e-5 and group["coefficients"] == "quintic"
     assert "eps" not in group
 
+    # Two of torch's keys (use_gram_newton_schulz, gram_ns_coefficients) carry our one
+    # gram_coefficients: torch code that changed both replaces it once, with their meaning.
+    optimizer = muon_cpp.Muon(w, preset="torch", use_gram_newton_schulz=True)
+    saved = optimizer.state_dict()
+    saved["param_groups"][0].update(use_gram_newton_schulz=False,
+                                    gram_ns_coefficients=[[3.0, -3.0, 1.0]] * 5)
+    optimizer.load_state_dict(saved)
+    group = optimizer.param_groups[0]
+    assert group["gram_coefficients"] is None and "use_gram_newton_schulz" not in group
+
 
 def test_groups_torch_cannot_run_carry_no_torch_keys():
     w = parameters([(6, 10)])
