@@ -58,9 +58,10 @@ at::Tensor keller_jordan_bf16(const at::Tensor& g, const CoefficientTable& table
 at::Tensor ours_bf16(const at::Tensor& g, NsMethod method, const CoefficientTable& table,
                      int64_t steps, Bf16Products products = Bf16Products::emulated) {
   const auto x = g.to(at::kFloat).unsqueeze(0);
-  const auto normalized = x / (x.norm() * table.safety + table.eps);
+  auto normalized = x / (x.norm() * table.safety + table.eps);
   const auto options = OrthogonalizeOptions().steps(steps).coefficients(table);
-  return bf16_iterations(normalized, method, table, steps, gram_restart_points(options),
+  OrthogonalizeWorkspace ws;
+  return bf16_iterations(normalized, method, table, steps, gram_restart_points(options), ws,
                          products)[0]
       .to(at::kDouble);
 }

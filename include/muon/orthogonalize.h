@@ -95,6 +95,7 @@ class OrthogonalizeWorkspace {
     normalized,  // X / (‖X‖_F·safety + eps): the iterate the methods start from
     iterate,     // the methods' second iterate buffer (they alternate between the two)
     squares,     // the k×k matrices of the symmetric and Gram methods
+    operands,    // bf16 on CPU: the iterate and k×k matrices rounded to bf16, the products' inputs
     directions,  // Muon: the stacked momentum directions of one batch
     count,
   };

@@ -312,20 +312,15 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
   const int64_t cols = x.size(-1);
   const auto& table = options.coefficients();
 
-  if (x.device().is_cpu() && orthogonalize_dtype(x, options.dtype()) == at::kBFloat16) {
-    // Normalized in fp32; the iterations round to bf16 where their products need it.
-    const auto batch = x.reshape({-1, rows, cols}).to(at::kFloat);
-    auto normalized = at::empty_like(batch);
-    normalize_into(normalized, batch, table);
-    const auto X = detail::bf16_iterations(normalized, method, table, options.steps(),
-                                           gram_restart_points(options));
-    return X.to(x.scalar_type()).reshape(x.sizes());
-  }
   // The iterations start from a fresh tensor (or workspace buffer), so x — possibly aliased by the
   // reshape/cast — is never written.
-  const auto batch = x.reshape({-1, rows, cols}).to(orthogonalize_dtype(x, options.dtype()));
+  const bool cpu_bf16 =
+      x.device().is_cpu() && orthogonalize_dtype(x, options.dtype()) == at::kBFloat16;
+  // CPU bf16 is normalized in fp32; its iterations round to bf16 where their products need it.
+  const auto batch = x.reshape({-1, rows, cols})
+                         .to(cpu_bf16 ? at::kFloat : orthogonalize_dtype(x, options.dtype()));
   at::Tensor X;
-  if (method == NsMethod::plain) {
+  if (method == NsMethod::plain && !cpu_bf16) {
     auto normalized = at::empty_like(batch);
     normalize_into(normalized, batch, table);
     X = plain_iterations(normalized, table, options.steps());
@@ -335,10 +330,15 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
     auto normalized =
         ws.get(OrthogonalizeWorkspace::Slot::normalized, batch.sizes(), batch.options());
     normalize_into(normalized, batch, table);
-    X = method == NsMethod::symmetric
-            ? detail::symmetric_iterations(normalized, table, options.steps(), ws)
-            : detail::gram_iterations(normalized, table, options.steps(),
-                                      gram_restart_points(options), ws);
+    if (cpu_bf16) {
+      X = detail::bf16_iterations(normalized, method, table, options.steps(),
+                                  gram_restart_points(options), ws);
+    } else if (method == NsMethod::symmetric) {
+      X = detail::symmetric_iterations(normalized, table, options.steps(), ws);
+    } else {
+      X = detail::gram_iterations(normalized, table, options.steps(), gram_restart_points(options),
+                                  ws);
+    }
   }
   return X.to(x.scalar_type()).reshape(x.sizes());
 }

@@ -36,14 +36,15 @@ struct Product {
 };
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, bool>;
+                       int64_t, int64_t, float>;
 
+// beta ≠ 0 adds beta·C to the product through a sum post-op, in the kernel's own pass over C.
 ::dnnl::matmul::primitive_desc make_pd(const memory::desc& a, const memory::desc& b,
-                                       const memory::desc& c, bool accumulate) {
+                                       const memory::desc& c, float beta) {
   ::dnnl::primitive_attr attr;
-  if (accumulate) {
+  if (beta != 0.0f) {
     ::dnnl::post_ops post;
-    post.append_sum(1.0f);
+    post.append_sum(beta);
     attr.set_post_ops(post);
   }
 #if DNNL_VERSION_MAJOR >= 3
@@ -54,7 +55,7 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, in
 }
 
 const Product& product(const Key& key, const memory::desc& a, const memory::desc& b,
-                       const memory::desc& c, bool accumulate) {
+                       const memory::desc& c, float beta) {
   static std::mutex mutex;
   static std::map<Key, Product> cache;
   std::lock_guard<std::mutex> lock(mutex);
@@ -62,7 +63,7 @@ const Product& product(const Key& key, const memory::desc& a, const memory::desc
   if (it == cache.end()) {
     Product p;
     try {
-      p.pd = std::make_unique<::dnnl::matmul::primitive_desc>(make_pd(a, b, c, accumulate));
+      p.pd = std::make_unique<::dnnl::matmul::primitive_desc>(make_pd(a, b, c, beta));
     } catch (const ::dnnl::error& e) {
       throw Error(std::string("oneDNN has no matrix-product kernel for these types on this CPU (") +
                   e.what() + ")");
@@ -86,14 +87,14 @@ std::string version() {
 }
 
 void matmul(int64_t m, int64_t n, int64_t k, Type in, Operand a, Operand b, Type out, void* c,
-            int64_t rsc, int64_t csc, bool accumulate) {
+            int64_t rsc, int64_t csc, float beta) {
   const auto a_md = descriptor(m, k, in, a.rs, a.cs);
   const auto b_md = descriptor(k, n, in, b.rs, b.cs);
   const auto c_md = descriptor(m, n, out, rsc, csc);
   const Key key{
       m,   n,   k,         static_cast<int>(in), static_cast<int>(out), a.rs, a.cs, b.rs, b.cs,
-      rsc, csc, accumulate};
-  const auto& p = product(key, a_md, b_md, c_md, accumulate);
+      rsc, csc, beta};
+  const auto& p = product(key, a_md, b_md, c_md, beta);
   memory a_mem(a_md, engine(), const_cast<void*>(a.data));
   memory b_mem(b_md, engine(), const_cast<void*>(b.data));
   memory c_mem(c_md, engine(), c);
@@ -106,7 +107,7 @@ void matmul(int64_t m, int64_t n, int64_t k, Type in, Operand a, Operand b, Type
 std::string kernel(Type in, Type out, int64_t n) {
   try {
     return make_pd(descriptor(n, n, in, n, 1), descriptor(n, n, in, n, 1),
-                   descriptor(n, n, out, n, 1), false)
+                   descriptor(n, n, out, n, 1), 0.0f)
         .impl_info_str();
   } catch (const ::dnnl::error&) {
     return "";
@@ -126,7 +127,7 @@ std::string version() {
   return "none (oneDNN's headers, libdnnl-dev, were not found at build time)";
 }
 void matmul(int64_t, int64_t, int64_t, Type, Operand, Operand, Type, void*, int64_t, int64_t,
-            bool) {
+            float) {
   throw Error("matrix products through oneDNN: this build has no oneDNN");
 }
 std::string kernel(Type, Type, int64_t) {

@@ -22,10 +22,12 @@ struct Operand {
   int64_t rs, cs;
 };
 
-// C (m×n) = A (m×k)·B (k×n), or C += A·B with `accumulate`; A and B of type `in`, C of type `out`,
-// accumulated in fp32. Throws muon::Error when oneDNN has no kernel for it on this CPU.
+// C (m×n) = A (m×k)·B (k×n) + beta·C (C not read when beta is 0); A and B of type `in`, C of
+// type `out`, accumulated in fp32. C may be a strided view (rows rsc, columns csc apart). One
+// primitive per shape, layout, types and beta is made on first use and kept. Throws muon::Error
+// when oneDNN has no kernel for it on this CPU.
 void matmul(int64_t m, int64_t n, int64_t k, Type in, Operand a, Operand b, Type out, void* c,
-            int64_t rsc, int64_t csc, bool accumulate = false);
+            int64_t rsc, int64_t csc, float beta = 0.0f);
 
 // The kernel oneDNN picks for an n×n×n product of `in` into `out` (e.g. "brg:avx512_core_amx",
 // "gemm:jit"), or "" when it has none on this CPU.

@@ -1,6 +1,9 @@
 #include "newton_schulz_bf16.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <utility>
 
 #include "dnnl.h"
 #include "kernel_choice.h"
@@ -25,134 +28,249 @@ std::string bf16_products_unavailable_reason() {
 
 namespace {
 
-constexpr int64_t kBlockRows = 128;  // rows per product of the symmetric ones (block rows)
+// Rows per product when only the upper triangle of a symmetric product is wanted: smaller blocks
+// skip more of the lower triangle (128 computes 58% of a 768² product, 256 computes 67%), larger
+// ones give oneDNN's kernels longer panels to run at full speed.
+constexpr int64_t kBlockRows = 128;
 
-// C = A·B for 2-D bf16 A and B (any strides), accumulated in fp32, as `out`.
-at::Tensor product(const at::Tensor& A, const at::Tensor& B, at::ScalarType out,
-                   Bf16Products products) {
-  if (products == Bf16Products::emulated) return at::mm(A.to(at::kFloat), B.to(at::kFloat)).to(out);
-  auto C = at::empty({A.size(0), B.size(1)}, A.options().dtype(out));
+// C ← A·B + beta·C for 2-D bf16 A, B and fp32 C (C not read when beta is 0): one oneDNN product
+// with bf16 operands, fp32 sums and an fp32 result, or its emulation. A and B may be strided
+// views; C's rows must be dense (oneDNN 2.x otherwise leaves its brgemm kernels for a GEMM that
+// also fails to run beside PyPI's torch).
+void product_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, double beta,
+                  Bf16Products products) {
+  if (products == Bf16Products::emulated) {
+    const auto AB = at::mm(A.to(at::kFloat), B.to(at::kFloat));
+    if (beta == 0) {
+      C.copy_(AB);
+    } else {
+      C.mul_(beta).add_(AB);
+    }
+    return;
+  }
   dnnl::matmul(A.size(0), B.size(1), A.size(1), dnnl::Type::bf16,
                {A.data_ptr(), A.stride(0), A.stride(1)}, {B.data_ptr(), B.stride(0), B.stride(1)},
-               out == at::kBFloat16 ? dnnl::Type::bf16 : dnnl::Type::f32, C.data_ptr(), C.stride(0),
-               C.stride(1));
-  return C;
+               dnnl::Type::f32, C.data_ptr(), C.stride(0), C.stride(1), static_cast<float>(beta));
 }
 
-// A·B (fp32) for bf16 A, B whose product is symmetric, computing only the blocks of rows on and
-// above the diagonal (about half the FLOPs), mirrored into a full matrix.
-at::Tensor symmetric_product(const at::Tensor& A, const at::Tensor& B, Bf16Products products) {
+// The upper triangle of a symmetric k×k fp32 matrix as its blocks of kBlockRows rows: the block
+// at row i0 holds rows i0 .. i0 + r and columns i0 .. k densely — what one product writes.
+struct UpperBlocks {
+  at::Tensor data;  // 1-D, elements(k) long
+  int64_t k;
+  const float* base = data.data_ptr<float>();  // read per element: not looked up each time
+
+  static int64_t offset(int64_t i0, int64_t k) {  // where the block at row i0 starts
+    const int64_t before = i0 / kBlockRows;
+    return kBlockRows * (before * k - kBlockRows * before * (before - 1) / 2);
+  }
+  static int64_t elements(int64_t k) {
+    const int64_t last = (k - 1) / kBlockRows * kBlockRows;
+    return offset(last, k) + (k - last) * (k - last);
+  }
+  at::Tensor block(int64_t i0) const {
+    const int64_t rows = std::min(kBlockRows, k - i0);
+    return data.narrow(0, offset(i0, k), rows * (k - i0)).view({rows, k - i0});
+  }
+  // Row i indexed by column: row(i)[j] is element (i, j) for j ≥ i.
+  const float* row(int64_t i) const {
+    const int64_t i0 = i / kBlockRows * kBlockRows;
+    return base + offset(i0, k) + (i - i0) * (k - i0) - i0;
+  }
+};
+
+// C ← the upper triangle of A·Bᵀ for bf16 A and B (k×n each) whose product is symmetric — W·Wᵀ,
+// or A·B for a symmetric B: one product per block of rows, the diagonal block whole. Bᵀ rather
+// than B makes each block's right operand rows of B, read densely.
+void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlocks& C,
+                        Bf16Products products) {
   const int64_t k = A.size(0);
-  auto C = at::zeros({k, k}, A.options().dtype(at::kFloat));
   for (int64_t i0 = 0; i0 < k; i0 += kBlockRows) {
     const int64_t rows = std::min(kBlockRows, k - i0);
-    C.narrow(0, i0, rows)
-        .narrow(1, i0, k - i0)
-        .copy_(product(A.narrow(0, i0, rows), B.narrow(1, i0, k - i0), at::kFloat, products));
+    product_into(A.narrow(0, i0, rows), B.narrow(0, i0, k - i0).t(), C.block(i0), 0.0, products);
   }
-  return C.triu() + C.triu(1).t();
 }
 
-at::Tensor bf16(const at::Tensor& t) {
-  return t.to(at::kBFloat16);
+// Fills the symmetric k×k bf16 S with S[i][j] = S[j][i] = value(i, j) for j ≥ i (value reads
+// upper triangles), rounded to nearest even. By 32×32 tiles through a local buffer, so that the
+// reads and both writes run along rows: writing a column of a power-of-two-wide matrix directly
+// hits one cache set.
+template <class Value>
+void fill_symmetric(const at::Tensor& S, Value value) {
+  constexpr int64_t kTile = 32;
+  const int64_t k = S.size(0);
+  auto* s = S.data_ptr<at::BFloat16>();
+  at::parallel_for(0, (k + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
+    at::BFloat16 tile[kTile][kTile];
+    for (int64_t i0 = begin * kTile; i0 < std::min(end * kTile, k); i0 += kTile) {
+      const int64_t rows = std::min(kTile, k - i0);
+      for (int64_t j0 = i0; j0 < k; j0 += kTile) {
+        const int64_t cols = std::min(kTile, k - j0);
+        const bool diagonal = j0 == i0;
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = diagonal ? i : 0; j < cols; ++j) {
+            const at::BFloat16 v(value(i0 + i, j0 + j));
+            s[(i0 + i) * k + j0 + j] = v;
+            tile[j][i] = v;
+          }
+        }
+        for (int64_t j = 0; j < cols; ++j) {
+          for (int64_t i = 0; i < (diagonal ? j : rows); ++i) s[(j0 + j) * k + i0 + i] = tile[j][i];
+        }
+      }
+    }
+  });
 }
 
-// Q = a·I + b·A + c·A² for the fp32 symmetric A; `symmetric` computes A² by block rows.
-at::Tensor polynomial(const at::Tensor& A, const Coefficients& abc, bool symmetric,
-                      Bf16Products products) {
-  const auto A16 = bf16(A);
-  const auto A2 =
-      symmetric ? symmetric_product(A16, A16, products) : product(A16, A16, at::kFloat, products);
-  auto Q = A * abc[1] + A2 * abc[2];
-  Q.diagonal().add_(abc[0]);
-  return Q;
+// S ← the bf16 rounding of the symmetric matrix whose upper triangle C holds.
+void round_symmetric(const at::Tensor& S, const UpperBlocks& C) {
+  fill_symmetric(S, [&](int64_t i, int64_t j) { return C.row(i)[j]; });
 }
 
-// W·Wᵀ (fp32) for the k×m bf16 W.
-at::Tensor gram(const at::Tensor& W, bool symmetric, Bf16Products products) {
-  return symmetric ? symmetric_product(W, W.t(), products)
-                   : product(W, W.t(), at::kFloat, products);
+// S ← a·I + b·A + c·P from the upper triangles of the symmetric A and P, summed in fp32 and
+// rounded once.
+void polynomial(const at::Tensor& S, const UpperBlocks& A, const UpperBlocks& P,
+                const Coefficients& abc) {
+  const auto a = static_cast<float>(abc[0]), b = static_cast<float>(abc[1]),
+             c = static_cast<float>(abc[2]);
+  fill_symmetric(S, [&](int64_t i, int64_t j) {
+    const float q = b * A.row(i)[j] + c * P.row(i)[j];
+    return i == j ? q + a : q;
+  });
 }
 
-// W (k×m) is kept in fp32 between iterations and rounded to bf16 once per iteration as the
-// operand of its products: the products' inputs are bf16, nothing else is.
+// One matrix of the batch, seen on its smaller side k×m (k ≤ m): W is X, or Xᵀ when X is tall.
+// X holds the iterate in fp32 and is updated in place; W16 holds W rounded to bf16, k×m row-major
+// either way, so that every product reads its operands densely.
+struct Iterate {
+  at::Tensor X, W16;  // rows×cols fp32, k×m bf16
+  bool tall;
 
-// Keller Jordan's chain with fp32 sums: A = W·Wᵀ, B = b·A + c·A², W ← a·W + B·W.
-at::Tensor plain_one(at::Tensor W, const CoefficientTable& table, int64_t steps,
-                     Bf16Products products) {
+  // W16 ← W rounded to bf16: the operand of the products that follow.
+  void round() const { W16.copy_(tall ? X.t() : X); }
+  // A ← the upper triangle of W·Wᵀ.
+  void gram_upper(const UpperBlocks& A, Bf16Products products) const {
+    upper_product_into(W16, W16, A, products);
+  }
+  // W ← beta·W + S·W for the symmetric k×k bf16 S, summed into the fp32 W by the product itself;
+  // a tall X as Xᵀ ← beta·Xᵀ + Wᵀ·S (S = Sᵀ), so that X's rows are the result's.
+  void left_product(const at::Tensor& S, double beta, Bf16Products products) const {
+    if (tall) {
+      product_into(W16.t(), S, X, beta, products);
+    } else {
+      product_into(S, W16, X, beta, products);
+    }
+  }
+};
+
+// The k×k matrices of one iteration: fp32 upper triangles (A, and P for a product's result) and
+// whole bf16 operands.
+struct Squares {
+  UpperBlocks A, P;
+  at::Tensor A16, Q16, R16, S16;
+};
+
+// The symmetric method: A = W·Wᵀ and A² by block rows, B = b·A + c·A² rounded once, and
+// W ← a·W + B·W with a·W added to the fp32 W inside the product (the sum post-op) rather than
+// folded into B's diagonal, where bf16 would round a (≈ 3.4) to 2⁻⁸ of itself.
+void symmetric_one(const Iterate& w, const CoefficientTable& table, int64_t steps, Squares& sq,
+                   Bf16Products products) {
   for (int64_t t = 0; t < steps; ++t) {
     const auto& abc = table.row(t);
-    const auto W16 = bf16(W);
-    const auto A = gram(W16, false, products);
-    const auto A16 = bf16(A);
-    const auto B = A * abc[1] + product(A16, A16, at::kFloat, products) * abc[2];
-    W = product(bf16(B), W16, at::kFloat, products).add_(W, abc[0]);
+    w.round();
+    w.gram_upper(sq.A, products);
+    round_symmetric(sq.A16, sq.A);
+    upper_product_into(sq.A16, sq.A16, sq.P, products);
+    polynomial(sq.Q16, sq.A, sq.P, {0.0, abc[1], abc[2]});
+    w.left_product(sq.Q16, abc[0], products);
   }
-  return W;
 }
 
-// The symmetric method: A and A² by block rows; a·W is added in fp32 rather than folded into the
-// polynomial's diagonal, where bf16 would round a (≈ 3.4) to 2⁻⁸ of itself.
-at::Tensor symmetric_one(at::Tensor W, const CoefficientTable& table, int64_t steps,
-                         Bf16Products products) {
+// Gram Newton–Schulz as the fp32 method runs it (newton_schulz_blas.cpp): R = ∏Q_t, A ← A·Q_t²,
+// W and A formed afresh at each restart, W_T = R·W. All of R, Q_t and A are polynomials in the
+// same Gram matrix, so every k×k product is symmetric and computed by block rows.
+void gram_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
+              const std::vector<int64_t>& restarts, Squares& sq, Bf16Products products) {
+  w.round();
+  w.gram_upper(sq.A, products);
+  bool fresh = true;  // R is the identity
   for (int64_t t = 0; t < steps; ++t) {
-    const auto& abc = table.row(t);
-    const auto W16 = bf16(W);
-    const auto B = polynomial(gram(W16, true, products), {0.0, abc[1], abc[2]}, true, products);
-    W = product(bf16(B), W16, at::kFloat, products).add_(W, abc[0]);
-  }
-  return W;
-}
-
-// Gram Newton–Schulz as the fp32 method does it (newton_schulz_blas.cpp): R = ∏Q_t, A ← A·Q²,
-// W and A formed afresh at each restart, W_T = R·W.
-at::Tensor gram_one(at::Tensor W, const CoefficientTable& table, int64_t steps,
-                    const std::vector<int64_t>& restarts, Bf16Products products) {
-  auto A = gram(bf16(W), true, products);
-  at::Tensor R;  // undefined: the identity
-  for (int64_t t = 0; t < steps; ++t) {
-    const auto Q = polynomial(A, table.row(t), true, products);
-    const auto Q16 = bf16(Q);
-    R = R.defined() ? symmetric_product(bf16(R), Q16, products) : Q;
+    round_symmetric(sq.A16, sq.A);
+    upper_product_into(sq.A16, sq.A16, sq.P, products);
+    polynomial(sq.Q16, sq.A, sq.P, table.row(t));
+    if (fresh) {  // R = Q_t: take the buffer rather than copy it
+      std::swap(sq.R16, sq.Q16);
+    } else {
+      upper_product_into(sq.R16, sq.Q16, sq.P, products);
+      round_symmetric(sq.R16, sq.P);
+    }
+    const at::Tensor& q16 = fresh ? sq.R16 : sq.Q16;
+    fresh = false;
     const int64_t done = t + 1;
     if (done == steps) break;
     if (std::binary_search(restarts.begin(), restarts.end(), done)) {
-      W = product(bf16(R), bf16(W), at::kFloat, products);
-      A = gram(bf16(W), true, products);
-      R = at::Tensor();
+      w.left_product(sq.R16, 0.0, products);
+      w.round();
+      w.gram_upper(sq.A, products);
+      fresh = true;
       continue;
     }
-    A = symmetric_product(bf16(A), bf16(symmetric_product(Q16, Q16, products)), products);
+    upper_product_into(q16, q16, sq.P, products);  // Q_t²
+    round_symmetric(sq.S16, sq.P);
+    upper_product_into(sq.A16, sq.S16, sq.A, products);
   }
-  return product(bf16(R), bf16(W), at::kFloat, products);
+  w.left_product(sq.R16, 0.0, products);
+}
+
+// The plain method, Keller Jordan's chain with every product whole: A = W·Wᵀ, B = b·A + c·A²,
+// W ← a·W + B·W, in the same precision as the others.
+void plain_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
+               Bf16Products products) {
+  const int64_t k = w.W16.size(0);
+  auto A = at::empty({k, k}, w.X.options());
+  auto P = at::empty({k, k}, w.X.options());
+  for (int64_t t = 0; t < steps; ++t) {
+    const auto& abc = table.row(t);
+    w.round();
+    product_into(w.W16, w.W16.t(), A, 0.0, products);
+    const auto A16 = A.to(at::kBFloat16);
+    product_into(A16, A16, P, 0.0, products);
+    w.left_product((A * abc[1] + P * abc[2]).to(at::kBFloat16), abc[0], products);
+  }
 }
 
 }  // namespace
 
-at::Tensor bf16_iterations(const at::Tensor& X, NsMethod method, const CoefficientTable& table,
-                           int64_t steps, const std::vector<int64_t>& restarts,
-                           Bf16Products products) {
+at::Tensor& bf16_iterations(at::Tensor& X, NsMethod method, const CoefficientTable& table,
+                            int64_t steps, const std::vector<int64_t>& restarts,
+                            OrthogonalizeWorkspace& ws, Bf16Products products) {
   check(products == Bf16Products::emulated || bf16_products_available(),
         "orthogonalize: bfloat16 on CPU runs on bf16 dot products, and ",
         bf16_products_unavailable_reason());
   check(method == NsMethod::plain || method == NsMethod::symmetric || method == NsMethod::gram,
         "bf16_iterations: a resolved method, not '", to_string(method), "'");
-  const bool tall = X.size(1) > X.size(2);
-  auto out = at::empty_like(X);
+  check(X.scalar_type() == at::kFloat && X.dim() == 3 && X.is_contiguous(),
+        "bf16_iterations: a contiguous (batch, rows, cols) float32 tensor, got ", X.sizes());
+  const int64_t rows = X.size(1), cols = X.size(2), k = std::min(rows, cols);
+  auto operands = ws.get(OrthogonalizeWorkspace::Slot::operands, {rows * cols + 4 * k * k},
+                         X.options().dtype(at::kBFloat16));
+  const auto k16 = operands.narrow(0, rows * cols, 4 * k * k).view({4, k, k});
+  const int64_t upper = UpperBlocks::elements(k);
+  auto k32 = ws.get(OrthogonalizeWorkspace::Slot::squares, {2 * upper}, X.options());
+  Squares sq{{k32.narrow(0, 0, upper), k}, {k32.narrow(0, upper, upper), k}, k16[0], k16[1],
+             k16[2], k16[3]};
   for (int64_t i = 0; i < X.size(0); ++i) {
-    // Each matrix on its smaller side, k×m with k ≤ m.
-    const auto W = (tall ? X[i].t() : X[i]).contiguous();
-    at::Tensor result;
+    const Iterate w{X[i], operands.narrow(0, 0, rows * cols).view({k, rows * cols / k}),
+                    rows > cols};
     if (method == NsMethod::plain) {
-      result = plain_one(W, table, steps, products);
+      plain_one(w, table, steps, products);
     } else if (method == NsMethod::symmetric) {
-      result = symmetric_one(W, table, steps, products);
+      symmetric_one(w, table, steps, sq, products);
     } else {
-      result = gram_one(W, table, steps, restarts, products);
+      gram_one(w, table, steps, restarts, sq, products);
     }
-    out[i].copy_(tall ? result.t() : result);
   }
-  return out;
+  return X;
 }
 
 }  // namespace muon::detail

@@ -22,10 +22,13 @@ enum class Bf16Products { onednn, emulated };
 bool bf16_products_available();
 std::string bf16_products_unavailable_reason();
 
-// X: (batch, rows, cols) float32, already normalized. Iterates each matrix on its smaller side by
-// `method` (plain, symmetric or gram, as the fp32 methods) and returns the results in float32.
-at::Tensor bf16_iterations(const at::Tensor& X, NsMethod method, const CoefficientTable& table,
-                           int64_t steps, const std::vector<int64_t>& restarts,
-                           Bf16Products products = Bf16Products::onednn);
+// X: (batch, rows, cols) contiguous float32, already normalized. Iterates each matrix in place on
+// its smaller side by `method` (plain, symmetric or gram, as the fp32 methods) and returns X.
+// The bf16 operands and the k×k matrices live in `ws` (slots operands and squares), so that a
+// workspace reused for the same shape allocates nothing.
+at::Tensor& bf16_iterations(at::Tensor& X, NsMethod method, const CoefficientTable& table,
+                            int64_t steps, const std::vector<int64_t>& restarts,
+                            OrthogonalizeWorkspace& ws,
+                            Bf16Products products = Bf16Products::onednn);
 
 }  // namespace muon::detail
