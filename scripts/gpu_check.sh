@@ -2,7 +2,7 @@
 # The GPU check: on a Linux machine with a CUDA build of PyTorch ≥ 2.4, nvcc, CMake and ninja —
 # no network, no package manager — build the library and the Python module against that torch,
 # run the optimizer tests on CUDA tensors, and print our Muon and AdamW steps against PyTorch's
-# on a GPT-shaped set (bench/gpu_bench.py). About 4–6 minutes on one GPU; docs/benchmarks.md
+# on a GPT-shaped set (bench/torch_peers.py). About 4–6 minutes on one GPU; docs/benchmarks.md
 # holds the last figures.
 #
 #   scripts/gpu_check.sh [--quick]      # --quick: a small parameter set, few timed steps
@@ -82,5 +82,6 @@ export PYTHONPATH="$(pwd)/$build/python${PYTHONPATH:+:$PYTHONPATH}"
 (cd "$build/python" && "$python" -m pytest -q -p no:cacheprovider -x ../../python/tests)
 
 stage "benchmark: Muon and AdamW steps against PyTorch"
-"$python" bench/gpu_bench.py --device "$device" --json "$build/gpu_bench.json" "${bench_args[@]}"
+"$python" bench/torch_peers.py --device "$device" --layers 12 --mlp gelu --steps 20 \
+  --json "$build/torch_peers.json" "${bench_args[@]}"
 stage "done in $((SECONDS - started)) s"

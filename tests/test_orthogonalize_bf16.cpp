@@ -139,6 +139,31 @@ TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16OnLongMatrices
   });
 }
 
+// Muon orthogonalizes the same shapes every step through one workspace per shape: the result
+// comes back in the workspace's buffer, the same bits each time, and a workspace that served
+// another shape serves this one again.
+TEST(OrthogonalizeBf16, AReusedWorkspaceGivesItsBufferAndTheSameBits) {
+  const auto options = OrthogonalizeOptions().dtype(at::kBFloat16);
+  auto gen = seeded(3);
+  const auto wide = at::randn({2, 96, 288}, gen);
+  const auto tall = at::randn({288, 96}, gen);
+  if (!bf16_products_available()) {
+    testing::expect_error<Error>([&] { orthogonalize(wide, options); },
+                                 {"bfloat16 on CPU runs on bf16 dot products"});
+    return;
+  }
+  OrthogonalizeWorkspace ws;
+  const auto first = orthogonalize(wide, options, &ws).clone();
+  const void* buffer = orthogonalize(wide, options, &ws).data_ptr();
+  for (int call = 0; call < 2; ++call) {
+    const auto again = orthogonalize(wide, options, &ws);
+    EXPECT_EQ(again.data_ptr(), buffer);
+    EXPECT_TRUE(at::equal(again, first));
+  }
+  EXPECT_TRUE(at::equal(orthogonalize(tall, options, &ws), orthogonalize(tall, options)));
+  EXPECT_TRUE(at::equal(orthogonalize(wide, options, &ws), first));
+}
+
 TEST(OrthogonalizeBf16, WithoutBf16DotProductsCpuBf16IsAClearError) {
   if (bf16_products_available()) {
     // The hardware path and the emulation: the same arithmetic, summed in another order.

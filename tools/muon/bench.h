@@ -37,7 +37,7 @@ struct BenchReport {
   };
   std::vector<Gemm> gemms;  // every library's
   double gemm_gflops = 0;   // the best fp32 one: the denominator
-  double bf16_gflops = 0;   // oneDNN bf16 → fp32, 0 where the CPU has no bf16 dot products
+  double bf16_gflops = 0;   // the best bf16 GEMM, 0 where the CPU has no bf16 dot products
   double copy_gbs = 0, update_gbs = 0;  // a copy, and an in-place update c += s·a
 
   struct Orthogonalization {

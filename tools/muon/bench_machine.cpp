@@ -47,7 +47,7 @@ std::string cpu_description() {
 }
 
 struct GemmBench::Buffers {
-  at::Tensor a, b, c, a16, b16;
+  at::Tensor a, b, c, a16, b16, c16;
 };
 
 GemmBench::GemmBench(int64_t n) : n_(n), buffers_(new Buffers) {
@@ -60,6 +60,13 @@ GemmBench::GemmBench(int64_t n) : n_(n), buffers_(new Buffers) {
   auto* c = t.c.data_ptr<float>();
   const int size = static_cast<int>(n);
   gemms_.push_back({"LibTorch at::mm", "its BLAS", false, [&t] { at::mm_out(t.c, t.a, t.b); }});
+  if (detail::has_bf16_products(detail::cpu_features())) {  // what torch.matmul runs bf16 on
+    t.a16 = t.a.to(at::kBFloat16);
+    t.b16 = t.b.to(at::kBFloat16);
+    t.c16 = at::empty_like(t.a16);
+    gemms_.push_back({"LibTorch at::mm bf16", "its oneDNN", true,
+                      [&t] { at::mm_out(t.c16, t.a16, t.b16); }});
+  }
   if (detail::blas::available() && detail::blas::backend().rfind("BLIS", 0) == 0) {
     gemms_.push_back({"BLIS", detail::blas::kernel_family() + " kernels", false,
                       [=] { detail::blas::gemm_square(a, b, c, size); }});
@@ -71,12 +78,10 @@ GemmBench::GemmBench(int64_t n) : n_(n), buffers_(new Buffers) {
            detail::dnnl::matmul(n, n, n, Type::f32, {a, n, 1}, {b, n, 1}, Type::f32, c, n, 1);
          }});
     const auto bf16_kernel = detail::dnnl::kernel(Type::bf16, Type::f32);
-    if (detail::has_bf16_products(detail::cpu_features()) && !bf16_kernel.empty()) {
-      t.a16 = t.a.to(at::kBFloat16);
-      t.b16 = t.b.to(at::kBFloat16);
+    if (t.a16.defined() && !bf16_kernel.empty()) {
       const void* a16 = t.a16.data_ptr();
       const void* b16 = t.b16.data_ptr();
-      gemms_.push_back({"oneDNN bf16", bf16_kernel, true, [=] {
+      gemms_.push_back({"oneDNN bf16 → fp32", bf16_kernel, true, [=] {
                           detail::dnnl::matmul(n, n, n, Type::bf16, {a16, n, 1}, {b16, n, 1},
                                                Type::f32, c, n, 1);
                         }});

@@ -18,15 +18,16 @@ namespace muon::demo {
 std::string cpu_description();
 
 // n×n×n GEMMs, each library's: LibTorch's at::mm (its BLAS), BLIS (the products of the CPU
-// Newton–Schulz methods, on LibTorch's thread count) and oneDNN in fp32; oneDNN bf16 → fp32
-// when the CPU has bf16 dot products.
+// Newton–Schulz methods, on LibTorch's thread count) and oneDNN in fp32; where the CPU has bf16
+// dot products, LibTorch's at::mm in bf16 (its own oneDNN, which torch.optim.Muon's products run
+// on) and the system's oneDNN bf16 → fp32 (which the bf16 Newton–Schulz products run on).
 class GemmBench {
  public:
   explicit GemmBench(int64_t n = 2048);
   ~GemmBench();
 
   struct Gemm {
-    std::string name;  // "LibTorch at::mm", "BLIS", "oneDNN", "oneDNN bf16"
+    std::string name;  // "LibTorch at::mm", "BLIS", "oneDNN", "LibTorch at::mm bf16", ...
     std::string kernels;
     bool bf16 = false;
     std::function<void()> run;
