@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "dnnl.h"
@@ -91,40 +93,60 @@ void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlo
   }
 }
 
-// Fills the symmetric k×k bf16 S with S[i][j] = S[j][i] = value(i, j) for j ≥ i (value reads
-// upper triangles), rounded to nearest even. By 32×32 tiles through a local buffer, so that the
-// reads and both writes run along rows: writing a column of a power-of-two-wide matrix directly
-// hits one cache set.
-template <class Value>
-void fill_symmetric(const at::Tensor& S, Value value) {
+// Rounds n fp32 values to bf16, to nearest even, as at::BFloat16's constructor does (NaN to the
+// quiet NaN 0x7fc0) — written on the bits so that the compiler vectorizes it.
+void round_to_bf16(const float* in, at::BFloat16* out, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, in + j, sizeof bits);
+    const auto rounded = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    out[j].x = in[j] != in[j] ? uint16_t{0x7fc0} : rounded;
+  }
+}
+
+// Fills the symmetric k×k bf16 S from its upper triangle, rounded to nearest even:
+// row_values(i, j0, j1, out) writes the fp32 values (i, j0 .. j1) into out, for j0 ≥ i. By
+// 32×32 tiles through a local buffer, so that the reads and both writes run along rows: writing
+// a column of a power-of-two-wide matrix directly hits one cache set. The threads take tile rows
+// in pairs from both ends, so that each gets as much of the triangle.
+template <class RowValues>
+void fill_symmetric(const at::Tensor& S, RowValues row_values) {
   constexpr int64_t kTile = 32;
-  const int64_t k = S.size(0);
+  const int64_t k = S.size(0), tile_rows = (k + kTile - 1) / kTile;
   auto* s = S.data_ptr<at::BFloat16>();
-  at::parallel_for(0, (k + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
+  const auto fill_tile_row = [&](int64_t i0) {
+    const int64_t rows = std::min(kTile, k - i0);
+    float values[kTile];
     at::BFloat16 tile[kTile][kTile];
-    for (int64_t i0 = begin * kTile; i0 < std::min(end * kTile, k); i0 += kTile) {
-      const int64_t rows = std::min(kTile, k - i0);
-      for (int64_t j0 = i0; j0 < k; j0 += kTile) {
-        const int64_t cols = std::min(kTile, k - j0);
-        const bool diagonal = j0 == i0;
-        for (int64_t i = 0; i < rows; ++i) {
-          for (int64_t j = diagonal ? i : 0; j < cols; ++j) {
-            const at::BFloat16 v(value(i0 + i, j0 + j));
-            s[(i0 + i) * k + j0 + j] = v;
-            tile[j][i] = v;
-          }
-        }
-        for (int64_t j = 0; j < cols; ++j) {
-          for (int64_t i = 0; i < (diagonal ? j : rows); ++i) s[(j0 + j) * k + i0 + i] = tile[j][i];
-        }
+    for (int64_t j0 = i0; j0 < k; j0 += kTile) {
+      const int64_t cols = std::min(kTile, k - j0);
+      const bool diagonal = j0 == i0;
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t from = diagonal ? i : 0;
+        row_values(i0 + i, j0 + from, j0 + cols, values);
+        round_to_bf16(values, tile[i] + from, cols - from);
+        std::copy(tile[i] + from, tile[i] + cols, s + (i0 + i) * k + j0 + from);
       }
+      for (int64_t j = 0; j < cols; ++j) {
+        for (int64_t i = 0; i < (diagonal ? j : rows); ++i) s[(j0 + j) * k + i0 + i] = tile[i][j];
+      }
+    }
+  };
+  at::parallel_for(0, (tile_rows + 1) / 2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t pair = begin; pair < end; ++pair) {
+      fill_tile_row(pair * kTile);
+      const int64_t other = tile_rows - 1 - pair;
+      if (other != pair) fill_tile_row(other * kTile);
     }
   });
 }
 
 // S ← the bf16 rounding of the symmetric matrix whose upper triangle C holds.
 void round_symmetric(const at::Tensor& S, const UpperBlocks& C) {
-  fill_symmetric(S, [&](int64_t i, int64_t j) { return C.row(i)[j]; });
+  fill_symmetric(S, [&](int64_t i, int64_t j0, int64_t j1, float* out) {
+    const float* c = C.row(i);
+    std::copy(c + j0, c + j1, out);
+  });
 }
 
 // S ← a·I + b·A + c·P from the upper triangles of the symmetric A and P, summed in fp32 and
@@ -133,21 +155,56 @@ void polynomial(const at::Tensor& S, const UpperBlocks& A, const UpperBlocks& P,
                 const Coefficients& abc) {
   const auto a = static_cast<float>(abc[0]), b = static_cast<float>(abc[1]),
              c = static_cast<float>(abc[2]);
-  fill_symmetric(S, [&](int64_t i, int64_t j) {
-    const float q = b * A.row(i)[j] + c * P.row(i)[j];
-    return i == j ? q + a : q;
+  fill_symmetric(S, [&](int64_t i, int64_t j0, int64_t j1, float* out) {
+    const float* ai = A.row(i);
+    const float* pi = P.row(i);
+    for (int64_t j = j0; j < j1; ++j) out[j - j0] = b * ai[j] + c * pi[j];
+    if (j0 == i) out[0] += a;
+  });
+}
+
+// W16 (k×m) ← the bf16 rounding of Xᵀ for the m×k fp32 X, by 32×32 tiles through a local buffer:
+// the reads run along X's rows and the writes along W16's.
+void round_transposed(const at::Tensor& X, const at::Tensor& W16) {
+  constexpr int64_t kTile = 32;
+  const int64_t m = X.size(0), k = X.size(1);
+  const auto* x = X.data_ptr<float>();
+  auto* w = W16.data_ptr<at::BFloat16>();
+  at::parallel_for(0, (m + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
+    at::BFloat16 tile[kTile][kTile];
+    for (int64_t i0 = begin * kTile; i0 < std::min(end * kTile, m); i0 += kTile) {
+      const int64_t rows = std::min(kTile, m - i0);
+      for (int64_t j0 = 0; j0 < k; j0 += kTile) {
+        const int64_t cols = std::min(kTile, k - j0);
+        for (int64_t i = 0; i < rows; ++i) round_to_bf16(x + (i0 + i) * k + j0, tile[i], cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          for (int64_t i = 0; i < rows; ++i) w[(j0 + j) * m + i0 + i] = tile[i][j];
+        }
+      }
+    }
   });
 }
 
 // One matrix of the batch, seen on its smaller side k×m (k ≤ m): W is X, or Xᵀ when X is tall.
 // X holds the iterate in fp32 and is updated in place; W16 holds W rounded to bf16, k×m row-major
-// either way, so that every product reads its operands densely.
+// either way: for the 128-row blocks of W·Wᵀ with a transposed left operand oneDNN 2.6 has no
+// bf16 brgemm kernel, and its fallback fails beside PyPI's torch.
 struct Iterate {
   at::Tensor X, W16;  // rows×cols fp32, k×m bf16
   bool tall;
 
   // W16 ← W rounded to bf16: the operand of the products that follow.
-  void round() const { W16.copy_(tall ? X.t() : X); }
+  void round() const {
+    if (tall) {
+      round_transposed(X, W16);
+      return;
+    }
+    const auto* x = X.data_ptr<float>();
+    auto* w = W16.data_ptr<at::BFloat16>();
+    at::parallel_for(0, X.numel(), 16384, [&](int64_t begin, int64_t end) {
+      round_to_bf16(x + begin, w + begin, end - begin);
+    });
+  }
   // A ← the upper triangle of W·Wᵀ.
   void gram_upper(const UpperBlocks& A, Bf16Products products) const {
     upper_product_into(W16, W16, A, products);
