@@ -73,11 +73,14 @@ struct BenchReport {
     double bytes_per_step = 0, minimum_bytes = 0, bytes_ratio = 0, max_rel_diff = 0;
   } distributed;
 
-  // The step of muon::Muon and of plain ATen on 8 matrices of 512², quiet and with another busy
-  // process on the machine: medians and maxima of `steps` steps.
+  // The step of muon::Muon (fp32 and, with bf16 dot products, bf16 Newton–Schulz) and of plain
+  // ATen on 8 matrices of 512², quiet and with another busy process on the machine: medians and
+  // maxima of `steps` steps (bf16 figures 0 where it does not run).
   struct Load {
     int steps = 0;
     double quiet_median_ms = 0, quiet_max_ms = 0, loaded_median_ms = 0, loaded_max_ms = 0;
+    double bf16_quiet_median_ms = 0, bf16_quiet_max_ms = 0;
+    double bf16_loaded_median_ms = 0, bf16_loaded_max_ms = 0;
     double plain_loaded_median_ms = 0, plain_loaded_max_ms = 0;
   } load;
 

@@ -75,6 +75,10 @@ std::string BenchReport::to_json() const {
       << ", \"quiet_max_ms\": " << load.quiet_max_ms
       << ", \"loaded_median_ms\": " << load.loaded_median_ms
       << ", \"loaded_max_ms\": " << load.loaded_max_ms
+      << ", \"bf16_quiet_median_ms\": " << load.bf16_quiet_median_ms
+      << ", \"bf16_quiet_max_ms\": " << load.bf16_quiet_max_ms
+      << ", \"bf16_loaded_median_ms\": " << load.bf16_loaded_median_ms
+      << ", \"bf16_loaded_max_ms\": " << load.bf16_loaded_max_ms
       << ", \"plain_loaded_median_ms\": " << load.plain_loaded_median_ms
       << ", \"plain_loaded_max_ms\": " << load.plain_loaded_max_ms << "}\n}\n";
   return out.str();
