@@ -139,6 +139,37 @@ TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16OnLongMatrices
   });
 }
 
+// One symmetric step against the same arithmetic spelled out with ATen's operations, on sides
+// longer than the passes' tiles (32 rows × 256 columns) and not a multiple of them, wide and
+// tall: W₁₆ = W rounded, A = W₁₆·W₁₆ᵀ, B = b·A + c·A₁₆² rounded, W ← a·W + B·W₁₆, every product
+// of bf16 operands summed in fp32. Equal bit for bit here; the bound leaves room for a BLAS that
+// sums the blocked products in another order than one whole at::mm and so flips an entry of B's
+// bf16 rounding (~4e-6 of the result's largest entry), while one entry per row left out of the
+// mirror gives 1e-3.
+TEST(OrthogonalizeBf16, OneSymmetricStepIsTheArithmeticByHandOnLargeSides) {
+  auto gen = seeded(4);
+  const auto table = CoefficientTable::quintic();
+  const auto [a, b, c] = table.row(0);
+  const auto r = [](const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); };
+  for (const auto& shape : {std::vector<int64_t>{300, 520}, std::vector<int64_t>{700, 300}}) {
+    SCOPED_TRACE(std::to_string(shape[0]) + "x" + std::to_string(shape[1]));
+    const auto x = at::randn(shape, gen);
+    const bool tall = shape[0] > shape[1];
+    auto X = (x / x.norm()).unsqueeze(0).contiguous();
+    const auto W = (tall ? X[0].t() : X[0]).clone();
+    const auto W16 = r(W);
+    const auto A = at::mm(W16, W16.t());
+    const auto A16 = r(A);
+    const auto B16 = r(A * b + at::mm(A16, A16) * c);
+    const auto expected = W * a + at::mm(B16, W16);
+    OrthogonalizeWorkspace ws;
+    bf16_iterations(X, NsMethod::symmetric, table, 1, {}, ws, Bf16Products::emulated);
+    const auto got = tall ? X[0].t() : X[0];
+    EXPECT_LT((got - expected).abs().max().item<double>(),
+              1e-4 * expected.abs().max().item<double>());
+  }
+}
+
 // Muon orthogonalizes the same shapes every step through one workspace per shape: the result
 // comes back in the workspace's buffer, the same bits each time, and a workspace that served
 // another shape serves this one again.

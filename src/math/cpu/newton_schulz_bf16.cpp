@@ -105,21 +105,23 @@ void round_to_bf16(const float* in, at::BFloat16* out, int64_t n) {
 }
 
 // Fills the symmetric k×k bf16 S from its upper triangle, rounded to nearest even:
-// row_values(i, j0, j1, out) writes the fp32 values (i, j0 .. j1) into out, for j0 ≥ i. By
-// 32×32 tiles through a local buffer, so that the reads and both writes run along rows: writing
-// a column of a power-of-two-wide matrix directly hits one cache set. The threads take tile rows
-// in pairs from both ends, so that each gets as much of the triangle.
+// row_values(i, j0, j1, out) writes the fp32 values (i, j0 .. j1) into out, for j0 ≥ i. By tiles
+// of 32 rows × 256 columns through a local buffer, so that the reads and both writes run along
+// rows: each row's 256 values are one run that the prefetchers follow (32×32 tiles left the reads
+// waiting on memory), and writing a column of a power-of-two-wide matrix directly would hit one
+// cache set. The threads take tile rows in pairs from both ends, so that each gets as much of the
+// triangle.
 template <class RowValues>
 void fill_symmetric(const at::Tensor& S, RowValues row_values) {
-  constexpr int64_t kTile = 32;
-  const int64_t k = S.size(0), tile_rows = (k + kTile - 1) / kTile;
+  constexpr int64_t kRows = 32, kCols = 256;
+  const int64_t k = S.size(0), tile_rows = (k + kRows - 1) / kRows;
   auto* s = S.data_ptr<at::BFloat16>();
   const auto fill_tile_row = [&](int64_t i0) {
-    const int64_t rows = std::min(kTile, k - i0);
-    float values[kTile];
-    at::BFloat16 tile[kTile][kTile];
-    for (int64_t j0 = i0; j0 < k; j0 += kTile) {
-      const int64_t cols = std::min(kTile, k - j0);
+    const int64_t rows = std::min(kRows, k - i0);
+    float values[kCols];
+    at::BFloat16 tile[kRows][kCols];
+    for (int64_t j0 = i0; j0 < k; j0 += kCols) {
+      const int64_t cols = std::min(kCols, k - j0);
       const bool diagonal = j0 == i0;
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t from = diagonal ? i : 0;
@@ -128,15 +130,16 @@ void fill_symmetric(const at::Tensor& S, RowValues row_values) {
         std::copy(tile[i] + from, tile[i] + cols, s + (i0 + i) * k + j0 + from);
       }
       for (int64_t j = 0; j < cols; ++j) {
-        for (int64_t i = 0; i < (diagonal ? j : rows); ++i) s[(j0 + j) * k + i0 + i] = tile[i][j];
+        const int64_t below = diagonal ? std::min(j, rows) : rows;  // (i, j) above the diagonal
+        for (int64_t i = 0; i < below; ++i) s[(j0 + j) * k + i0 + i] = tile[i][j];
       }
     }
   };
   at::parallel_for(0, (tile_rows + 1) / 2, 1, [&](int64_t begin, int64_t end) {
     for (int64_t pair = begin; pair < end; ++pair) {
-      fill_tile_row(pair * kTile);
+      fill_tile_row(pair * kRows);
       const int64_t other = tile_rows - 1 - pair;
-      if (other != pair) fill_tile_row(other * kTile);
+      if (other != pair) fill_tile_row(other * kRows);
     }
   });
 }
