@@ -19,6 +19,7 @@ packages=(
   python3-pytest python3-venv               # its tests, and `pip install .` in a virtual environment
   python3-hypothesis python3-yaml           # the property tests (docs/robustness.md)
   bc                                        # arithmetic in tests/distributed_faults.sh
+  iproute2                                  # network namespaces: scripts/two_hosts.sh
 )
 
 # `setup.sh --packages-only PKG...`: install just those (when missing) and stop.

@@ -53,7 +53,8 @@ def main():
             problems.append(f"no test named {name}")
             continue
         # For a CTest entry the assertion may sit in a script it runs; search those too.
-        text = path.read_text() + "".join(p.read_text() for p in (root / "tests").glob("*.sh"))
+        scripts = [*(root / "tests").glob("*.sh"), *(root / "scripts").glob("*.sh")]
+        text = path.read_text() + "".join(p.read_text() for p in scripts)
         messages = [plain(m.replace("\\|", "|").replace("⏎", "\n"))
                     for m in re.findall(r"`([^`]+)`", cells[1])]
         if not messages:
