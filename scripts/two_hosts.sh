@@ -20,11 +20,15 @@ timeout_s=5
 skip() { echo "two_hosts: SKIP: $*"; exit 77; }
 fail() { echo "two_hosts: FAIL: $*"; exit 1; }
 command -v ip >/dev/null || skip "no 'ip' command here (package iproute2)"
+command -v nsenter >/dev/null || skip "no 'nsenter' command here (package util-linux)"
+# Runs a command on a host. nsenter switches only the network namespace: `ip netns exec` and
+# `ip -n` also remount / and /sys, which fails inside a chroot.
+on() { nsenter --net="/run/netns/$1" "${@:2}"; }
 
 host_a=muonA$$ host_b=muonB$$
+all_ranks=()
 cleanup() {
-  ip netns pids "$host_a" 2>/dev/null | xargs -r kill -9 2>/dev/null
-  ip netns pids "$host_b" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  [ ${#all_ranks[@]} -gt 0 ] && kill -9 "${all_ranks[@]}" 2>/dev/null
   ip netns del "$host_a" 2>/dev/null
   ip netns del "$host_b" 2>/dev/null
 }
@@ -32,16 +36,19 @@ trap cleanup EXIT
 if ! err=$(ip netns add "$host_a" 2>&1); then
   skip "network namespaces are not permitted here (ip netns add: $err)"
 fi
+if ! err=$(on "$host_a" ip link set lo up 2>&1); then
+  skip "network namespaces cannot be entered here (nsenter: $err)"
+fi
 ip netns add "$host_b" || fail "ip netns add $host_b"
 if ! err=$(ip link add "va$$" type veth peer name "vb$$" 2>&1); then
   skip "veth pairs are not permitted here (ip link add: $err)"
 fi
 ip link set "va$$" netns "$host_a" && ip link set "vb$$" netns "$host_b" &&
-  ip -n "$host_a" link set "va$$" name muon0 && ip -n "$host_b" link set "vb$$" name muon0 &&
-  ip -n "$host_a" addr add 10.211.0.1/24 dev muon0 &&
-  ip -n "$host_b" addr add 10.211.0.2/24 dev muon0 || fail "setting up the veth pair"
+  on "$host_a" ip link set "va$$" name muon0 && on "$host_b" ip link set "vb$$" name muon0 &&
+  on "$host_a" ip addr add 10.211.0.1/24 dev muon0 &&
+  on "$host_b" ip addr add 10.211.0.2/24 dev muon0 || fail "setting up the veth pair"
 for host in "$host_a" "$host_b"; do
-  ip -n "$host" link set lo up && ip -n "$host" link set muon0 up || fail "bringing up $host"
+  on "$host" ip link set lo up && on "$host" ip link set muon0 up || fail "bringing up $host"
 done
 echo "two_hosts: hosts $host_a (10.211.0.1) and $host_b (10.211.0.2) joined by a veth pair"
 
@@ -50,11 +57,12 @@ train_args=(train --data "$data" --layers 1 --d-model 32 --seq-len 32 --batch-si
             --eval-every 1000000 --log-every 10 --dist-timeout "$timeout_s")
 
 start_rank() {  # host rank out steps: one thread each, as --nproc and torchrun share the cores
-  ip netns exec "$1" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=muon0 RANK="$2" WORLD_SIZE=4 \
+  on "$1" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=muon0 RANK="$2" WORLD_SIZE=4 \
     MASTER_ADDR=10.211.0.1 MASTER_PORT=29500 \
     "$muon" "${train_args[@]}" --steps "$4" --checkpoint-every 10 --out "$3" \
     >"$3.rank$2.log" 2>&1 &
   started=$!
+  all_ranks+=("$started")
 }
 
 # 1. Across the hosts, then on one host; the same checkpoint.
@@ -99,7 +107,7 @@ for _ in $(seq 600); do
 done
 grep -q "step    20/" "$work/partition.rank0.log" || fail "no progress: $(tail -n 3 "$work/partition.rank0.log")"
 start=$(date +%s%N)
-ip -n "$host_b" link set muon0 down
+on "$host_b" ip link set muon0 down
 for rank in 0 1; do
   pid=$([ $rank -eq 0 ] && echo $rank0 || echo $rank1)
   wait "$pid"; code=$?
