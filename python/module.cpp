@@ -361,6 +361,8 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("coefficients"),
       "A coefficient table (a name or rows [[a, b, c], ...]) as a dict: name, rows, safety, eps.");
+  m.def("coefficient_table_names", &muon::CoefficientTable::names,
+        "The names of the coefficient tables, comma-separated, in the docs' order.");
   m.def("option_schema", &option_schema, py::arg("algorithm"),
         "The options of 'muon', 'adamw', 'adam' or 'lamb': (name, default, doc, range) tuples.");
   m.def(

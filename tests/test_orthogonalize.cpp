@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "helpers.h"
 #include "math/cpu/newton_schulz_bf16.h"
 #include "muon/error.h"
+#include "muon/option_schema.h"
 
 namespace muon {
 namespace {
@@ -363,6 +366,24 @@ TEST(Orthogonalize, OrthogonalityErrorIsZeroForExactAndLargeForScaled) {
   EXPECT_LT(orthogonality_error(q), 1e-12);
   EXPECT_LT(orthogonality_error(q.t()), 1e-12);
   EXPECT_NEAR(orthogonality_error(q * 2.0), 3.0, 1e-12);  // ‖4I − I‖_F / √k = 3
+}
+
+// The named tables are one list: each name finds its table, and Muon's option documentation and
+// docs/algorithms.md's table of tables name every one.
+TEST(Orthogonalize, TheNamedTablesAreOneList) {
+  std::vector<std::string> names;
+  std::stringstream listed(CoefficientTable::names());
+  for (std::string name; std::getline(listed >> std::ws, name, ',');) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"quintic", "polar_express", "dion", "cans", "aol",
+                                              "cubic5", "deepseekv4"}));
+  std::ifstream file(MUON_SOURCE_DIR "/docs/algorithms.md");
+  const std::string docs((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  for (const auto& name : names) {
+    EXPECT_EQ(CoefficientTable::by_name(name).name, name);
+    EXPECT_NE(docs.find("| `" + name + "`"), std::string::npos) << name;
+  }
+  EXPECT_EQ(std::string(coefficients_option_doc()),
+            "the iterations' polynomial: " + CoefficientTable::names() + " or rows [a, b, c]");
 }
 
 TEST(Orthogonalize, ErrorsNameTheProblem) {

@@ -79,6 +79,9 @@ struct OptionInfo {
   const char* kinds = "";  // the schedule kinds a field belongs to, space-separated; "" all
 };
 
+// The documentation of Muon's `coefficients`, naming every table (CoefficientTable::names()).
+const char* coefficients_option_doc();
+
 // clang-format off
 #define MUON_MANTISSA_DOC                                                                          \
   "bfloat16 parameters: keep the low 16 bits of each fp32 weight in the state tensor mantissa, "   \
@@ -96,8 +99,7 @@ struct OptionInfo {
     "palm W·(1 − lr²·λ)")                                                                          \
   X(int64_t, ns_steps, 5, iteration_count, "Newton–Schulz iterations")                            \
   X(CoefficientTable, coefficients, CoefficientTable::quintic(), any,                              \
-    "the iterations' polynomial: quintic, polar_express, dion, cans, aol, cubic5, deepseekv4 or "   \
-    "rows [a, b, c]")                                                                              \
+    ::muon::coefficients_option_doc())                                                             \
   X(std::optional<double>, ns_eps, std::nullopt, positive,                                         \
     "eps of the normalization X / (‖X‖_F·safety + eps) before the iterations; unset: none, so the "\
     "update does not depend on the gradient's scale")                                              \

@@ -54,6 +54,8 @@ struct CoefficientTable {
   // A table above by its name (`quintic`, `polar_express`, ...); any other name is an error
   // listing the names.
   static CoefficientTable by_name(const std::string& name);
+  // The names by_name accepts, comma-separated, in the order docs/algorithms.md lists them.
+  static const std::string& names();
 
   // Coefficients of iteration `k` (0-based).
   const Coefficients& row(int64_t k) const;

@@ -394,7 +394,7 @@ def orthogonalize(x, coefficients="quintic", steps=5, *, method="automatic", dty
                   gram_restarts=None):
     """Newton–Schulz orthogonalization (docs/design.md §Newton–Schulz orthogonalization) of each
     matrix in the last two dims of ``x``: approximately U·Vᵀ of its SVD. ``x`` is not modified.
-    ``coefficients``: 'quintic', 'polar_express', 'dion' or [[a, b, c], ...]; ``method``:
+    ``coefficients``: a table's name ({tables}) or rows [[a, b, c], ...]; ``method``:
     'automatic', 'plain', 'symmetric', 'gram'; ``dtype``: the working dtype (default float32 on
     CPU, float64 stays float64); ``gram_restarts``: the iteration counts after which 'gram' forms
     W and its Gram matrix afresh (strictly increasing, each >= 1; () for never; None: the table's
@@ -404,6 +404,9 @@ def orthogonalize(x, coefficients="quintic", steps=5, *, method="automatic", dty
     if isinstance(steps, bool) or not isinstance(steps, int):
         raise TypeError(f"steps must be an int, got {type(steps).__name__}")
     return _core.orthogonalize(x, coefficients, steps, method, dtype, gram_restarts)
+
+
+orthogonalize.__doc__ = orthogonalize.__doc__.replace("{tables}", _core.coefficient_table_names())
 
 
 def orthogonality_error(x):

@@ -93,17 +93,41 @@ CoefficientTable CoefficientTable::custom(std::vector<Coefficients> rows, double
   return {"custom", std::move(rows), safety, eps};
 }
 
+namespace {
+
+// The named tables, in the order docs/algorithms.md lists them: the one list that by_name, names()
+// and through them the errors, the option's documentation and Python read.
+const std::vector<CoefficientTable>& named_tables() {
+  static const std::vector<CoefficientTable> tables{
+      CoefficientTable::quintic(), CoefficientTable::polar_express(), CoefficientTable::dion(),
+      CoefficientTable::cans(),    CoefficientTable::aol(),           CoefficientTable::cubic5(),
+      CoefficientTable::deepseekv4()};
+  return tables;
+}
+
+}  // namespace
+
+const std::string& CoefficientTable::names() {
+  static const std::string names = [] {
+    std::string out;
+    for (const auto& table : named_tables()) out += (out.empty() ? "" : ", ") + table.name;
+    return out;
+  }();
+  return names;
+}
+
 CoefficientTable CoefficientTable::by_name(const std::string& name) {
-  if (name == "quintic") return quintic();
-  if (name == "polar_express") return polar_express();
-  if (name == "dion") return dion();
-  if (name == "cans") return cans();
-  if (name == "aol") return aol();
-  if (name == "cubic5") return cubic5();
-  if (name == "deepseekv4") return deepseekv4();
-  throw Error("unknown coefficient table '" + name +
-              "'; valid tables are quintic, polar_express, dion, cans, aol, cubic5, deepseekv4 (or a "
-              "list of [a, b, c] rows)");
+  for (const auto& table : named_tables()) {
+    if (table.name == name) return table;
+  }
+  throw Error("unknown coefficient table '" + name + "'; valid tables are " + names() +
+              " (or a list of [a, b, c] rows)");
+}
+
+const char* coefficients_option_doc() {
+  static const std::string doc =
+      "the iterations' polynomial: " + CoefficientTable::names() + " or rows [a, b, c]";
+  return doc.c_str();
 }
 
 const Coefficients& CoefficientTable::row(int64_t k) const {

@@ -23,8 +23,8 @@ CoefficientTable read_table(const YAML::Node& n, const std::string& path) {
   if (n.IsScalar()) {
     return one_of<CoefficientTable>(path, n.Scalar(), CoefficientTable::by_name);
   }
-  check(n.IsSequence() && n.size() > 0, path,
-        ": expected quintic, polar_express, dion or a list of [a, b, c] rows, got ", kind_of(n));
+  check(n.IsSequence() && n.size() > 0, path, ": expected ", CoefficientTable::names(),
+        " or a list of [a, b, c] rows, got ", kind_of(n));
   std::vector<Coefficients> rows;
   for (size_t i = 0; i < n.size(); ++i) {
     const auto row_path = path + "[" + std::to_string(i) + "]";
