@@ -51,6 +51,16 @@ inline uint16_t round_bits(float x, uint32_t seed, uint64_t index) {
   return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
 }
 
+// bf16 bits of x rounded to nearest even, the deterministic rounding (c10::BFloat16's, NaN kept a
+// quiet NaN), in the same vectorizable form.
+inline uint16_t nearest_bits(float x) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
+
 // The fp32 tensor x rounded elementwise to a new bfloat16 tensor on x's device, index = position
 // in x's row-major order: a vectorized loop on CPU, round_to_bf16_generic elsewhere.
 at::Tensor round_to_bf16(const at::Tensor& x, uint32_t seed);

@@ -44,16 +44,6 @@ inline float widen(c10::BFloat16 x) {
   return f;
 }
 
-// Round-to-nearest-even into bf16, NaN kept quiet (what c10::BFloat16 does, in a vectorizable
-// form).
-inline uint16_t bf16_nearest_bits(float f) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &f, sizeof bits);
-  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
-  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
-}
-
 inline void store_param(float& dst, float v) {
   dst = v;
 }
@@ -64,7 +54,7 @@ inline void store_param(c10::Half& dst, float v) {
   dst = c10::Half(v);
 }
 inline void store_param(c10::BFloat16& dst, float v) {
-  dst.x = bf16_nearest_bits(v);
+  dst.x = sr::nearest_bits(v);
 }
 
 inline void store_state(float& dst, float v, uint32_t, uint32_t) {

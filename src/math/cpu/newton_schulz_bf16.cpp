@@ -3,13 +3,12 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <cstring>
 #include <utility>
 
 #include "dnnl.h"
 #include "kernel_choice.h"
 #include "muon/error.h"
+#include "muon/stochastic_rounding.h"
 
 namespace muon::detail {
 
@@ -93,15 +92,9 @@ void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlo
   }
 }
 
-// Rounds n fp32 values to bf16, to nearest even, as at::BFloat16's constructor does (NaN to the
-// quiet NaN 0x7fc0) — written on the bits so that the compiler vectorizes it.
+// Rounds n fp32 values to bf16, to nearest even (a loop the compiler vectorizes).
 void round_to_bf16(const float* in, at::BFloat16* out, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, in + j, sizeof bits);
-    const auto rounded = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    out[j].x = in[j] != in[j] ? uint16_t{0x7fc0} : rounded;
-  }
+  for (int64_t j = 0; j < n; ++j) out[j].x = sr::nearest_bits(in[j]);
 }
 
 // Fills the symmetric k×k bf16 S from its upper triangle, rounded to nearest even:
