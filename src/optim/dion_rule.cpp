@@ -56,11 +56,7 @@ void dion_step(const MuonItem& item) {
   Q = R / (at::linalg_vector_norm(R, 2, {-2}, /*keepdim=*/true) + epsilon);
   auto U = at::matmul(P, Q.transpose(-2, -1));
   if (flip) U = U.transpose(-2, -1);
-  auto param = item.param;
-  const auto rows = item.view[item.view.size() - 2];
-  apply_update(param, item.grad, U.reshape(param.sizes()), o,
-               shape_factor(o.adjust_lr(), rows, item.view.back()));
-  item.state->step(item.state->step() + 1);
+  finish_step(item, U, shape_factor(o.adjust_lr(), item.view[item.view.size() - 2], item.view.back()));
 }
 
 }  // namespace

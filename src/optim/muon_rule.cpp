@@ -36,20 +36,24 @@ at::Tensor momentum_gradient(const at::Tensor& grad, const at::Tensor& p, const 
   return l2 == 0 ? grad : grad + l2 * p;
 }
 
-void apply_update(at::Tensor& p, const at::Tensor& grad, const at::Tensor& U, const MuonOptions& o,
-                  double factor) {
+void finish_step(const MuonItem& item, const at::Tensor& U_view, double factor) {
+  const auto& o = *item.options;
+  auto p = item.param;
+  const auto U = U_view.reshape(p.sizes());
   const double decay = 1.0 - decay_fraction(o.weight_decay_method(), o.lr(), o.weight_decay());
   const double scale = o.lr() * factor;
   const bool masked = o.cautious();
-  if (!detail::runs_fused(o.fused(), p)) {
-    generic_apply_update(p, U, decay, scale, o.cautious_weight_decay(), masked ? &grad : nullptr);
-    return;
+  if (detail::runs_fused(o.fused(), p)) {
+    const auto dense_grad = masked ? item.grad.contiguous() : at::Tensor();
+    detail::update_in_place(p, [&](at::Tensor& dense) {
+      fused_apply_update(dense, U.contiguous(), decay, scale, o.cautious_weight_decay(),
+                         masked ? &dense_grad : nullptr);
+    });
+  } else {
+    generic_apply_update(p, U, decay, scale, o.cautious_weight_decay(),
+                         masked ? &item.grad : nullptr);
   }
-  const auto dense_grad = masked ? grad.contiguous() : at::Tensor();
-  detail::update_in_place(p, [&](at::Tensor& dense) {
-    fused_apply_update(dense, U.contiguous(), decay, scale, o.cautious_weight_decay(),
-                       masked ? &dense_grad : nullptr);
-  });
+  item.state->step(item.state->step() + 1);
 }
 
 }  // namespace detail
@@ -117,7 +121,7 @@ MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& s
 
 namespace {
 
-using detail::apply_update;
+using detail::finish_step;
 using detail::momentum_gradient;
 
 // The row blocks each matrix is orthogonalized in: num_heads equal heads, split_sizes, or the
@@ -151,21 +155,16 @@ void equilibrate_rows(at::Tensor Q) {
   Q.mul_(target / row_norms);
 }
 
-// Everything after orthogonalization: Muon+, NorMuon, shape factor, decay and the update.
-void finish(const MuonItem& item, const at::Tensor& U_view) {
+// Muon+ and NorMuon of one orthogonalized piece (NorMuon only ever sees whole matrices: it
+// refuses num_heads and split_sizes).
+at::Tensor normalized(const MuonItem& item, at::Tensor U) {
   const auto& o = *item.options;
-  auto U = U_view;
   if (o.post_norm() != PostNorm::none) U = post_normalize(U, o.post_norm(), o.post_norm_eps());
   if (o.normuon()) {
     U = normuon_scale(U, item.state->normuon_second_moment(), o.normuon()->beta2,
                       o.normuon()->axis);
   }
-  const auto rows = item.view[item.view.size() - 2];
-  const auto cols = item.view.back();
-  auto param = item.param;
-  apply_update(param, item.grad, U.reshape(param.sizes()), o,
-               shape_factor(o.adjust_lr(), rows, cols));
-  item.state->step(item.state->step() + 1);
+  return U;
 }
 
 int64_t matrices_in(const std::vector<int64_t>& view) {
@@ -248,9 +247,10 @@ at::Tensor split_direction(const MuonItem& item) {
   return Q.view(item.view);
 }
 
-// Per batch: momentum into one stacked direction tensor, one orthogonalization, then each
-// parameter's own finish. A split parameter's pieces are orthogonalized in the batches of their
-// shapes, each scaled by its own shape factor, and the parameter finished once they are all done.
+// Per batch: momentum into one stacked direction tensor, one orthogonalization, then each piece
+// normalized and scaled by its shape factor. A whole parameter is finished at once (the factor
+// folded into lr·factor); a split one's pieces, orthogonalized in the batches of their shapes,
+// are scaled into one update, and the parameter finished once they are all there.
 void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces) {
   const auto pieces = pieces_of(items);
   std::map<const MuonItem*, std::pair<at::Tensor, at::Tensor>> split;  // direction, update
@@ -289,25 +289,17 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
     const auto U = orthogonalize(directions, batch.options, &workspace);
     for (size_t i = 0; i < batch.pieces.size(); ++i) {
       const auto& piece = *batch.pieces[i];
+      const auto& item = *piece.item;
+      const auto U_piece = normalized(item, slot(U, i));
+      const double factor = shape_factor(item.options->adjust_lr(), piece.rows, cols);
       if (piece.whole()) {
-        finish(*piece.item, slot(U, i));
-        continue;
+        finish_step(item, U_piece, factor);
+      } else {
+        split.at(&item).second.narrow(-2, piece.row0, piece.rows).copy_(U_piece * factor);
       }
-      const auto& o = *piece.item->options;
-      auto U_piece = slot(U, i);
-      if (o.post_norm() != PostNorm::none) {
-        U_piece = post_normalize(U_piece, o.post_norm(), o.post_norm_eps());
-      }
-      split.at(piece.item)
-          .second.narrow(-2, piece.row0, piece.rows)
-          .copy_(U_piece * shape_factor(o.adjust_lr(), piece.rows, U_piece.size(-1)));
     }
   }
-  for (const auto& [item, tensors] : split) {  // every piece scaled already: factor 1
-    auto param = item->param;
-    apply_update(param, item->grad, tensors.second.reshape(param.sizes()), *item->options, 1.0);
-    item->state->step(item->state->step() + 1);
-  }
+  for (const auto& [item, tensors] : split) finish_step(*item, tensors.second, 1.0);  // scaled
 }
 
 }  // namespace
