@@ -22,6 +22,7 @@
 #include "muon/muon.h"
 #include "muon/orthogonalize.h"
 #include "muon/param_state.h"
+#include "muon/presets.h"
 #include "values.h"
 
 namespace py = pybind11;
@@ -363,6 +364,17 @@ PYBIND11_MODULE(_core, m) {
       "A coefficient table (a name or rows [[a, b, c], ...]) as a dict: name, rows, safety, eps.");
   m.def("coefficient_table_names", &muon::CoefficientTable::names,
         "The names of the coefficient tables, comma-separated, in the docs' order.");
+  m.def(
+      "muon_presets",
+      [] {
+        py::list out;
+        for (const auto& p : muon::muon_presets()) {
+          out.append(py::make_tuple(p.name, p.origin, options_to_dict(p.muon)));
+        }
+        return out;
+      },
+      "The Muon presets (muon/presets.h): (name, origin, settings as a param group holds them) "
+      "tuples, in the table's order.");
   m.def("option_schema", &option_schema, py::arg("algorithm"),
         "The options of 'muon', 'adamw', 'adam' or 'lamb': (name, default, doc, range) tuples.");
   m.def(

@@ -8,7 +8,7 @@ muon_cpp._core.option_schema and muon_cpp._core.config_schema).
 
 A table stands between the lines ``<!-- options: NAME [yaml] -->`` and ``<!-- end options -->``.
 Without ``yaml``, NAME is an algorithm (muon, adamw, adam, lamb) and the defaults are Python
-values; with ``yaml``, NAME is a config section (muon, adamw, optimizer, shorthand, schedule,
+values, or ``presets``: the Muon presets (muon_cpp._core.muon_presets) with what each sets; with ``yaml``, NAME is a config section (muon, adamw, optimizer, shorthand, schedule,
 schedule.tail, momentum_schedule, param_group) and the defaults are written as YAML by the C++
 config writer.
 """
@@ -23,7 +23,7 @@ import torch
 from muon_cpp import _core
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "docs" / "python.md", ROOT / "docs" / "config.md"]
+DOCS = [ROOT / "docs" / "python.md", ROOT / "docs" / "config.md", ROOT / "docs" / "algorithms.md"]
 BLOCK = re.compile(r"(<!-- options: ([\w.]+)( yaml)? -->\n)(.*?)(<!-- end options -->)", re.S)
 
 
@@ -37,6 +37,16 @@ def python_table(algorithm):
     rows = ["| option | default | range | meaning |", "|---|---|---|---|"]
     for name, default, doc, rng in _core.option_schema(algorithm):
         rows.append(f"| `{name}` | `{python_text(default)}` | {rng} | {doc} |")
+    return rows
+
+
+def presets_table():
+    defaults = {name: default for name, default, _doc, _range in _core.option_schema("muon")}
+    rows = ["| preset | whose | sets (the other options keep their defaults) |", "|---|---|---|"]
+    for name, origin, settings in _core.muon_presets():
+        changed = ", ".join(f"`{key}={python_text(value)}`" for key, value in settings.items()
+                            if value != defaults[key])
+        rows.append(f"| `{name}` | {origin} | {changed} |")
     return rows
 
 
@@ -61,7 +71,9 @@ def yaml_table(section):
 
 
 def table(name, yaml):
-    return "\n".join(yaml_table(name) if yaml else python_table(name)) + "\n"
+    rows = (yaml_table(name) if yaml else presets_table() if name == "presets"
+            else python_table(name))
+    return "\n".join(rows) + "\n"
 
 
 def regenerate(text):

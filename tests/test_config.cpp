@@ -11,6 +11,7 @@
 #include "gpt.h"
 #include "helpers.h"
 #include "muon/error.h"
+#include "muon/presets.h"
 
 namespace muon {
 namespace {
@@ -144,6 +145,83 @@ optimizer:
       "optimizer: {name: muon, nesterov: false, momentum_form: sum, dion: true}\n");
   EXPECT_EQ(*plain.hybrid.muon.dion(), DionOptions{});
   EXPECT_DOUBLE_EQ(plain.hybrid.muon.lr(), 0.02);
+}
+
+// The presets are one table (muon/presets.h): torch.optim.Muon's constructor defaults
+// (torch/optim/_muon.py: lr 1e-3, weight_decay 0.1, eps 1e-7) and Dion's, read by dion_options(),
+// the optimizer name dion and `preset:`, whose settings the keys given then override.
+TEST(Config, PresetsAreOneTableThatTheKeysOverride) {
+  const auto& torch = muon_preset("torch").muon;
+  EXPECT_DOUBLE_EQ(torch.lr(), 1e-3);
+  EXPECT_DOUBLE_EQ(torch.weight_decay(), 0.1);
+  EXPECT_EQ(torch.ns_eps(), std::optional<double>(1e-7));
+  EXPECT_TRUE(torch.nesterov());
+  EXPECT_EQ(torch.coefficients(), CoefficientTable::quintic());
+  EXPECT_EQ(muon_preset_names(), "torch, dion, nanochat");
+  testing::expect_error<Error>([] { muon_preset("jax"); },
+                      {"unknown Muon preset 'jax'; valid presets are torch, dion, nanochat"});
+
+  // A preset sets what differs from the defaults and leaves the rest as it was.
+  auto mine = MuonOptions().state_dtype(at::kBFloat16).ns_steps(7);
+  apply_muon_preset(muon_preset("dion").muon, mine);
+  EXPECT_EQ(mine.state_dtype(), at::kBFloat16);
+  EXPECT_EQ(mine.ns_steps(), 7);
+  EXPECT_FALSE(mine.nesterov());
+  EXPECT_EQ(*mine.dion(), *dion_options().dion());
+  EXPECT_DOUBLE_EQ(dion_options().lr(), muon_preset("dion").muon.lr());
+
+  // In a configuration: the preset's settings, then the keys given; param_groups may stand beside
+  // a preset that sets no groups.
+  const auto c = OptimConfig::from_yaml(R"(
+optimizer:
+  preset: {name: torch}
+  momentum: 0.9
+  param_groups: [{name: all, patterns: ['*']}]
+)");
+  EXPECT_DOUBLE_EQ(c.hybrid.muon.lr(), 1e-3);
+  EXPECT_DOUBLE_EQ(c.hybrid.muon.weight_decay(), 0.1);
+  EXPECT_EQ(c.hybrid.muon.ns_eps(), std::optional<double>(1e-7));
+  EXPECT_DOUBLE_EQ(c.hybrid.muon.momentum(), 0.9);
+  EXPECT_DOUBLE_EQ(c.hybrid.adamw.lr(), AdamWOptions().lr());  // Muon's settings only
+  EXPECT_EQ(c.hybrid.groups.size(), 1u);
+  const auto overridden = OptimConfig::from_yaml("optimizer: {preset: {name: torch}, lr: 0.05}\n");
+  EXPECT_DOUBLE_EQ(overridden.hybrid.muon.lr(), 0.05);
+  // nanochat's matrices: the table's entry, scaled by nanochat_preset's settings.
+  const auto n = OptimConfig::from_yaml("optimizer: {preset: {name: nanochat}}\n");
+  const auto& table = muon_preset("nanochat").muon;
+  EXPECT_DOUBLE_EQ(n.hybrid.muon.lr(), table.lr());
+  EXPECT_DOUBLE_EQ(n.hybrid.muon.weight_decay(), table.weight_decay());
+  EXPECT_EQ(n.hybrid.muon.coefficients(), CoefficientTable::polar_express());
+  EXPECT_TRUE(n.hybrid.muon.cautious_weight_decay());
+  EXPECT_DOUBLE_EQ(n.hybrid.muon.normuon()->beta2, 0.9);
+  EXPECT_DOUBLE_EQ(
+      OptimConfig::from_yaml("optimizer: {preset: {name: nanochat}, lr: 0.04}\n").hybrid.muon.lr(),
+      0.04);
+  testing::expect_error<Error>(
+      [] { OptimConfig::from_yaml("optimizer: {name: adamw, preset: {name: torch}}\n"); },
+      {"optimizer.preset: the torch preset (Muon's settings)"});
+}
+
+// The optimizer names are one list: each is accepted and means what apply_optimizer_name says;
+// an unknown one is refused naming all of them.
+TEST(Config, OptimizerNamesAreOneList) {
+  std::string listed;
+  for (const auto& n : optimizer_names()) {
+    const auto c = OptimConfig::from_yaml(std::string("optimizer: ") + n.name + "\n");
+    EXPECT_EQ(c.name, n.name);
+    EXPECT_EQ(c.hybrid.all_adamw, c.name == "adamw");
+    EXPECT_EQ(c.hybrid.muon.dion().has_value(), c.name == "dion");
+    EXPECT_EQ(c.hybrid.qk_clip_tau, c.name == "muonclip" ? std::optional<double>(100.0)
+                                                         : std::nullopt);
+    listed += (listed.empty() ? "" : ", ") + std::string(n.name);
+  }
+  EXPECT_EQ(optimizer_name_list(), listed);
+  testing::expect_error<Error>([] { OptimConfig::from_yaml("optimizer: lion\n"); },
+                      {"optimizer.name: unknown optimizer 'lion'; valid optimizers are " + listed});
+  // muonclip's tau is its default only: a qk_clip key sets it.
+  EXPECT_EQ(OptimConfig::from_yaml("optimizer: {name: muonclip, qk_clip: {tau: 30}}\n")
+                .hybrid.qk_clip_tau,
+            std::optional<double>(30.0));
 }
 
 TEST(Config, BuildOptimizerAppliesGroupsRoutingAndSchedule) {
@@ -291,9 +369,9 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
       {"optimizer: {param_groups: [{name: a, patterns: ['*'], momentun: 0.9}]}",
        "optimizer.param_groups[0].momentun: unknown key; did you mean 'momentum'?"},
       {"optimizer: {preset: {name: mup}, param_groups: [{name: a, patterns: ['*']}]}",
-       "optimizer.preset: give either a preset or param_groups, not both"},
+       "optimizer.preset: the preset mup sets the parameter groups; give either it or param_groups, not both"},
       {"optimizer: {preset: {name: gpt3}}",
-       "optimizer.preset.name: unknown preset 'gpt3'; valid presets are mup, nanochat"},
+       "optimizer.preset.name: unknown preset 'gpt3'; valid presets are mup, torch, dion, nanochat"},
       {"optimizer: {preset: {name: mup, width_multiplier: 0}}",
        "optimizer.preset.width_multiplier must be > 0"},
       {"optimizer: {preset: {name: nanochat, d_model: 0}}", "optimizer.preset.d_model must be > 0"},

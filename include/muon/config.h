@@ -19,14 +19,27 @@ class Module;
 
 namespace muon {
 
+// The optimizer names (`optimizer: NAME`, `muon train --optimizer NAME`) in one table: each name
+// and what it trains with, in the order docs and --help list them.
+struct OptimizerName {
+  const char* name;
+  const char* doc;
+};
+const std::vector<OptimizerName>& optimizer_names();
+std::string optimizer_name_list();  // "muon, muonclip, dion, adamw"
+
+// Sets in `h` what optimizer name `name` implies, before a configuration's own keys: dion Muon's
+// settings from the preset "dion" (muon/presets.h) unless Dion is on already, any other name Dion
+// off; adamw every parameter in AdamW; muonclip QK-clip at tau 100 unless set. Throws muon::Error
+// naming the valid names for another.
+void apply_optimizer_name(const std::string& name, HybridOptions& h);
+
 struct OptimConfig {
-  // muon: Muon for routed matrices, AdamW for the rest; muonclip: the same plus QK-clip;
-  // adamw: every trainable parameter in AdamW.
-  std::string name = "muon";
+  std::string name = "muon";  // one of optimizer_names()
   HybridOptions hybrid;         // rates, groups, clipping, schedules, QK-clip tau
   RoutingRules routing;         // routing.muon / routing.adamw patterns, higher_rank policy
   bool cautious = false;        // the cautious mask, fused into both branches
-  std::string preset = "none";  // none | mup | nanochat (already expanded into hybrid)
+  std::string preset = "none";  // none, mup or a Muon preset's name (already expanded into hybrid)
   std::vector<std::string> notes;  // what rules changed (the scaling block), for the run's log
 
   // Parses and validates; every error (muon::Error) names the key path and what is valid.

@@ -72,6 +72,7 @@ inline AdjustLr adjust_lr_from_string(const std::string& name) {
 struct NorMuonOptions {
   double beta2 = 0.95;
   NorMuonAxis axis = NorMuonAxis::automatic;
+  bool operator==(const NorMuonOptions& o) const { return beta2 == o.beta2 && axis == o.axis; }
 };
 
 // Dion's settings (microsoft/dion's names and defaults): the update's rank is
@@ -125,8 +126,9 @@ struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonPa
   TORCH_ARG(at::Tensor, dion_q);
 };
 
-// Dion's recipe as Muon options (microsoft/dion's defaults: lr 0.01, μ 0.95, weight decay 0.01,
-// the √(rows/cols) factor; its buffer is the summed, error-corrected momentum, without Nesterov).
+// Dion's recipe as Muon options: the preset "dion" (muon/presets.h; microsoft/dion's defaults: lr
+// 0.01, μ 0.95, weight decay 0.01, the √(rows/cols) factor; its buffer is the summed,
+// error-corrected momentum, without Nesterov) with these rank settings.
 MuonOptions dion_options(DionOptions dion = {});
 
 // A parameter of rank ≥ 2 is a batch of matrices over its last two dims: an expert stack

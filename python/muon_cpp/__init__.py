@@ -118,12 +118,10 @@ _TORCH_MUON_KEYWORDS = {"ns_coefficients": "coefficients", "eps": "ns_eps",
                         "gram_newton_schulz_config": "gram_coefficients"}
 
 
-# Dion (arXiv 2504.05295) as microsoft/dion sets it up, in our names, for Muon(...,
-# preset="dion"): its summed momentum with error feedback has no Nesterov step, and its updates
-# scale by √(rows/cols).
-_DION_DEFAULTS = {"lr": 0.01, "momentum": 0.95, "weight_decay": 0.01, "nesterov": False,
-                  "momentum_form": "sum", "adjust_lr": "spectral",
-                  "dion": {"rank_fraction": 1.0, "rank_multiple_of": 1, "epsilon": 1e-8}}
+# Other projects' Muon settings by name (torch, dion, nanochat): the C++ table of presets
+# (muon/presets.h), each a full set of Muon settings in our names.
+_MUON_PRESETS = {name: settings for name, _origin, settings in _core.muon_presets()}
+_DION = _MUON_PRESETS["dion"]
 
 
 class Muon(_EngineOptimizer):
@@ -140,13 +138,15 @@ class Muon(_EngineOptimizer):
     into it; ``preset="torch"`` gives its defaults (lr 1e-3, weight_decay 0.1). The positional
     order is ours, not torch's (which has weight_decay second): the drop-in with torch's exact
     signature is ``muon_cpp.optim.Muon``; docs/python.md §torch.optim.Muon. ``preset="dion"``
-    gives Dion's (see ``Dion``).
+    gives Dion's (see ``Dion``), ``preset="nanochat"`` nanochat's for its matrices (NorMuon,
+    Polar Express coefficients, cautious weight decay 0.28); the presets: docs/algorithms.md
+    §Presets.
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
     _own_torch_flags = USE_ADDMM
     __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
-                                 presets={"torch": _torch_muon.PRESET, "dion": _DION_DEFAULTS},
+                                 presets=_MUON_PRESETS,
                                  own_flags=USE_ADDMM)
 
     def _from_torch_names(self, settings):
@@ -191,8 +191,11 @@ class Dion(Muon):
     give the rest to ``AdamW`` or use ``build_optimizer`` with ``name: dion``).
     """
 
-    def __init__(self, params, lr=0.01, mu=0.95, weight_decay=0.01, *, rank_fraction=1.0,
-                 rank_multiple_of=1, epsilon=1e-8, replicate_mesh=None, outer_shard_mesh=None,
+    def __init__(self, params, lr=_DION["lr"], mu=_DION["momentum"],
+                 weight_decay=_DION["weight_decay"], *,
+                 rank_fraction=_DION["dion"]["rank_fraction"],
+                 rank_multiple_of=_DION["dion"]["rank_multiple_of"],
+                 epsilon=_DION["dion"]["epsilon"], replicate_mesh=None, outer_shard_mesh=None,
                  inner_shard_mesh=None, replicate_mesh_grad_sync=True, betas=(0.9, 0.95),
                  power_iters=1, qr_method="rcqr", cqr_warmup_steps=150, rcqr_oversample=1.25,
                  mixed_precision_config=None, **muon_options):

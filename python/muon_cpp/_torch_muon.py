@@ -24,12 +24,6 @@ QUINTIC = (3.4445, -4.775, 2.0315)
 DEFAULT_GRAM_NS_COEFFICIENTS = [list(QUINTIC) for _ in range(5)]
 GRAM_CONFIG_KEYS = ("gram_ns_coefficients", "gram_ns_reset_iterations", "use_cuda_graph")
 
-# torch.optim.Muon.__init__ after `params`, in order, with its defaults.
-SIGNATURE = (("lr", 1e-3), ("weight_decay", 0.1), ("momentum", 0.95), ("nesterov", True),
-             ("ns_coefficients", QUINTIC), ("eps", 1e-7), ("ns_steps", 5),
-             ("adjust_lr_fn", None), ("use_gram_newton_schulz", False),
-             ("gram_newton_schulz_config", None))
-
 # torch's group key → ours, for the keys that are renamed one to one.
 ALIASES = {"ns_coefficients": "coefficients", "eps": "ns_eps", "adjust_lr_fn": "adjust_lr",
            "gram_ns_coefficients": "gram_coefficients",
@@ -42,11 +36,6 @@ TORCH_ONLY_KEYS = tuple(COUNTERPARTS)
 # torch's eps for our default normalization X / ‖X‖_F (no eps: the update does not depend on the
 # gradient's scale): torch divides by max(‖X‖_F, eps), so float32's smallest normal number.
 FLOAT32_TINY = 1.1754943508222875e-38
-
-# torch.optim.Muon's defaults in our names, for muon_cpp.Muon(..., preset="torch").
-PRESET = {"lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "nesterov": True,
-          "coefficients": "quintic", "ns_eps": 1e-7, "ns_steps": 5, "adjust_lr": "original",
-          "weight_decay_method": "decoupled"}
 
 
 def gram_group_keys(use_gram_newton_schulz, gram_newton_schulz_config):

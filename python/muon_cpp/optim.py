@@ -17,6 +17,8 @@ from ._engine import _EngineOptimizer, check_torch_flags
 __all__ = ["Muon"]
 
 _QUINTIC = _torch_muon.QUINTIC
+# torch.optim.Muon's defaults: the preset "torch" of muon-cpp's table (muon/presets.h).
+_TORCH = {name: settings for name, _origin, settings in _core.muon_presets()}["torch"]
 
 
 class Muon(_EngineOptimizer):
@@ -33,8 +35,10 @@ class Muon(_EngineOptimizer):
 
     _make_engine = staticmethod(_core.Engine.muon)
 
-    def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
-                 ns_coefficients=_QUINTIC, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
+    def __init__(self, params, lr=_TORCH["lr"], weight_decay=_TORCH["weight_decay"],
+                 momentum=_TORCH["momentum"], nesterov=_TORCH["nesterov"],
+                 ns_coefficients=_QUINTIC, eps=_TORCH["ns_eps"], ns_steps=_TORCH["ns_steps"],
+                 adjust_lr_fn=None,
                  use_gram_newton_schulz=False, gram_newton_schulz_config=None):
         defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum,
                     "nesterov": nesterov, "ns_coefficients": ns_coefficients, "eps": eps,

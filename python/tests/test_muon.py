@@ -1,5 +1,7 @@
 """muon_cpp.Muon and orthogonalize against docs/design.md §Newton–Schulz orthogonalization and
 §Muon update, written out in Python."""
+import inspect
+
 import pytest
 import torch
 
@@ -237,3 +239,36 @@ def test_the_update_does_not_depend_on_the_gradients_scale(coefficients):
     # it to 0.3 of unit norm before the iterations; how much of that they undo depends on the
     # table (10 DeepSeek-V4 iterations: all but 3e-4). The formula itself: Muon.NsEpsReplacesTheTablesEps.
     assert max_rel_diff(update(1e-8, ns_eps=1e-7), unscaled) > 1e-4
+
+
+def test_presets_are_the_tables_and_each_sets_what_it_names():
+    """Muon(preset=...), Dion's defaults and a configuration's preset read one C++ table
+    (muon/presets.h); nanochat's entry is flaxchat/nanochat's matrix group: NorMuon (beta2 0.9),
+    Polar Express coefficients, cautious weight decay 0.28 at lr 0.02."""
+    presets = {name: settings for name, _origin, settings in muon_cpp._core.muon_presets()}
+    assert list(presets) == ["torch", "dion", "nanochat"]
+    torch.manual_seed(3)
+    ours = torch.nn.Parameter(torch.randn(12, 8, dtype=torch.float64))
+    spelled_out = torch.nn.Parameter(ours.detach().clone())
+    by_preset = muon_cpp.Muon([ours], preset="nanochat")
+    by_hand = muon_cpp.Muon([spelled_out], lr=0.02, weight_decay=0.28,
+                            coefficients="polar_express", normuon={"beta2": 0.9},
+                            cautious_weight_decay=True)
+    assert by_preset.param_groups[0]["normuon"]["beta2"] == 0.9
+    initial = ours.detach().clone()
+    for grad in gradients((12, 8), 4, seed=4):
+        for p, optimizer in ((ours, by_preset), (spelled_out, by_hand)):
+            p.grad = grad.clone()
+            optimizer.step()
+        assert torch.equal(ours, spelled_out)
+    assert not torch.equal(ours, initial)
+    # microsoft/dion's defaults, read from the table.
+    defaults = inspect.signature(muon_cpp.Dion.__init__).parameters
+    assert (defaults["lr"].default, defaults["mu"].default, defaults["weight_decay"].default) == (
+        presets["dion"]["lr"], presets["dion"]["momentum"], presets["dion"]["weight_decay"])
+    assert presets["dion"]["lr"] == 0.01 and presets["dion"]["momentum"] == 0.95
+    # In a configuration: torch.optim.Muon's rates for the matrices, AdamW as configured.
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    hybrid = muon_cpp.build_optimizer(model, {"optimizer": {"preset": {"name": "torch"}}}, 10)
+    muon_groups = [g for g in hybrid.param_groups if g["algorithm"] == "muon"]
+    assert muon_groups and all((g["lr"], g["ns_eps"]) == (1e-3, 1e-7) for g in muon_groups)

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "muon/error.h"
+#include "muon/presets.h"
 
 namespace muon {
 
@@ -88,12 +89,7 @@ Preset nanochat_preset(const NanochatSettings& s) {
   matrices.momentum = 0.95;
   matrices.weight_decay = s.weight_decay;
   p.groups.push_back(matrices);
-  p.muon = MuonOptions(s.matrix_lr)
-               .momentum(0.95)
-               .coefficients(CoefficientTable::polar_express())
-               .normuon(NorMuonOptions{0.9})
-               .cautious_weight_decay(true)
-               .weight_decay(s.weight_decay);
+  p.muon = MuonOptions(muon_preset("nanochat").muon).lr(s.matrix_lr).weight_decay(s.weight_decay);
   p.adamw = AdamWOptions(s.embedding_lr * d).eps(1e-10);
   return p;
 }

@@ -9,6 +9,7 @@
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/param_state.h"
+#include "muon/presets.h"
 #include "muon/rules.h"
 
 namespace muon {
@@ -47,13 +48,7 @@ std::vector<int64_t> dion_q_shape(const DionOptions& dion, const std::vector<int
 }
 
 MuonOptions dion_options(DionOptions dion) {
-  return MuonOptions(0.01)
-      .momentum(0.95)
-      .weight_decay(0.01)
-      .nesterov(false)
-      .momentum_form(MomentumForm::sum)
-      .adjust_lr(AdjustLr::spectral)
-      .dion(dion);
+  return MuonOptions(muon_preset("dion").muon).dion(dion);
 }
 
 namespace {

@@ -2,17 +2,46 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
 
 #include "config_sections.h"
 #include "muon/error.h"
+#include "muon/presets.h"
 #include "muon/rules.h"
 #include "read_file.h"
 #include "yaml_section.h"
 
 namespace muon {
+
+const std::vector<OptimizerName>& optimizer_names() {
+  static const std::vector<OptimizerName> names{
+      {"muon", "Muon for routed matrices, AdamW for the rest"},
+      {"muonclip", "the same plus QK-clip (tau 100)"},
+      {"dion", "Dion for routed matrices, from the preset dion's settings, AdamW for the rest"},
+      {"adamw", "every trainable parameter in AdamW"},
+  };
+  return names;
+}
+
+std::string optimizer_name_list() {
+  std::string out;
+  for (const auto& n : optimizer_names()) out += (out.empty() ? "" : ", ") + std::string(n.name);
+  return out;
+}
+
+void apply_optimizer_name(const std::string& name, HybridOptions& h) {
+  const auto& names = optimizer_names();
+  check(std::any_of(names.begin(), names.end(), [&](const auto& n) { return name == n.name; }),
+        "unknown optimizer '", name, "'; valid optimizers are ", optimizer_name_list());
+  if (name == "dion" && !h.muon.dion()) apply_muon_preset(muon_preset("dion").muon, h.muon);
+  if (name != "dion") h.muon.dion(std::nullopt);
+  h.all_adamw = name == "adamw";
+  if (name == "muonclip" && !h.qk_clip_tau) h.qk_clip_tau = 100.0;
+}
+
 namespace {
 
 using detail::kind_of;
@@ -118,8 +147,6 @@ void read_qk_clip(Section& s, OptimConfig& config) {
     q.finish();
     check(muon_family, s.key_path("qk_clip"), ": QK-clip needs name muon or muonclip");
     h.qk_clip_tau = tau;
-  } else if (config.name == "muonclip") {
-    h.qk_clip_tau = 100.0;
   }
 }
 
@@ -148,13 +175,9 @@ void refuse_muon_sections_under_adamw(const Section& s, const HybridOptions& h) 
 void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& root_muon_plus,
                     const std::optional<bool>& root_cautious) {
   if (const auto name = s.text("name")) config.name = *name;
-  check(config.name == "muon" || config.name == "muonclip" || config.name == "dion" ||
-            config.name == "adamw",
-        s.key_path("name"), ": unknown optimizer '", config.name,
-        "'; valid optimizers are muon, muonclip, dion, adamw");
-  auto& h = config.hybrid;
-  if (config.name == "dion") h.muon = dion_options();  // the keys below override its defaults
-  h.all_adamw = config.name == "adamw";
+  auto& h = config.hybrid;  // the name's and the preset's settings first: the keys override them
+  with_context(s.key_path("name"), [&] { apply_optimizer_name(config.name, h); });
+  read_groups_or_preset(s, config);
   read_rates(s, config);
   detail::read_shorthands(s, h);
   read_ns_steps(s, h);
@@ -162,7 +185,6 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   read_masking_and_storage(s, config, root_cautious);
   read_qk_clip(s, config);
   detail::read_hybrid_fields(s, h);
-  read_groups_or_preset(s, config);
   refuse_muon_sections_under_adamw(s, h);
   read_routing(s, config);
   detail::read_option_sections(s, h);

@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include "config_sections.h"
 #include "muon/error.h"
+#include "muon/presets.h"
 
 namespace muon::detail {
 
@@ -37,12 +39,44 @@ CoefficientTable read_table(const YAML::Node& n, const std::string& path) {
   return CoefficientTable::custom(std::move(rows));
 }
 
+namespace {
+
+// preset: {name: nanochat, ...}: its groups and its Muon and AdamW settings.
+void read_nanochat_preset(Section& p, HybridOptions& h) {
+  NanochatSettings n;
+  if (const auto v = p.integer("d_model")) n.d_model = *v;
+  for (auto [key, field] : {std::pair{"embedding_lr", &n.embedding_lr},
+                            {"unembedding_lr", &n.unembedding_lr},
+                            {"matrix_lr", &n.matrix_lr},
+                            {"scalar_lr", &n.scalar_lr}}) {
+    if (const auto v = p.number(key)) {
+      require(*v > 0, p.key_path(key), "> 0", *v);
+      *field = *v;
+    }
+  }
+  if (const auto v = p.number("weight_decay")) {
+    require(*v >= 0, p.key_path("weight_decay"), ">= 0", *v);
+    n.weight_decay = *v;
+  }
+  require(n.d_model > 0, p.key_path("d_model"), "> 0", static_cast<double>(n.d_model));
+  const auto built = nanochat_preset(n);
+  h.groups = built.groups;
+  // The recipe's algorithm settings; storage, clipping and the rest stay as configured.
+  h.muon.lr(built.muon.lr())
+      .momentum(built.muon.momentum())
+      .coefficients(built.muon.coefficients())
+      .normuon(built.muon.normuon())
+      .cautious_weight_decay(built.muon.cautious_weight_decay())
+      .weight_decay(built.muon.weight_decay());
+  h.adamw.lr(built.adamw.lr()).eps(built.adamw.eps());
+}
+
+}  // namespace
+
 void read_groups_or_preset(Section& s, OptimConfig& config) {
   auto& h = config.hybrid;
   const auto preset = s.find("preset");
   const auto groups = s.find("param_groups");
-  check(!(preset && !preset.IsNull() && groups && !groups.IsNull()), s.key_path("preset"),
-        ": give either a preset or param_groups, not both");
   if (groups && !groups.IsNull()) {
     check(groups.IsSequence(), s.key_path("param_groups"), ": expected a list, got ",
           kind_of(groups));
@@ -52,50 +86,36 @@ void read_groups_or_preset(Section& s, OptimConfig& config) {
     }
     with_context(s.key_path("param_groups"), [&] { check_groups(h.groups); });
   }
-  if (preset && !preset.IsNull()) {
-    Section p(preset, s.key_path("preset"));
-    config.preset = p.text("name").value_or("");
-    if (config.preset == "mup") {
-      const double width = p.number("width_multiplier").value_or(1.0);
-      require(width > 0, p.key_path("width_multiplier"), "> 0", width);
-      h.groups = mup_groups(width);
-    } else if (config.preset == "nanochat") {
-      if (h.all_adamw) {
-        refuse_unused_under_adamw(s, "preset", "the nanochat preset (Muon's recipe for the "
-                                               "matrices, AdamW's for the rest)");
-      }
-      NanochatSettings n;
-      if (const auto v = p.integer("d_model")) n.d_model = *v;
-      for (auto [key, field] : {std::pair{"embedding_lr", &n.embedding_lr},
-                                {"unembedding_lr", &n.unembedding_lr},
-                                {"matrix_lr", &n.matrix_lr},
-                                {"scalar_lr", &n.scalar_lr}}) {
-        if (const auto v = p.number(key)) {
-          require(*v > 0, p.key_path(key), "> 0", *v);
-          *field = *v;
-        }
-      }
-      if (const auto v = p.number("weight_decay")) {
-        require(*v >= 0, p.key_path("weight_decay"), ">= 0", *v);
-        n.weight_decay = *v;
-      }
-      require(n.d_model > 0, p.key_path("d_model"), "> 0", static_cast<double>(n.d_model));
-      const auto built = nanochat_preset(n);
-      h.groups = built.groups;
-      // The recipe's algorithm settings; storage, clipping and the rest stay as configured.
-      h.muon.lr(built.muon.lr())
-          .momentum(built.muon.momentum())
-          .coefficients(built.muon.coefficients())
-          .normuon(built.muon.normuon())
-          .cautious_weight_decay(built.muon.cautious_weight_decay())
-          .weight_decay(built.muon.weight_decay());
-      h.adamw.lr(built.adamw.lr()).eps(built.adamw.eps());
-    } else {
-      throw Error(p.key_path("name") + ": unknown preset '" + config.preset +
-                  "'; valid presets are mup, nanochat");
+  if (!preset || preset.IsNull()) return;
+  Section p(preset, s.key_path("preset"));
+  config.preset = p.text("name").value_or("");
+  const bool sets_groups = config.preset == "mup" || config.preset == "nanochat";
+  check(!(sets_groups && groups && !groups.IsNull()), s.key_path("preset"), ": the preset ",
+        config.preset, " sets the parameter groups; give either it or param_groups, not both");
+  if (config.preset == "mup") {
+    const double width = p.number("width_multiplier").value_or(1.0);
+    require(width > 0, p.key_path("width_multiplier"), "> 0", width);
+    h.groups = mup_groups(width);
+  } else {
+    const auto& presets = muon_presets();
+    const auto entry = std::find_if(presets.begin(), presets.end(),
+                                    [&](const MuonPreset& m) { return config.preset == m.name; });
+    check(entry != presets.end(), p.key_path("name"), ": unknown preset '", config.preset,
+          "'; valid presets are mup, ", muon_preset_names());
+    if (h.all_adamw) {
+      refuse_unused_under_adamw(s, "preset",
+                                config.preset == "nanochat"
+                                    ? "the nanochat preset (Muon's recipe for the matrices, "
+                                      "AdamW's for the rest)"
+                                    : "the " + config.preset + " preset (Muon's settings)");
     }
-    p.finish();
+    if (config.preset == "nanochat") {
+      read_nanochat_preset(p, h);
+    } else {
+      apply_muon_preset(entry->muon, h.muon);
+    }
   }
+  p.finish();
 }
 
 void read_routing(Section& s, OptimConfig& config) {

@@ -24,7 +24,8 @@ Betas read_betas(const YAML::Node& n, const std::string& path);
 CoefficientTable read_table(const YAML::Node& n, const std::string& path);
 // One entry of `param_groups`, by its schema (muon/param_groups.h).
 ParamGroupSpec read_group(const YAML::Node& n, const std::string& path);
-// `param_groups` or `preset` of the optimizer section `s`.
+// `param_groups` and `preset` of the optimizer section `s` (a preset that sets groups, mup or
+// nanochat, excludes param_groups). Read before the other keys, which override a preset's settings.
 void read_groups_or_preset(Section& s, OptimConfig& config);
 // The root-level shorthands of `s` (weight_decay, betas, momentum, ...): each sets its option of
 // MuonOptions and/or AdamWOptions. Under name adamw (h.all_adamw) a Muon key sets AdamW's option

@@ -30,8 +30,7 @@ OptimConfig demo_optimizer(const std::string& name, at::ScalarType state, double
   OptimConfig c;
   c.name = name;
   auto& h = c.hybrid;
-  h.all_adamw = name == "adamw";
-  if (name == "dion") h.muon = dion_options();
+  apply_optimizer_name(name, h);
   h.muon.lr(muon_lr).weight_decay(0.0).state_dtype(state);
   h.adamw.lr(adamw_lr).betas({0.9, 0.95}).weight_decay(0.0).state_dtype(state);
   LrSchedule s;

@@ -216,29 +216,25 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   auto& state_dtype = values.state_dtype;
   auto& muon_lr = values.muon_lr;
   auto& adamw_lr = values.adamw_lr;
-  auto* name = train
-                   .add_option("--optimizer", optimizer,
-                               "muon: Muon for hidden matrices + AdamW for the rest; muonclip: "
-                               "the same with QK-clip; dion: Dion (full rank) for hidden matrices "
-                               "at the run's rates; adamw: AdamW for all")
-                   ->check(CLI::IsMember({"muon", "muonclip", "dion", "adamw"}))
+  std::string names_doc;
+  std::vector<std::string> names;
+  for (const auto& n : optimizer_names()) {
+    names_doc += (names_doc.empty() ? "" : "; ") + std::string(n.name) + ": " + n.doc;
+    names.emplace_back(n.name);
+  }
+  auto* name = train.add_option("--optimizer", optimizer, names_doc)
+                   ->check(CLI::IsMember(names))
                    ->capture_default_str();
   flags.push_back({"--optimizer", "optimizer.name", false, name,
                    [&optimizer](TrainConfig& c) {
                      auto& muon = c.optimizer.hybrid.muon;
-                     if (optimizer == "dion" && !muon.dion()) {  // Dion's update, the run's rates
-                       muon = dion_options()
-                                  .lr(muon.lr())
-                                  .weight_decay(muon.weight_decay())
-                                  .state_dtype(muon.state_dtype());
-                     } else if (optimizer != "dion") {
-                       muon.dion(std::nullopt);
+                     const auto run = muon;  // Dion at the run's rates and storage
+                     apply_optimizer_name(optimizer, c.optimizer.hybrid);
+                     if (optimizer == "dion" && !run.dion()) {
+                       muon.lr(run.lr()).weight_decay(run.weight_decay()).state_dtype(
+                           run.state_dtype());
                      }
                      c.optimizer.name = optimizer;
-                     c.optimizer.hybrid.all_adamw = optimizer == "adamw";
-                     if (optimizer == "muonclip" && !c.optimizer.hybrid.qk_clip_tau) {
-                       c.optimizer.hybrid.qk_clip_tau = 100.0;
-                     }
                    },
                    [](const TrainConfig& c) { return c.optimizer.name; }});
   auto* dtype = train
