@@ -88,7 +88,7 @@ namespace {
 // A flag that sets one field of the run config; `get(config)` is that field.
 template <class Get>
 void field_flag(CLI::App& app, std::vector<RunFlag>& flags, TrainConfig& parsed, const char* name,
-                const char* key, bool safe, int64_t least, const char* help, Get get) {
+                const std::string& key, bool safe, int64_t least, const char* help, Get get) {
   auto* option = app.add_option(name, get(parsed), help)->capture_default_str();
   using T = std::decay_t<decltype(get(parsed))>;
   if constexpr (std::is_same_v<T, int64_t>) {
@@ -161,6 +161,26 @@ double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
 
 }  // namespace
 
+const std::vector<ModelFlag>& model_flags() {
+  static const std::vector<ModelFlag> flags{
+      {"--layers", "n_layers", &GptConfig::n_layers},
+      {"--d-model", "d_model", &GptConfig::d_model},
+      {"--heads", "n_heads", &GptConfig::n_heads},
+      {"--kv-heads", "n_kv_heads", &GptConfig::n_kv_heads},
+      {"--seq-len", "seq_len", &GptConfig::seq_len},
+  };
+  return flags;
+}
+
+std::string model_flag_help(const ModelFlag& flag) {
+  std::string help;
+  const GptConfig model;
+  visit_options(model, [&](const OptionInfo& info, const auto&) {
+    if (std::string(info.name) == flag.key) help = info.doc;
+  });
+  return help;
+}
+
 std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   std::vector<RunFlag> flags;
   auto& parsed = values.run;
@@ -195,21 +215,11 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
       "--checkpoint-every", "train.checkpoint_every", true, 0,
       "also write checkpoint.pt every N steps (0: at the end and on Ctrl-C only)",
       [](auto& c) -> auto& { return c.checkpoint_every; });
-  add(
-      "--layers", "model.n_layers", false, 1, "transformer blocks",
-      [](auto& c) -> auto& { return c.model.n_layers; });
-  add(
-      "--d-model", "model.d_model", false, 1, "model width",
-      [](auto& c) -> auto& { return c.model.d_model; });
-  add(
-      "--heads", "model.n_heads", false, 1, "query heads",
-      [](auto& c) -> auto& { return c.model.n_heads; });
-  add(
-      "--kv-heads", "model.n_kv_heads", false, 1, "key/value heads (grouped-query attention)",
-      [](auto& c) -> auto& { return c.model.n_kv_heads; });
-  add(
-      "--seq-len", "model.seq_len", false, 1, "context length in bytes",
-      [](auto& c) -> auto& { return c.model.seq_len; });
+  for (const auto& flag : model_flags()) {
+    const auto help = model_flag_help(flag);
+    field_flag(train, flags, parsed, flag.name, std::string("model.") + flag.key, false, 1,
+               help.c_str(), [field = flag.field](auto& c) -> auto& { return c.model.*field; });
+  }
 
   // The optimizer's flags set fields of its config.
   auto& optimizer = values.optimizer;

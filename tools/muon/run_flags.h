@@ -23,6 +23,18 @@ struct RunFlag {
   std::function<std::string(const TrainConfig&)> value;  // the config's value, as text
 };
 
+// The model's flags, one entry each: a field of GptConfig (its key in the field list, whose doc
+// is the flag's help) under a short name. train registers them as run flags (keys model.*), route
+// and compare on a model of their own.
+struct ModelFlag {
+  const char* name;  // "--layers"
+  const char* key;   // "n_layers"
+  int64_t GptConfig::*field;
+};
+const std::vector<ModelFlag>& model_flags();
+// The field list's documentation of `flag`'s field.
+std::string model_flag_help(const ModelFlag& flag);
+
 // Where the parsed values land (it must outlive the flags).
 struct ParsedFlags {
   TrainConfig run;
