@@ -1,14 +1,15 @@
+// muon train's loop: a TrainingRun per rank — set-up, steps, finish — and what it checks first.
 #include "train.h"
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 
@@ -20,11 +21,22 @@
 #include "muon/hybrid.h"
 #include "muon/routing.h"
 #include "plot.h"
+#include "train_log.h"
 #include "recipe/number_text.h"
-#include "recipe/yaml_section.h"
 #include "signals.h"
 
 namespace muon::demo {
+
+double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config, int64_t world) {
+  at::NoGradGuard no_grad;
+  double total = 0;
+  const int64_t batch = config.batch_size * world;  // the step's global batch: any world size
+  for (int64_t i = 0; i < config.eval_batches; ++i) {
+    const auto [x, y] = data.val_batch(i, batch, config.model.seq_len, config.eval_batches);
+    total += model->loss(x, y).item<double>();
+  }
+  return total / static_cast<double>(config.eval_batches);
+}
 
 namespace {
 
@@ -34,34 +46,17 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::string clock_text(double seconds) {
-  const auto s = static_cast<int64_t>(std::lround(seconds));
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%lld:%02lld", static_cast<long long>(s / 60),
-                static_cast<long long>(s % 60));
-  return buffer;
-}
-
 namespace fs = std::filesystem;
-
-std::string loss_chart(const std::vector<MetricsRow>& rows) {
-  Series train{"train loss", {}}, val{"val loss", {}};
-  for (const auto& r : rows) {
-    if (!std::isnan(r.train_loss)) {
-      train.points.emplace_back(static_cast<double>(r.step), r.train_loss);
-    }
-    if (r.val_loss) val.points.emplace_back(static_cast<double>(r.step), *r.val_loss);
-  }
-  return svg_line_chart({train, val}, "muon train", "step", "loss (nats/byte)");
-}
 
 void check_config(const TrainConfig& c) {
   c.model.check();
   check(c.steps > 0, "train: steps must be > 0, got ", c.steps);
   check(c.batch_size > 0, "train: batch_size must be > 0, got ", c.batch_size);
-  const auto& name = c.optimizer.name;
-  check(name == "muon" || name == "muonclip" || name == "dion" || name == "adamw",
-        "train: optimizer must be muon, muonclip, dion or adamw, got \"", name, "\"");
+  const auto& names = optimizer_names();
+  check(std::any_of(names.begin(), names.end(),
+                    [&](const OptimizerName& n) { return c.optimizer.name == n.name; }),
+        "train: optimizer must be one of ", optimizer_name_list(), ", got \"", c.optimizer.name,
+        "\"");
   check(c.log_every > 0 && c.eval_every >= 0 && c.eval_batches > 0,
         "train: log_every and eval_batches must be > 0, eval_every >= 0 (0: automatic)");
   c.optimizer.check_steps(c.steps);
@@ -74,17 +69,6 @@ double first_rate(const HybridOptimizer& optimizer, bool muon) {
     if (is_muon == muon) return group.options().get_lr();
   }
   return NAN;
-}
-
-// Files of a run; a directory holding any is a run that only --resume (or overwrite) may touch.
-constexpr const char* kRunFiles[] = {"checkpoint.pt", "metrics.csv", "metrics.jsonl",
-                                     "config.yaml",   "routing.txt", "loss.svg"};
-
-bool holds_a_run(const fs::path& dir) {
-  for (const char* name : kRunFiles) {
-    if (fs::exists(dir / name)) return true;
-  }
-  return false;
 }
 
 // Bytes a run needs, roughly: weights, gradients and optimizer state (4 floats per parameter), the
@@ -120,61 +104,6 @@ std::string checkpoint_text(const TrainConfig& config, const Progress& p) {
          ", elapsed_s: " + detail::shortest_text(p.elapsed_s) + "}\n";
 }
 
-// One terminal line redrawn in place: [#####.....] step | loss | elapsed / ETA.
-void draw_progress(std::ostream& log, int64_t done, int64_t last, double loss, double elapsed,
-                   int64_t first_step) {
-  constexpr int kWidth = 30;
-  const double fraction = static_cast<double>(done) / static_cast<double>(last);
-  const int filled = static_cast<int>(fraction * kWidth);
-  const double eta =
-      elapsed / static_cast<double>(done - first_step) * static_cast<double>(last - done);
-  log << "\r\033[K[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
-      << done << '/' << last << " | loss " << loss << " | " << clock_text(elapsed) << " / ETA "
-      << clock_text(eta) << std::flush;
-}
-
-// The log line of one metrics row: step, losses, each algorithm's rate, the gradient norm,
-// throughput and time.
-std::string progress_line(const MetricsRow& row, int64_t steps, int64_t steps_here,
-                          double seconds_here) {
-  const auto rate = [](double lr) {
-    char text[16];
-    std::snprintf(text, sizeof text, "%.2e", lr);
-    return std::isnan(lr) ? std::string("-") : std::string(text);
-  };
-  const double per_step = seconds_here / static_cast<double>(std::max<int64_t>(steps_here, 1));
-  char val[32] = "  -   ";  // rounded as the loss beside it, never cut
-  if (row.val_loss) std::snprintf(val, sizeof val, "%.4f", *row.val_loss);
-  char line[320];
-  std::snprintf(
-      line, sizeof line,
-      "step %5lld/%lld | loss %.4f | val %s | lr muon %s adamw %s | grad %.3f | %7.0f tok/s | "
-      "%.2f it/s | %s / ETA %s",
-      static_cast<long long>(row.step), static_cast<long long>(steps), row.train_loss,
-      val,
-      rate(row.muon_lr).c_str(), rate(row.adamw_lr).c_str(), row.grad_norm, row.tokens_per_s,
-      1.0 / per_step, clock_text(row.elapsed_s).c_str(),
-      clock_text(per_step * static_cast<double>(steps - row.step)).c_str());
-  return line;
-}
-
-}  // namespace
-
-std::string printable(const std::string& bytes) {
-  std::string out;
-  for (const unsigned char c : bytes) {
-    if ((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t') {
-      out += static_cast<char>(c);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-      out += escaped;
-    }
-  }
-  return out;
-}
-
-namespace {
 
 // The signal that stops the run after this step, the same on every rank: any rank's first.
 int agree_on_stop(int signal, Communicator& communicator) {
@@ -193,41 +122,6 @@ uint64_t batch_seed(uint64_t seed, int64_t step) {
   return z ^ (z >> 31);
 }
 
-}  // namespace
-
-std::optional<std::string> LossMonitor::observe(int64_t step, double loss) {
-  char line[160];
-  if (!std::isfinite(loss)) {
-    ++alerts_;
-    std::snprintf(line, sizeof line, "warning: step %lld: the loss is %g",
-                  static_cast<long long>(step), loss);
-    return std::string(line);
-  }
-  const double mean = mean_;
-  const bool spike = seen_ >= warmup_ && loss > factor_ * mean;
-  // The average follows the loss (spikes included: a lasting jump stops being one).
-  mean_ = seen_ == 0 ? loss : beta_ * mean_ + (1 - beta_) * loss;
-  ++seen_;
-  if (!spike) return std::nullopt;
-  ++alerts_;
-  std::snprintf(line, sizeof line,
-                "warning: step %lld: loss spike %.4f, %.1fx its running mean (threshold %.1fx)",
-                static_cast<long long>(step), loss, loss / mean, factor_);
-  return std::string(line);
-}
-
-double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config, int64_t world) {
-  at::NoGradGuard no_grad;
-  double total = 0;
-  const int64_t batch = config.batch_size * world;  // the step's global batch: any world size
-  for (int64_t i = 0; i < config.eval_batches; ++i) {
-    const auto [x, y] = data.val_batch(i, batch, config.model.seq_len, config.eval_batches);
-    total += model->loss(x, y).item<double>();
-  }
-  return total / static_cast<double>(config.eval_batches);
-}
-
-namespace {
 
 // Discards what it is given: the log of ranks other than 0.
 class NullStream : public std::ostream {
@@ -244,15 +138,6 @@ Gpt seeded_model(const TrainConfig& config) {
   return Gpt(config.model);
 }
 
-// The run's metrics rows and the validation losses before and after training among them.
-void take_rows(TrainResult& result, std::vector<MetricsRow> rows) {
-  result.rows = std::move(rows);
-  for (const auto& row : result.rows) {
-    if (row.step == 0 && row.val_loss) result.initial_val_loss = *row.val_loss;
-    if (row.val_loss) result.final_val_loss = *row.val_loss;
-  }
-}
-
 // The mean over ranks of this rank's loss (the loss of the whole batch).
 double global_mean(const at::Tensor& loss, Communicator& communicator) {
   auto value = loss.detach().to(at::kDouble).reshape({1}).clone();
@@ -260,250 +145,254 @@ double global_mean(const at::Tensor& loss, Communicator& communicator) {
   return value.item<double>() / communicator.world_size();
 }
 
-}  // namespace
 
-TrainResult finished_run(const std::string& dir) {
-  const auto stored = read_stored_run(dir);
-  TrainResult result;
-  result.steps_done = stored.step;
-  take_rows(result, MetricsLog(dir, fs::path(dir), stored.step).rows());
-  return result;
-}
+// One rank's run of muon train. The constructor sets it up — everything checked before the first
+// file is written, then the run's files, the opening log line and the evaluation before any
+// update —, step() does one update with its log row, evaluation and checkpoint, and finish() the
+// last checkpoint and the summary.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
+              std::shared_ptr<Communicator> communicator);
+  bool running() const { return done_ < last_ && stopped_by_ == 0; }
+  void step();
+  TrainResult finish();
 
-StoredRun read_stored_run(const std::string& dir) {
-  const auto path = (fs::path(dir) / "checkpoint.pt").string();
-  std::error_code error;
-  check(fs::exists(path, error) || !holds_a_run(dir), "train: '", dir,
-        "' holds a run that stopped before its first checkpoint (no checkpoint.pt), so it cannot "
-        "be continued; start it again with --overwrite --out ", dir);
-  const auto info = read_checkpoint_info(path);
-  return with_context(path, [&] {
-    YAML::Node root;
-    try {
-      root = YAML::Load(info.config_yaml);
-    } catch (const YAML::Exception& e) {
-      throw Error(std::string("its run config is not YAML (") + e.what() + ")");
-    }
-    check(root.IsMap() && root["progress"] && root["model"],
-          "it does not describe its run (written by an older muon train?); start a new run");
-    StoredRun stored;
-    stored.step = info.step_count;
-    detail::Section progress(root["progress"], "progress");
-    stored.window_loss = progress.number("window_loss").value_or(0.0);
-    stored.window_steps = progress.integer("window_steps").value_or(0);
-    stored.elapsed_s = progress.number("elapsed_s").value_or(0.0);
-    progress.finish();
-    root.remove("progress");
-    stored.config = stored_train_config_from_yaml(YAML::Dump(root));
-    return stored;
-  });
-}
+ private:
+  void resume();
+  void open_files();
+  void log_start();
+  void log_row(bool evaluate_now);
+  void save_checkpoint_now();
+  double elapsed() const { return progress_.elapsed_s + seconds_since(start_); }
+  const char* line_start() const { return config_.progress_bar ? "\r\033[K" : ""; }
 
-void check_out_dir(const TrainConfig& config) {
-  const fs::path out(config.out_dir);
-  std::error_code error;
-  check(!fs::exists(out, error) || fs::is_directory(out, error), "train: --out '", config.out_dir,
-        "' exists and is not a directory");
-  const bool same_run = !config.resume_dir.empty() && fs::exists(out, error) &&
-                        fs::equivalent(out, config.resume_dir, error);
-  if (same_run || config.overwrite || !holds_a_run(out)) return;
-  check(!fs::exists(out / "checkpoint.pt", error), "train: '", config.out_dir,
-        "' holds a run already; continue it with --resume ", config.out_dir,
-        ", choose another --out, or pass --overwrite to replace it");
-  throw Error("train: '" + config.out_dir +
-              "' holds a run that stopped before its first checkpoint, so it cannot be "
-              "continued; pass --overwrite to start it again there, or choose another --out");
-}
+  const TrainConfig& config_;
+  std::shared_ptr<Communicator> communicator_;
+  const int rank_;
+  const int64_t world_;
+  const bool writer_;  // rank 0 logs and writes the run's files
+  NullStream quiet_;
+  std::ostream& log_;
+  const fs::path out_dir_;
+  const std::string checkpoint_path_;
+  const TextDataset data_;
+  Gpt model_{nullptr};
+  std::unique_ptr<HybridOptimizer> optimizer_;
+  int64_t first_step_ = 0;
+  Progress progress_;
+  std::optional<MetricsLog> metrics_;
+  LossMonitor monitor_;
+  std::optional<StopRequests> signals_;
+  double tokens_per_step_ = 0;
+  int64_t last_ = 0;  // the step this process stops after
+  int64_t done_ = 0;
+  int stopped_by_ = 0;
+  Clock::time_point start_, window_start_;
+  int64_t window_timed_steps_ = 0;  // steps of this window run by this process (a resumed window
+                                    // also holds steps from before the interruption)
+  double optimizer_seconds_ = 0;
+  double eval_seconds_ = 0;  // excluded from throughput and the optimizer's share
+};
 
-TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
-                  std::shared_ptr<Communicator> communicator) {
+const TrainConfig& checked(const TrainConfig& config) {
   check_config(config);
-  if (communicator == nullptr) communicator = std::make_shared<Communicator>();
-  const int rank = communicator->rank();
-  const int64_t world = communicator->world_size();
-  const bool writer = rank == 0;  // rank 0 logs and writes the run's files
-  NullStream quiet;
-  std::ostream& log = writer ? rank0_log : quiet;
-  const fs::path out_dir(config.out_dir);
+  return config;
+}
 
-  // Everything is checked before the first file is written.
-  const TextDataset data(load_text(config.data.source), config.data.val_fraction);
-  data.check_window(config.model.seq_len);
-  check_memory(config, world);
-  Gpt model = seeded_model(config);
-  auto owned = build_optimizer(*model, config.optimizer, config.steps);
-  auto& optimizer = *owned;
-  optimizer.set_communicator(communicator);
-  optimizer.set_qk_clip_source(model.get());  // used when the config sets qk_clip
-  int64_t first_step = 0;
-  Progress progress;
-  if (!config.resume_dir.empty()) {
-    const auto stored = read_stored_run(config.resume_dir);
-    const auto path = (fs::path(config.resume_dir) / "checkpoint.pt").string();
-    first_step = load_checkpoint(path, optimizer, model.get()).step_count;
-    check(first_step < config.steps, "train: the checkpoint in '", config.resume_dir,
-          "' is at step ", first_step, ", not before --steps ", config.steps);
-    progress = {stored.window_loss, stored.window_steps, stored.elapsed_s};
+TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
+                         std::shared_ptr<Communicator> communicator)
+    : config_(checked(config)),
+      communicator_(communicator ? std::move(communicator) : std::make_shared<Communicator>()),
+      rank_(communicator_->rank()),
+      world_(communicator_->world_size()),
+      writer_(rank_ == 0),
+      log_(writer_ ? rank0_log : quiet_),
+      out_dir_(config.out_dir),
+      checkpoint_path_((out_dir_ / "checkpoint.pt").string()),
+      data_(load_text(config.data.source), config.data.val_fraction) {
+  data_.check_window(config_.model.seq_len);
+  check_memory(config_, world_);
+  model_ = seeded_model(config_);
+  optimizer_ = build_optimizer(*model_, config_.optimizer, config_.steps);
+  optimizer_->set_communicator(communicator_);
+  optimizer_->set_qk_clip_source(model_.get());  // used when the config sets qk_clip
+  if (!config_.resume_dir.empty()) resume();
+  if (writer_) open_files();
+  log_start();
+  if (writer_ && first_step_ == 0) {
+    const double val = evaluate(model_, data_, config_, world_);
+    metrics_->append({0, NAN, val, NAN, NAN, NAN, 1.0, 0.0, 0.0});  // before any update
+    log_ << "step 0 | val loss " << val << " (uniform: " << std::log(256.0) << ")\n";
   }
-  std::optional<MetricsLog> metrics;
-  if (writer) {
-    check_out_dir(config);
-    std::optional<fs::path> earlier;
-    if (!config.resume_dir.empty()) earlier = fs::path(config.resume_dir);
-    metrics.emplace(out_dir, earlier, first_step);
-    // Checked: write.
-    fs::create_directories(out_dir);
-    if (config.resume_dir.empty()) {
-      for (const char* name : kRunFiles) fs::remove(out_dir / name);
-    }
-    write_atomically(out_dir / "config.yaml", config.to_yaml());
-    write_atomically(out_dir / "routing.txt", optimizer.report_text());
-    metrics->open();
-    for (const auto& note : config.optimizer.notes) log << note << '\n';
-    if (first_step > 0) {
-      log << "resumed from " << (fs::path(config.resume_dir) / "checkpoint.pt").string()
-          << " at step " << first_step << "\n";
-    }
+  tokens_per_step_ = static_cast<double>(config_.batch_size * world_ * config_.model.seq_len);
+  last_ = config_.stop_after > 0 ? std::min(config_.stop_after, config_.steps) : config_.steps;
+  done_ = first_step_;
+  if (config_.handle_signals) {
+    signals_.emplace("\nsecond interrupt: stopped at once, without a new checkpoint. If " +
+                     checkpoint_path_ + " exists, " + config_.program + " train --resume " +
+                     config_.out_dir + " continues from it; if not, start the run again with " +
+                     "--overwrite.\n");
   }
-  const auto checkpoint_path = (out_dir / "checkpoint.pt").string();
+  start_ = window_start_ = Clock::now();
+}
+
+void TrainingRun::resume() {
+  const auto stored = read_stored_run(config_.resume_dir);
+  const auto path = (fs::path(config_.resume_dir) / "checkpoint.pt").string();
+  first_step_ = load_checkpoint(path, *optimizer_, model_.get()).step_count;
+  check(first_step_ < config_.steps, "train: the checkpoint in '", config_.resume_dir,
+        "' is at step ", first_step_, ", not before --steps ", config_.steps);
+  progress_ = {stored.window_loss, stored.window_steps, stored.elapsed_s};
+}
+
+// Rank 0's files: checked, then written.
+void TrainingRun::open_files() {
+  check_out_dir(config_);
+  std::optional<fs::path> earlier;
+  if (!config_.resume_dir.empty()) earlier = fs::path(config_.resume_dir);
+  metrics_.emplace(out_dir_, earlier, first_step_);
+  fs::create_directories(out_dir_);
+  if (config_.resume_dir.empty()) clear_run_files(config_.out_dir);
+  write_atomically(out_dir_ / "config.yaml", config_.to_yaml());
+  write_atomically(out_dir_ / "routing.txt", optimizer_->report_text());
+  metrics_->open();
+  for (const auto& note : config_.optimizer.notes) log_ << note << '\n';
+  if (first_step_ > 0) {
+    log_ << "resumed from " << (fs::path(config_.resume_dir) / "checkpoint.pt").string()
+         << " at step " << first_step_ << "\n";
+  }
+}
+
+void TrainingRun::log_start() {
   int64_t muon_tensors = 0, adamw_tensors = 0;
-  for (const auto& row : optimizer.report()) {
+  for (const auto& row : optimizer_->report()) {
     muon_tensors += row.role == Role::muon;
     adamw_tensors += row.role == Role::adamw;
   }
-  log << "muon train: " << config.model.n_layers << " layers, d_model " << config.model.d_model
-      << ", " << muon_tensors << " Muon matrices, " << adamw_tensors << " AdamW tensors; "
-      << data.train_bytes() << " training bytes, " << at::get_num_threads() << " threads"
-      << (world > 1 ? ", " + std::to_string(world) + " ranks" : "") << "\n";
+  log_ << "muon train: " << config_.model.n_layers << " layers, d_model " << config_.model.d_model
+       << ", " << muon_tensors << " Muon matrices, " << adamw_tensors << " AdamW tensors; "
+       << data_.train_bytes() << " training bytes, " << at::get_num_threads() << " threads"
+       << (world_ > 1 ? ", " + std::to_string(world_) + " ranks" : "") << "\n";
+}
 
-  TrainResult result;
-  if (writer && first_step == 0) {
-    const double val = evaluate(model, data, config, world);
-    metrics->append({0, NAN, val, NAN, NAN, NAN, 1.0, 0.0, 0.0});  // before any update
-    log << "step 0 | val loss " << val << " (uniform: " << std::log(256.0) << ")\n";
+void TrainingRun::step() {
+  const int64_t step = done_;
+  // Each step's batch depends on (seed, step) only, so a resumed run sees the same data. With
+  // ranks, the step draws world × batch_size windows and each rank takes its own rows: N ranks
+  // see exactly the batch one process with N × batch_size would.
+  auto generator =
+      at::detail::createCPUGenerator(batch_seed(static_cast<uint64_t>(config_.seed), step));
+  auto [x, y] = data_.train_batch(config_.batch_size * world_, config_.model.seq_len, generator);
+  x = x.narrow(0, rank_ * config_.batch_size, config_.batch_size);
+  y = y.narrow(0, rank_ * config_.batch_size, config_.batch_size);
+  const auto loss = model_->loss(x, y);
+  optimizer_->zero_grad();
+  loss.backward();
+  const auto optimizer_start = Clock::now();
+  optimizer_->step();
+  optimizer_seconds_ += seconds_since(optimizer_start);
+  const double step_loss = world_ > 1 ? global_mean(loss, *communicator_) : loss.item<double>();
+  progress_.window_loss += step_loss;
+  ++progress_.window_steps;
+  ++window_timed_steps_;
+  done_ = step + 1;
+  if (const auto alert = monitor_.observe(done_, step_loss)) {
+    log_ << line_start() << *alert << std::endl;
   }
+  if (config_.progress_bar && writer_) {
+    draw_progress(log_, done_, last_, step_loss, seconds_since(start_), first_step_);
+  }
+  // Every rank stops after the same step (the first signal on any of them).
+  stopped_by_ = signals_ ? agree_on_stop(StopRequests::signal(), *communicator_) : 0;
+  const bool evaluate_now = done_ % config_.eval_interval() == 0 || done_ == config_.steps;
+  if (done_ % config_.log_every == 0 || evaluate_now) log_row(evaluate_now);
+  if (config_.checkpoint_every > 0 && done_ % config_.checkpoint_every == 0 && done_ < last_) {
+    save_checkpoint_now();
+  }
+}
 
-  const auto tokens_per_step =
-      static_cast<double>(config.batch_size * world * config.model.seq_len);
-  const auto start = Clock::now();
-  double optimizer_seconds = 0;
-  double eval_seconds = 0;  // excluded from throughput and the optimizer's share
-  auto window_start = Clock::now();
-  int64_t window_timed_steps = 0;  // steps of this window run by this process (a resumed window
-                                   // also holds steps from before the interruption)
-  const int64_t last =
-      config.stop_after > 0 ? std::min(config.stop_after, config.steps) : config.steps;
-  std::optional<StopRequests> signals;
-  if (config.handle_signals) {
-    const auto checkpoint = (fs::path(config.out_dir) / "checkpoint.pt").string();
-    signals.emplace("\nsecond interrupt: stopped at once, without a new checkpoint. If " +
-                    checkpoint + " exists, " + config.program + " train --resume " +
-                    config.out_dir + " continues from it; if not, start the run again with " +
-                    "--overwrite.\n");
+// The row of the log interval that ends at this step (with the validation loss when due).
+void TrainingRun::log_row(bool evaluate_now) {
+  const auto& stats = optimizer_->last_step();
+  MetricsRow row{done_,
+                 progress_.window_loss / static_cast<double>(progress_.window_steps),
+                 std::nullopt,
+                 first_rate(*optimizer_, true),
+                 first_rate(*optimizer_, false),
+                 stats.grad_norm,
+                 stats.clip_factor,
+                 tokens_per_step_ * static_cast<double>(window_timed_steps_) /
+                     seconds_since(window_start_),
+                 0.0};
+  if (evaluate_now && writer_) {
+    const auto eval_start = Clock::now();
+    row.val_loss = evaluate(model_, data_, config_, world_);
+    eval_seconds_ += seconds_since(eval_start);
   }
-  LossMonitor monitor;
-  int64_t done = first_step;
-  int stopped_by = 0;
-  const auto elapsed = [&] { return progress.elapsed_s + seconds_since(start); };
-  while (done < last && stopped_by == 0) {
-    const int64_t step = done;
-    // Each step's batch depends on (seed, step) only, so a resumed run sees the same data. With
-    // ranks, the step draws world × batch_size windows and each rank takes its own rows: N ranks
-    // see exactly the batch one process with N × batch_size would.
-    auto generator =
-        at::detail::createCPUGenerator(batch_seed(static_cast<uint64_t>(config.seed), step));
-    auto [x, y] = data.train_batch(config.batch_size * world, config.model.seq_len, generator);
-    x = x.narrow(0, rank * config.batch_size, config.batch_size);
-    y = y.narrow(0, rank * config.batch_size, config.batch_size);
-    const auto loss = model->loss(x, y);
-    optimizer.zero_grad();
-    loss.backward();
-    const auto optimizer_start = Clock::now();
-    optimizer.step();
-    optimizer_seconds += seconds_since(optimizer_start);
-    const double step_loss = world > 1 ? global_mean(loss, *communicator) : loss.item<double>();
-    progress.window_loss += step_loss;
-    ++progress.window_steps;
-    ++window_timed_steps;
-    done = step + 1;
-    if (const auto alert = monitor.observe(done, step_loss)) {
-      log << (config.progress_bar ? "\r\033[K" : "") << *alert << std::endl;
-    }
-    if (config.progress_bar && writer) {
-      draw_progress(log, done, last, step_loss, seconds_since(start), first_step);
-    }
-    // Every rank stops after the same step (the first signal on any of them).
-    stopped_by = signals ? agree_on_stop(StopRequests::signal(), *communicator) : 0;
+  row.elapsed_s = elapsed();
+  log_ << line_start()
+       << progress_line(row, config_.steps, done_ - first_step_, seconds_since(start_))
+       << std::endl;
+  if (writer_) {
+    metrics_->append(row);
+    if (row.val_loss) write_atomically(out_dir_ / "loss.svg", loss_chart(metrics_->rows()));
+  }
+  progress_.window_loss = 0;
+  progress_.window_steps = 0;
+  window_timed_steps_ = 0;
+  window_start_ = Clock::now();
+}
 
-    const bool evaluate_now = done % config.eval_interval() == 0 || done == config.steps;
-    if (done % config.log_every == 0 || evaluate_now) {
-      const auto& stats = optimizer.last_step();
-      MetricsRow row{done,
-                     progress.window_loss / static_cast<double>(progress.window_steps),
-                     std::nullopt,
-                     first_rate(optimizer, true),
-                     first_rate(optimizer, false),
-                     stats.grad_norm,
-                     stats.clip_factor,
-                     tokens_per_step * static_cast<double>(window_timed_steps) /
-                         seconds_since(window_start),
-                     0.0};
-      if (evaluate_now && writer) {
-        const auto eval_start = Clock::now();
-        row.val_loss = evaluate(model, data, config, world);
-        eval_seconds += seconds_since(eval_start);
-      }
-      row.elapsed_s = elapsed();
-      log << (config.progress_bar ? "\r\033[K" : "")
-          << progress_line(row, config.steps, done - first_step, seconds_since(start)) << std::endl;
-      if (writer) {
-        metrics->append(row);
-        if (row.val_loss) write_atomically(out_dir / "loss.svg", loss_chart(metrics->rows()));
-      }
-      progress.window_loss = 0;
-      progress.window_steps = 0;
-      window_timed_steps = 0;
-      window_start = Clock::now();
-    }
-    if (config.checkpoint_every > 0 && done % config.checkpoint_every == 0 && done < last) {
-      save_checkpoint(
-          checkpoint_path, optimizer, model.get(),
-          checkpoint_text(config, {progress.window_loss, progress.window_steps, elapsed()}));
-    }
-  }
+void TrainingRun::save_checkpoint_now() {
   save_checkpoint(
-      checkpoint_path, optimizer, model.get(),
-      checkpoint_text(config, {progress.window_loss, progress.window_steps, elapsed()}));
-  const double total_seconds = seconds_since(start) - eval_seconds;
-  result.tokens_per_s = tokens_per_step * static_cast<double>(done - first_step) / total_seconds;
-  result.optimizer_share = optimizer_seconds / total_seconds;
-  result.loss_alerts = monitor.alerts();
-  result.steps_done = done;
-  result.interrupted_by = stopped_by;
-  if (!writer) return result;
-  take_rows(result, metrics->rows());
-  if (stopped_by != 0) {
-    log << (config.progress_bar ? "\r\033[K" : "") << "interrupted by "
-        << (stopped_by == SIGTERM ? "SIGTERM" : "SIGINT") << " after step " << done << "/"
-        << config.steps << "; wrote " << checkpoint_path << "\nresume with: " << config.program
-        << " train --resume " << config.out_dir << std::endl;  // before any second signal
-    return result;
-  }
-  if (done < config.steps) {
-    log << "stopped after step " << done << "/" << config.steps << "; wrote " << checkpoint_path
-        << "\n";
-    return result;
-  }
+      checkpoint_path_, *optimizer_, model_.get(),
+      checkpoint_text(config_, {progress_.window_loss, progress_.window_steps, elapsed()}));
+}
 
-  auto sample_generator = at::detail::createCPUGenerator(static_cast<uint64_t>(config.seed));
-  result.sample = generate(model, config.sample_prompt, config.sample_bytes, 0.8, sample_generator);
-  log << "final val loss " << result.final_val_loss << " | "
-      << static_cast<int64_t>(result.tokens_per_s) << " tok/s | optimizer "
-      << static_cast<int>(100 * result.optimizer_share) << "% of step time\n--- sample ---\n"
-      << printable(result.sample) << "\n--------------\n"
-      << "wrote " << (out_dir / "metrics.csv").string()
-      << ", metrics.jsonl, loss.svg, checkpoint.pt, routing.txt, config.yaml\n";
+TrainResult TrainingRun::finish() {
+  save_checkpoint_now();
+  const double total_seconds = seconds_since(start_) - eval_seconds_;
+  TrainResult result;
+  result.tokens_per_s =
+      tokens_per_step_ * static_cast<double>(done_ - first_step_) / total_seconds;
+  result.optimizer_share = optimizer_seconds_ / total_seconds;
+  result.loss_alerts = monitor_.alerts();
+  result.steps_done = done_;
+  result.interrupted_by = stopped_by_;
+  if (!writer_) return result;
+  result.take_rows(metrics_->rows());
+  if (stopped_by_ != 0) {
+    log_ << line_start() << "interrupted by " << (stopped_by_ == SIGTERM ? "SIGTERM" : "SIGINT")
+         << " after step " << done_ << "/" << config_.steps << "; wrote " << checkpoint_path_
+         << "\nresume with: " << config_.program << " train --resume " << config_.out_dir
+         << std::endl;  // before any second signal
+    return result;
+  }
+  if (done_ < config_.steps) {
+    log_ << "stopped after step " << done_ << "/" << config_.steps << "; wrote "
+         << checkpoint_path_ << "\n";
+    return result;
+  }
+  auto sample_generator = at::detail::createCPUGenerator(static_cast<uint64_t>(config_.seed));
+  result.sample =
+      generate(model_, config_.sample_prompt, config_.sample_bytes, 0.8, sample_generator);
+  log_ << "final val loss " << result.final_val_loss << " | "
+       << static_cast<int64_t>(result.tokens_per_s) << " tok/s | optimizer "
+       << static_cast<int>(100 * result.optimizer_share) << "% of step time\n--- sample ---\n"
+       << printable(result.sample) << "\n--------------\n"
+       << "wrote " << (out_dir_ / "metrics.csv").string()
+       << ", metrics.jsonl, loss.svg, checkpoint.pt, routing.txt, config.yaml\n";
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
+                  std::shared_ptr<Communicator> communicator) {
+  TrainingRun run(config, rank0_log, std::move(communicator));
+  while (run.running()) run.step();
+  return run.finish();
 }
 
 }  // namespace muon::demo

@@ -108,6 +108,9 @@ struct TrainResult {
   int64_t steps_done = 0;      // the step the run stopped at (its steps unless stopped early)
   int interrupted_by = 0;      // the signal that stopped it (0: none)
   std::string sample;          // empty unless the run finished
+
+  // Sets rows and, from them, the validation losses before and after training.
+  void take_rows(std::vector<MetricsRow> all);
 };
 
 // What a run directory's checkpoint says of its run: the run config (as TrainConfig, invocation
@@ -128,6 +131,8 @@ TrainResult finished_run(const std::string& dir);
 // Throws unless config.out_dir may receive the run's files: a new or empty directory, the run
 // being resumed, or anything with config.overwrite.
 void check_out_dir(const TrainConfig& config);
+// Removes the files of a run from `dir` (before a fresh run writes there).
+void clear_run_files(const std::string& dir);
 
 // A run from YAML: optional `model`, `data` and `train` sections over `defaults` (their keys:
 // MUON_GPT_FIELDS, MUON_DATA_FIELDS, MUON_TRAIN_FIELDS); everything else is the optimizer config,
