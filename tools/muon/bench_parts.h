@@ -1,5 +1,6 @@
 // Internal to `muon bench`: the timing helpers its measurements share, and the measurements kept
-// in files of their own (bench_optim.cpp: AdamW and the data-parallel step).
+// in files of their own (bench_optim.cpp: AdamW and the data-parallel step; bench_load.cpp: the
+// step under load).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "bench.h"
 
@@ -59,6 +61,13 @@ struct ScopedThreads {
   int before;
 };
 
+// torch.optim.Muon's formulation in plain ATen, the baseline of the Muon step: EMA momentum with
+// Nesterov, the quintic on the transposed tall matrix, decoupled decay, √max(1, rows/cols).
+void plain_muon_step(std::vector<at::Tensor>& params, std::vector<at::Tensor>& buffers, double lr,
+                     double beta, double weight_decay);
+
+// 20 steps of muon::Muon alone and beside a competing process (bench_load.cpp).
+void bench_load(BenchReport& report, std::ostream& log);
 void bench_adamw(const BenchConfig& config, BenchReport& report, std::ostream& log);
 // The demo GPT's hybrid step on 1 and on 2 ranks (one process each, over loopback).
 void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostream& log);

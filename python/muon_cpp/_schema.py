@@ -1,0 +1,79 @@
+"""The constructors of muon_cpp's optimizer classes, made from the C++ option schema
+(muon/option_schema.h): keywords, defaults, order and documentation in one place."""
+
+import inspect
+
+from . import _core
+from ._engine import TORCH_IMPLEMENTATION_FLAGS, _EngineOptimizer
+
+
+def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flags=None):
+    """An __init__(self, params, <options>) whose keywords, defaults and order are the C++
+    option schema's (muon/option_schema.h): the first ``positional`` options may also be given
+    by position, as in torch.optim; the rest are keyword-only. After them come torch.optim's
+    implementation flags and the class's ``own_flags`` (_engine.AMSGRAD, ...), ``aliases``
+    (torch.optim's name → ours) and, with ``presets`` (name → defaults under our names), a
+    keyword ``preset``. With a preset (another library's defaults) options are taken by keyword
+    only, since that library's positional order may differ from ours."""
+    options = _core.option_schema(algorithm)
+    aliases = aliases or {}
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                  inspect.Parameter("params", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for index, (name, default, _doc, _range) in enumerate(options):
+        kind = (inspect.Parameter.POSITIONAL_OR_KEYWORD if index < positional
+                else inspect.Parameter.KEYWORD_ONLY)
+        parameters.append(inspect.Parameter(name, kind, default=default))
+    extra = [(name, None) for name in aliases]
+    extra += [(name, None if name == "foreach" else False) for name in TORCH_IMPLEMENTATION_FLAGS]
+    extra += [(name, None if why is None else False) for name, why in (own_flags or {}).items()]
+    if presets:
+        extra.append(("preset", None))
+    for name, default in extra:
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
+    signature = inspect.Signature(parameters)
+
+    def __init__(self, *args, **kwargs):
+        given = dict(signature.bind(self, *args, **kwargs).arguments)
+        del given["self"]
+        params = given.pop("params")
+        if given.get("preset") is not None and len(args) > 2:
+            order = ", ".join(name for name, *_ in options[:positional])
+            raise TypeError(f"{type(self).__name__}: with preset={given['preset']!r} give the "
+                            f"options after lr by keyword: the positional order here is "
+                            f"({order}), which may not be that library's"
+                            + (" (the drop-in with torch.optim.Muon's order is "
+                               "muon_cpp.optim.Muon)" if given["preset"] == "torch" else ""))
+        settings = {name: default for name, default, _doc, _range in options}
+        settings.update(_preset(presets, given.pop("preset", None)))
+        for theirs, ours in aliases.items():
+            if theirs in given and ours in given:
+                raise ValueError(f"{type(self).__name__}: give {ours} or {theirs} "
+                                 f"(torch.optim's name for it), not both")
+        settings.update(given)
+        _EngineOptimizer.__init__(self, params, self._from_torch_names(settings))
+
+    __init__.__signature__ = signature
+    __init__.__doc__ = "Options:\n" + "\n".join(
+        f"    {name} (default {default!r}{', ' + rng if rng else ''}): {doc}"
+        for name, default, doc, rng in options) + "\n" + _TORCH_KEYWORDS_DOC + "".join(
+        f"\n    {theirs}: torch.optim's keyword for {ours}" for theirs, ours in aliases.items()) + "".join(
+        f"\n    {name}: " + (f"accepted when False; {why}" if why else
+                              "accepted, True or False: the same arithmetic")
+        for name, why in (own_flags or {}).items())
+    return __init__
+
+
+_TORCH_KEYWORDS_DOC = (
+    "    foreach, maximize, capturable, differentiable: torch.optim's implementation flags;\n"
+    "        foreach has no effect, the others are accepted when False (their default)")
+
+
+def _preset(presets, name):
+    """The defaults preset ``name`` sets ({} for None: the schema's own)."""
+    if name is None:
+        return {}
+    if not presets or name not in presets:
+        valid = ", ".join(repr(n) for n in presets or {})
+        raise ValueError(f"preset must be None (muon-cpp's defaults) or one of {valid}, "
+                         f"got {name!r}")
+    return dict(presets[name])
