@@ -26,6 +26,18 @@ class DistributedError : public std::runtime_error {
 
 enum class ReduceOp { sum, max };
 
+// Which rank owns each tensor when `world` ranks share the updates (ZeRO-1; docs/design.md §Data
+// parallelism); the hybrid's data parallelism and the Python optimizers' process groups both plan
+// by it. Matrices and the other tensors are balanced separately, largest first, each to the
+// least-loaded rank (the lowest on ties), the same on every rank: a matrix costs its
+// orthogonalization, elements × min(rows, cols) of its (batch..., rows, cols) shape; any other
+// tensor its element count.
+struct OwnedTensor {
+  std::vector<int64_t> shape;  // a matrix's (batch..., rows, cols) view
+  bool matrix = false;
+};
+std::vector<int> owner_plan(const std::vector<OwnedTensor>& tensors, int world);
+
 class Communicator {
  public:
   using Duration = std::chrono::milliseconds;

@@ -6,20 +6,50 @@
 #include "muon/dtypes.h"
 #include "muon/error.h"
 
+namespace muon {
+
+namespace {
+
+// A tensor's share of the updates: a matrix's orthogonalization, batch × rows × cols ×
+// min(rows, cols); another tensor's element count.
+double update_cost(const OwnedTensor& t) {
+  double elements = 1;
+  for (const auto n : t.shape) elements *= static_cast<double>(n);
+  if (!t.matrix) return elements;
+  check(t.shape.size() >= 2, "distributed: a matrix needs >= 2 dims, got ", t.shape.size());
+  return elements * static_cast<double>(std::min(t.shape[t.shape.size() - 2], t.shape.back()));
+}
+
+}  // namespace
+
+std::vector<int> owner_plan(const std::vector<OwnedTensor>& tensors, int world) {
+  check(world >= 1, "distributed: the world size must be >= 1, got ", world);
+  std::vector<int> owners(tensors.size(), 0);
+  for (const bool matrices : {true, false}) {
+    std::vector<std::pair<double, size_t>> costs;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].matrix == matrices) costs.emplace_back(update_cost(tensors[i]), i);
+    }
+    std::stable_sort(costs.begin(), costs.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<double> load(world, 0.0);
+    for (const auto& [cost, i] : costs) {
+      const auto rank = std::min_element(load.begin(), load.end()) - load.begin();
+      load[rank] += cost;
+      owners[i] = static_cast<int>(rank);
+    }
+  }
+  return owners;
+}
+
+}  // namespace muon
+
 namespace muon::detail {
 namespace {
 
 // Parameter values travel as raw bytes: any dtype, copied bit for bit.
 at::Tensor as_bytes(const at::Tensor& t) {
   return t.view(at::kByte);
-}
-
-// Orthogonalization cost of a Muon parameter: batch × rows × cols × min(rows, cols).
-double muon_cost(const DataParallel::Param& p) {
-  const auto shape = p.view.empty() ? p.tensor.sizes().vec() : p.view;
-  const double rows = static_cast<double>(shape[shape.size() - 2]);
-  const double cols = static_cast<double>(shape.back());
-  return static_cast<double>(p.tensor.numel()) * std::min(rows, cols);
 }
 
 }  // namespace
@@ -37,25 +67,14 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> communicator,
   build_buckets(params, bucket_numel);
 }
 
-// Largest first, each to the least-loaded rank (lowest rank on ties): the same on every rank.
 void DataParallel::assign_owners(const std::vector<Param>& params) {
-  const int world = communicator_->world_size();
-  for (const Role role : {Role::muon, Role::adamw}) {
-    std::vector<std::pair<double, size_t>> costs;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (params[i].role != role) continue;
-      const double cost =
-          role == Role::muon ? muon_cost(params[i]) : static_cast<double>(params[i].tensor.numel());
-      costs.emplace_back(cost, i);
-    }
-    std::stable_sort(costs.begin(), costs.end(),
-                     [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<double> load(world, 0.0);
-    for (const auto& [cost, i] : costs) {
-      const int rank = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-      load[rank] += cost;
-      owners_[params[i].tensor.unsafeGetTensorImpl()] = rank;
-    }
+  std::vector<OwnedTensor> tensors;
+  for (const auto& p : params) {
+    tensors.push_back({p.view.empty() ? p.tensor.sizes().vec() : p.view, p.role == Role::muon});
+  }
+  const auto owners = owner_plan(tensors, communicator_->world_size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    owners_[params[i].tensor.unsafeGetTensorImpl()] = owners[i];
   }
 }
 
