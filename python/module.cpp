@@ -17,6 +17,7 @@
 
 #include "muon/adam.h"
 #include "muon/config.h"
+#include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
 #include "muon/muon.h"
@@ -364,6 +365,16 @@ PYBIND11_MODULE(_core, m) {
       "A coefficient table (a name or rows [[a, b, c], ...]) as a dict: name, rows, safety, eps.");
   m.def("coefficient_table_names", &muon::CoefficientTable::names,
         "The names of the coefficient tables, comma-separated, in the docs' order.");
+  m.def(
+      "owner_plan",
+      [](const std::vector<std::pair<std::vector<int64_t>, bool>>& tensors, int world) {
+        std::vector<muon::OwnedTensor> items;
+        for (const auto& [shape, matrix] : tensors) items.push_back({shape, matrix});
+        return muon::owner_plan(items, world);
+      },
+      py::arg("tensors"), py::arg("world"),
+      "The rank that owns each (shape, is_matrix) among `world` ranks (muon/distributed.h): the "
+      "plan of the hybrid's data parallelism.");
   m.def(
       "muon_presets",
       [] {

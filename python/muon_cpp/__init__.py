@@ -72,6 +72,7 @@ class Muon(_EngineOptimizer):
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
+    _updates_matrices = True
     _own_torch_flags = USE_ADDMM
     __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
                                  presets=_MUON_PRESETS,

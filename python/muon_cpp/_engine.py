@@ -6,6 +6,8 @@ import collections.abc
 import torch
 from torch.optim import Optimizer
 
+from ._distributed import OwnerPlan
+
 
 class _EngineOptimizer(Optimizer):
     """A torch.optim.Optimizer whose parameters, settings and state live in a C++ engine.
@@ -15,11 +17,18 @@ class _EngineOptimizer(Optimizer):
     """
 
     _make_engine = None  # _core.Engine.<algorithm>, set by each subclass
+    _updates_matrices = False  # Muon and Dion: parameters are owned by orthogonalization cost
 
-    def __init__(self, params, defaults, engine=None):
+    def __init__(self, params, defaults, engine=None, process_group=None):
         self._engine = None
+        self._plan = None
         super().__init__(params, defaults)
-        self._engine = engine if engine is not None else self._make_engine(
+        if process_group is not None:
+            self._plan = OwnerPlan(self._params(), self._updates_matrices, process_group)
+        self._engine = engine if engine is not None else self._new_engine()
+
+    def _new_engine(self):
+        return self._make_engine(
             [(group["params"], self._engine_settings(group)) for group in self.param_groups])
 
     @property
@@ -38,13 +47,16 @@ class _EngineOptimizer(Optimizer):
     def add_param_group(self, param_group):
         if isinstance(param_group, dict):
             param_group = self._from_torch_names(_named(dict(param_group), self.param_groups))
+        if self._engine is not None and self._plan is not None:
+            raise ValueError(f"{type(self).__name__}: with a process_group, give every parameter "
+                             "group to the constructor: ownership is planned over all of them at "
+                             "once")
         super().add_param_group(param_group)  # PyTorch's checks and defaults
         if self._engine is None:
             return
         # A new engine over all groups (which validates the new ones), keeping the state so far.
         try:
-            engine = self._make_engine(
-                [(group["params"], self._engine_settings(group)) for group in self.param_groups])
+            engine = self._new_engine()
             kept = [(i, p, self._engine.state(p)) for i, p in enumerate(self._params())]
             engine.load([_settings(g) for g in self.param_groups],
                         [entry for entry in kept if entry[2] is not None])
@@ -63,12 +75,30 @@ class _EngineOptimizer(Optimizer):
         for group in self.param_groups:  # settings written under torch.optim's names
             self._from_torch_names(group)
         self._engine.set_options([self._engine_settings(group) for group in self.param_groups])
-        self._engine.step()
+        if self._plan is None:
+            self._engine.step()
+            return loss
+        # The engine updates what has a gradient: this rank's own parameters only. It still sees
+        # all of them, so that each keeps the position one process gives it (the seed of its
+        # stochastic rounding and of Dion's first Q).
+        others = [(p, p.grad) for p in self._params()
+                  if p.grad is not None and not self._plan.owns(p)]
+        try:
+            for p, _ in others:
+                p.grad = None
+            self._engine.step()
+        finally:
+            for p, grad in others:
+                p.grad = grad
+        self._plan.share(self._params())
         return loss
 
     def state_dict(self):
         """PyTorch's layout: {'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]},
-        parameters numbered in param_groups order. State tensors are the live buffers."""
+        parameters numbered in param_groups order. State tensors are the live buffers; with a
+        process group, every owner's state gathered to every rank (a collective: call it on all
+        ranks), as CPU copies — the state dict one process would have, loadable at any world
+        size."""
         index = {id(p): i for i, p in enumerate(self._params())}
         groups = []
         for group in self.param_groups:
@@ -76,6 +106,8 @@ class _EngineOptimizer(Optimizer):
             packed["params"] = [index[id(p)] for p in group["params"]]
             groups.append(packed)
         state = {index[id(p)]: entry for p, entry in self.state.items()}
+        if self._plan is not None:
+            state = dict(sorted(self._plan.gather_state(state).items()))
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
@@ -100,7 +132,8 @@ class _EngineOptimizer(Optimizer):
             if not isinstance(entry, dict):
                 raise TypeError(f"state_dict['state'][{key!r}] must be a dict, "
                                 f"got {type(entry).__name__}")
-            states.append((key, by_index[key], entry))
+            if self._plan is None or self._plan.owns(by_index[key]):
+                states.append((key, by_index[key], entry))
         settings = [self._from_torch_names(self._loaded_group(
                         {key: value for key, value in saved.items() if key != "params"}))
                     for saved in saved_groups]

@@ -28,6 +28,7 @@ def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flag
     extra += [(name, None if why is None else False) for name, why in (own_flags or {}).items()]
     if presets:
         extra.append(("preset", None))
+    extra.append(("process_group", None))
     for name, default in extra:
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
     signature = inspect.Signature(parameters)
@@ -49,8 +50,10 @@ def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flag
             if theirs in given and ours in given:
                 raise ValueError(f"{type(self).__name__}: give {ours} or {theirs} "
                                  f"(torch.optim's name for it), not both")
+        process_group = given.pop("process_group", None)
         settings.update(given)
-        _EngineOptimizer.__init__(self, params, self._from_torch_names(settings))
+        _EngineOptimizer.__init__(self, params, self._from_torch_names(settings),
+                                  process_group=process_group)
 
     __init__.__signature__ = signature
     __init__.__doc__ = "Options:\n" + "\n".join(
@@ -59,13 +62,21 @@ def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flag
         f"\n    {theirs}: torch.optim's keyword for {ours}" for theirs, ours in aliases.items()) + "".join(
         f"\n    {name}: " + (f"accepted when False; {why}" if why else
                               "accepted, True or False: the same arithmetic")
-        for name, why in (own_flags or {}).items())
+        for name, why in (own_flags or {}).items()) + _PROCESS_GROUP_DOC
     return __init__
 
 
 _TORCH_KEYWORDS_DOC = (
     "    foreach, maximize, capturable, differentiable: torch.optim's implementation flags;\n"
     "        foreach has no effect, the others are accepted when False (their default)")
+
+
+_PROCESS_GROUP_DOC = (
+    "\n    process_group: a torch.distributed process group (e.g. torch.distributed.group.WORLD) "
+    "to share\n        the updates over, ZeRO-1 style: each parameter is updated on one owner "
+    "rank, which\n        alone keeps its state, and its new values reach every rank; the "
+    "gradients must\n        already agree across ranks (DDP averages them). None: one process "
+    "(docs/distributed.md)")
 
 
 def _preset(presets, name):

@@ -22,7 +22,7 @@ def test_keywords_and_param_groups_are_the_schema(algorithm):
     cls = CLASSES[algorithm]
     # The schema's options, then torch.optim's implementation flags and the peers' flags of the
     # class (amsgrad, use_addmm), and Muon's torch.optim.Muon names and its preset keyword
-    # (test_torch_muon.py).
+    # (test_torch_muon.py), and last the process group (test_distributed.py).
     flags = [("foreach", None), ("maximize", False), ("capturable", False),
              ("differentiable", False)]
     own = {"muon": [("use_addmm", None)], "adamw": [("amsgrad", False)],
@@ -30,6 +30,7 @@ def test_keywords_and_param_groups_are_the_schema(algorithm):
     extra = ([("ns_coefficients", None), ("eps", None), ("adjust_lr_fn", None),
               ("use_gram_newton_schulz", None), ("gram_newton_schulz_config", None)] + flags
              + own + [("preset", None)]) if algorithm == "muon" else flags + own
+    extra.append(("process_group", None))
     assert [(p.name, p.default) for p in keywords(cls)] == [
         (n, d) for n, d, _, _ in schema] + extra
     # The first four are positional, as in torch.optim; the rest keyword-only.

@@ -1,0 +1,85 @@
+"""Data parallelism for muon_cpp's optimizers over a torch.distributed process group
+(docs/distributed.md): each parameter has one owner rank, chosen by the plan the C++ hybrid's data
+parallelism uses (``_core.owner_plan``: matrices by their orthogonalization cost, other tensors by
+size, largest first, each to the least-loaded rank). The owner alone keeps the parameter's state
+and computes its update; then every owner broadcasts its new values to the group, one message per
+owner and dtype."""
+
+import torch
+import torch.distributed as dist
+
+from . import _core
+
+
+def _global_rank(group, group_rank):
+    """The global rank of ``group_rank`` in ``group`` (torch 1.13 names the function privately)."""
+    if group is None or group is dist.group.WORLD:
+        return group_rank
+    get = getattr(dist, "get_global_rank", None) or dist.distributed_c10d._get_global_rank
+    return get(group, group_rank)
+
+
+class OwnerPlan:
+    """Which rank of ``group`` owns each of ``params`` (the same on every rank, which must pass the
+    same parameters in the same order); ``matrices``: whether they are updated as matrices (Muon,
+    Dion) or element by element."""
+
+    def __init__(self, params, matrices, group):
+        if not dist.is_available() or not dist.is_initialized():
+            raise ValueError("process_group: torch.distributed is not initialized; call "
+                             "torch.distributed.init_process_group first (or give None)")
+        self.group = group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        if self.rank < 0:
+            raise ValueError("process_group: this process is not a member of the group")
+        owners = _core.owner_plan([(list(p.shape), matrices) for p in params], self.world)
+        self._owner = {id(p): r for p, r in zip(params, owners)}
+
+    def owner(self, p):
+        return self._owner[id(p)]
+
+    def owns(self, p):
+        return self._owner[id(p)] == self.rank
+
+    def share(self, params):
+        """Every parameter's values from its owner to every rank of the group."""
+        for owner in range(self.world):
+            by_dtype = {}
+            for p in params:
+                if self._owner[id(p)] == owner:
+                    by_dtype.setdefault((p.dtype, p.device), []).append(p)
+            for same in by_dtype.values():
+                flat = torch.cat([p.detach().reshape(-1) for p in same])
+                self._collective(f"the broadcast of rank {owner}'s parameters", dist.broadcast,
+                                 flat, src=_global_rank(self.group, owner), group=self.group)
+                if owner != self.rank:
+                    with torch.no_grad():
+                        offset = 0
+                        for p in same:
+                            p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                            offset += p.numel()
+
+    def _collective(self, what, collective, *args, **kwargs):
+        """Runs a collective; a failure (a rank exited, hung past the group's timeout, or
+        disagreed) becomes a RuntimeError that says so, naming this rank."""
+        try:
+            collective(*args, **kwargs)
+        except RuntimeError as e:
+            raise RuntimeError(f"muon_cpp: {what} failed on rank {self.rank} of {self.world}: "
+                               f"{e} — another rank exited, hung past the process group's "
+                               "timeout, or called step() with other parameters") from e
+
+    def gather_state(self, local):
+        """The union of every rank's ``local`` {index: state} (each index on its owner only)."""
+        if self.world == 1:
+            return local
+        everyone = [None] * self.world
+        cpu = {i: {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+               for i, entry in local.items()}
+        self._collective("state_dict()'s gathering of the state", dist.all_gather_object,
+                         everyone, cpu, group=self.group)
+        merged = {}
+        for part in everyone:
+            merged.update(part)
+        return merged

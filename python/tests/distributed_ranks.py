@@ -1,0 +1,136 @@
+"""One rank of python/tests/test_distributed.py: started N times, each with RANK, WORLD_SIZE and
+INIT_FILE (a file:// rendezvous, which every torch from 1.13 on has, with or without libuv).
+
+    python distributed_ranks.py ALGORITHM STEPS OUT_DIR
+    python distributed_ranks.py killed 0 OUT_DIR
+
+Every rank steps the same parameters with the same gradients twice: once through the optimizer
+with the process group (each rank updating what it owns) and once through the one-process
+optimizer, the reference. It writes OUT_DIR/rank<r>.json: the largest relative difference of the
+parameters after each step, of the gathered state dict, and of a run resumed at world size N from
+the one-process state dict halfway. `killed`: the last rank exits mid-run and the others write
+what their next step raised."""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import muon_cpp
+
+TIMEOUT_S = 10  # the process group's: how long a rank waits for the others
+SHAPES = [(24, 16), (16, 24), (24, 16), (8, 8), (3, 12, 12), (40, 8), (16,), (5,)]
+
+
+def make(algorithm, params, group):
+    extra = {} if group is None else {"process_group": group}
+    matrices = [p for p in params if p.dim() >= 2]
+    others = [p for p in params if p.dim() < 2]
+    if algorithm == "muon":
+        return muon_cpp.Muon(matrices, lr=0.02, weight_decay=0.01, **extra)
+    if algorithm == "dion":
+        return muon_cpp.Dion(matrices, lr=0.01, rank_fraction=0.5, **extra)
+    cls = {"adamw": muon_cpp.AdamW, "lamb": muon_cpp.Lamb}[algorithm]
+    groups = [{"params": matrices}, {"params": others, "weight_decay": 0.0}]
+    return cls(groups, lr=1e-2, **extra)
+
+
+def parameters(seed):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator).requires_grad_() for shape in SHAPES]
+
+
+def set_gradients(params, step):
+    generator = torch.Generator().manual_seed(1000 + step)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=generator)
+
+
+def relative_difference(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def state_difference(ours, reference):
+    if sorted(ours["state"]) != sorted(reference["state"]):
+        return float("inf")
+    worst = 0.0
+    for index, entry in reference["state"].items():
+        for key, value in entry.items():
+            mine = ours["state"][index][key]
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                worst = max(worst, relative_difference(mine.float(), value.float()))
+            elif (mine != value) if not isinstance(value, torch.Tensor) else not torch.equal(
+                    mine, value):
+                return float("inf")
+    return worst
+
+
+def killed(out_dir, rank):
+    """The last rank exits before its second step; the others report what their step raised and
+    how long it took."""
+    params = parameters(0)
+    optimizer = make("muon", params, dist.group.WORLD)
+    set_gradients(params, 0)
+    optimizer.step()
+    if rank == dist.get_world_size() - 1:
+        os._exit(0)  # pylint: disable=protected-access
+    set_gradients(params, 1)
+    start = time.monotonic()
+    try:
+        optimizer.step()
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump({"error": error, "seconds": time.monotonic() - start}, f)
+    os._exit(0)  # the group is broken: no orderly shutdown
+
+
+def main():
+    algorithm, steps, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    if algorithm == "killed":
+        killed(out_dir, rank)
+    group = dist.group.WORLD
+    shared, alone = parameters(0), parameters(0)
+    ours, reference = make(algorithm, shared, group), make(algorithm, alone, None)
+    report = {"rank": rank, "owned": [], "steps": [], "state": None, "resumed": None}
+    report["owned"] = [ours._plan.owns(p) for p in ours._params()]
+    halfway = None
+    for step in range(steps):
+        set_gradients(shared, step)
+        set_gradients(alone, step)
+        ours.step()
+        reference.step()
+        report["steps"].append(max(relative_difference(a.detach(), b.detach())
+                                   for a, b in zip(shared, alone)))
+        if step == steps // 2 - 1:
+            halfway = ([p.detach().clone() for p in alone], reference.state_dict())
+            halfway = (halfway[0], {"state": {i: {k: v.clone() if isinstance(v, torch.Tensor)
+                                                  else v for k, v in e.items()}
+                                              for i, e in halfway[1]["state"].items()},
+                                    "param_groups": halfway[1]["param_groups"]})
+    report["state"] = state_difference(ours.state_dict(), reference.state_dict())
+    # Resume at this world size from the one-process state dict saved halfway.
+    values, saved = halfway
+    resumed_params = [v.clone().requires_grad_() for v in values]
+    resumed = make(algorithm, resumed_params, group)
+    resumed.load_state_dict(saved)
+    for step in range(steps // 2, steps):
+        set_gradients(resumed_params, step)
+        resumed.step()
+    report["resumed"] = max(relative_difference(a.detach(), b.detach())
+                            for a, b in zip(resumed_params, alone))
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""muon_cpp's optimizers over a torch.distributed process group (docs/distributed.md): at 1, 2
+and 4 ranks (Gloo on the CPU, each rank a process of python/tests/distributed_ranks.py) the
+parameters after every step, the gathered state dict and a run resumed from a one-process state
+dict equal the one-process optimizer's within float32 round-off, and every parameter is updated
+by exactly one rank."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import muon_cpp
+
+RANKS_SCRIPT = pathlib.Path(__file__).with_name("distributed_ranks.py")
+# float32 round-off of a few steps: the owners batch other sets of same-shape matrices together
+# than one process does, which may change the order of a product's sums, nothing more.
+ROUND_OFF = 1e-5
+
+
+def run_ranks(tmp_path, world, *args, timeout=240, check=True):
+    init_file = tmp_path / "rendezvous"
+    # The ranks import the muon_cpp this test imported, wherever it came from.
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(muon_cpp.__file__)))
+    python_path = os.pathsep.join([package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    processes = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), INIT_FILE=str(init_file),
+                   OMP_NUM_THREADS="1", PYTHONPATH=python_path)
+        processes.append(subprocess.Popen([sys.executable, str(RANKS_SCRIPT), *map(str, args)],
+                                          env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=timeout)[0] for p in processes]
+    for rank, (process, output) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0 or not check, f"rank {rank} failed:\n{output}"
+    return outputs
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb"])
+def test_ranks_equal_one_process(tmp_path, world, algorithm):
+    run_ranks(tmp_path, world, algorithm, 4, tmp_path)
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    owners = [sum(r["owned"][i] for r in reports) for i in range(len(reports[0]["owned"]))]
+    assert owners == [1] * len(owners)  # each parameter updated by one rank
+    if world > 1:  # and the work shared
+        assert all(any(r["owned"]) for r in reports)
+    for report in reports:
+        assert max(report["steps"]) <= ROUND_OFF, report
+        assert report["state"] <= ROUND_OFF, report
+        assert report["resumed"] <= ROUND_OFF, report
+
+
+def test_a_rank_that_exits_mid_run_is_an_error_on_the_others_not_a_hang(tmp_path):
+    """The last of 3 ranks exits after its first step: the next step of the others raises a
+    RuntimeError naming the collective and this rank, within the group's 10 s timeout."""
+    run_ranks(tmp_path, 3, "killed", 0, tmp_path, timeout=120, check=False)
+    for rank in (0, 1):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert report["error"] is not None, report
+        assert f"failed on rank {rank} of 3" in report["error"], report
+        assert "another rank exited, hung past the process group's timeout" in report["error"]
+        assert report["seconds"] < 10 + 20, report
+
+
+def test_a_process_group_needs_torch_distributed_and_every_group_up_front(tmp_path):
+    p = torch.nn.Parameter(torch.randn(4, 3))
+    with pytest.raises(ValueError, match="process_group: torch.distributed is not initialized; "
+                                         "call torch.distributed.init_process_group first"):
+        muon_cpp.Muon([p], process_group=object())
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "rendezvous"),
+                            rank=0, world_size=1)
+    try:
+        optimizer = muon_cpp.AdamW([p], process_group=dist.group.WORLD)
+        with pytest.raises(ValueError, match="AdamW: with a process_group, give every parameter "
+                                             "group to the constructor"):
+            optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+        assert len(optimizer.param_groups) == 1
+    finally:
+        dist.destroy_process_group()
