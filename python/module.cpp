@@ -317,7 +317,14 @@ void bind_engine(py::module_& m) {
              e.hybrid().restore_counters(steps, skipped);
            })
       .def("reset_state", [](Engine& e) { e.hybrid().reset_state(); })
-      .def("set_qk_clip_source", &Engine::set_qk_clip_source);
+      .def("set_qk_clip_source", &Engine::set_qk_clip_source)
+      .def("set_process_group",
+           [](Engine& e, const py::object& group, double timeout_s) {
+             const auto process_group = group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>();
+             const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
+             e.hybrid().set_communicator(std::make_shared<Communicator>(process_group, timeout));
+           })
+      .def("owns", [](Engine& e, const at::Tensor& param) { return e.hybrid().owns(param); });
 }
 
 at::Tensor orthogonalize_binding(const at::Tensor& x, py::object table, py::handle steps,

@@ -23,6 +23,7 @@ import os
 import torch
 
 from . import _core, _torch_muon
+from ._distributed import check_group
 from ._engine import AMSGRAD, USE_ADDMM, _EngineOptimizer
 from ._schema import init_from_schema as _init_from_schema
 
@@ -200,20 +201,40 @@ class HybridOptimizer(_EngineOptimizer):
     path to a .yaml/.yml file, a dict, or None for the defaults. ``total_steps``: the run's length,
     needed by schedules.
 
+    ``process_group``: a torch.distributed group to train over, as ``muon train --nproc`` does
+    (docs/distributed.md §One step on N ranks): do not wrap the model in DDP — each rank's .grad
+    is its own, and step() averages the gradients (a reduce-scatter to their owners), updates
+    what this rank owns, keeping its state, and all-gathers the new values; rank 0's parameters
+    are copied to every rank here. state_dict() gathers every owner's state (a collective).
+
     param_groups: one per (configured group, algorithm, decayed or not), each with the keys
     'algorithm' ('muon' or 'adamw') and 'group' (its configured name). A torch lr scheduler drives
     them unless the configuration has its own schedule, which then sets 'lr' at every step and
     alone: an lr changed between steps makes the next step() raise a RuntimeError.
     """
 
-    def __init__(self, model_or_named_parameters, config, total_steps):
+    # The communicator's own wait bound; the process group's timeout (30 min by default) governs
+    # each collective first.
+    _COLLECTIVE_TIMEOUT_S = 1800.0
+
+    def __init__(self, model_or_named_parameters, config, total_steps, process_group=None):
         if isinstance(total_steps, bool) or not isinstance(total_steps, int):
             raise TypeError(f"total_steps must be an int, got {type(total_steps).__name__}")
         if not 0 < total_steps <= 2**53:
             raise ValueError(f"total_steps must be > 0 and <= 2^53, got {total_steps}")
         engine = _core.Engine.hybrid(_named_parameters(model_or_named_parameters),
                                      _config_text(config), total_steps)
+        if process_group is not None:
+            check_group(process_group)
+            engine.set_process_group(process_group, self._COLLECTIVE_TIMEOUT_S)
+        self._process_group = process_group
         super().__init__(engine.groups(), {}, engine=engine)
+
+    def _group(self):
+        return self._process_group
+
+    def _owns(self, p):
+        return self._process_group is None or self._engine.owns(p)
 
     def add_param_group(self, param_group):
         if self._engine is not None:
@@ -279,10 +300,10 @@ class HybridOptimizer(_EngineOptimizer):
         self._engine.restore_counters(counters["step_count"], counters["skipped_steps"])
 
 
-def build_optimizer(model_or_named_parameters, config, total_steps):
+def build_optimizer(model_or_named_parameters, config, total_steps, process_group=None):
     """The HybridOptimizer a YAML configuration (text, path or dict) describes; see
     HybridOptimizer."""
-    return HybridOptimizer(model_or_named_parameters, config, total_steps)
+    return HybridOptimizer(model_or_named_parameters, config, total_steps, process_group)
 
 
 def _named_parameters(source):

@@ -19,20 +19,51 @@ def _global_rank(group, group_rank):
     return get(group, group_rank)
 
 
+def check_group(group):
+    """Raises unless ``group`` can be used: torch.distributed initialized, this process a member."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError("process_group: torch.distributed is not initialized; call "
+                         "torch.distributed.init_process_group first (or give None)")
+    if dist.get_rank(group) < 0:
+        raise ValueError("process_group: this process is not a member of the group")
+
+
+def collective(what, members, run, *args, **kwargs):
+    """Runs a collective of the group ``members``; a failure (a rank exited, hung past the group's
+    timeout, or disagreed) becomes a RuntimeError that says so, naming this rank."""
+    try:
+        run(*args, **kwargs)
+    except RuntimeError as e:
+        raise RuntimeError(f"muon_cpp: {what} failed on rank {dist.get_rank(members)} of "
+                           f"{dist.get_world_size(members)}: {e} — another rank exited, hung past "
+                           "the process group's timeout, or called step() with other "
+                           "parameters") from e
+
+
+def gather_state(local, group):
+    """The union of every rank's ``local`` {index: state} (each index on one rank only), as CPU
+    copies, sorted by index."""
+    everyone = [None] * dist.get_world_size(group)
+    cpu = {i: {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+           for i, entry in local.items()}
+    collective("state_dict()'s gathering of the state", group, dist.all_gather_object,
+               everyone, cpu, group=group)
+    merged = {}
+    for part in everyone:
+        merged.update(part)
+    return dict(sorted(merged.items()))
+
+
 class OwnerPlan:
     """Which rank of ``group`` owns each of ``params`` (the same on every rank, which must pass the
     same parameters in the same order); ``matrices``: whether they are updated as matrices (Muon,
     Dion) or element by element."""
 
     def __init__(self, params, matrices, group):
-        if not dist.is_available() or not dist.is_initialized():
-            raise ValueError("process_group: torch.distributed is not initialized; call "
-                             "torch.distributed.init_process_group first (or give None)")
+        check_group(group)
         self.group = group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
-        if self.rank < 0:
-            raise ValueError("process_group: this process is not a member of the group")
         owners = _core.owner_plan([(list(p.shape), matrices) for p in params], self.world)
         self._owner = {id(p): r for p, r in zip(params, owners)}
 
@@ -51,8 +82,9 @@ class OwnerPlan:
                     by_dtype.setdefault((p.dtype, p.device), []).append(p)
             for same in by_dtype.values():
                 flat = torch.cat([p.detach().reshape(-1) for p in same])
-                self._collective(f"the broadcast of rank {owner}'s parameters", dist.broadcast,
-                                 flat, src=_global_rank(self.group, owner), group=self.group)
+                collective(f"the broadcast of rank {owner}'s parameters", self.group,
+                           dist.broadcast, flat, src=_global_rank(self.group, owner),
+                           group=self.group)
                 if owner != self.rank:
                     with torch.no_grad():
                         offset = 0
@@ -60,26 +92,5 @@ class OwnerPlan:
                             p.copy_(flat[offset:offset + p.numel()].view_as(p))
                             offset += p.numel()
 
-    def _collective(self, what, collective, *args, **kwargs):
-        """Runs a collective; a failure (a rank exited, hung past the group's timeout, or
-        disagreed) becomes a RuntimeError that says so, naming this rank."""
-        try:
-            collective(*args, **kwargs)
-        except RuntimeError as e:
-            raise RuntimeError(f"muon_cpp: {what} failed on rank {self.rank} of {self.world}: "
-                               f"{e} — another rank exited, hung past the process group's "
-                               "timeout, or called step() with other parameters") from e
-
     def gather_state(self, local):
-        """The union of every rank's ``local`` {index: state} (each index on its owner only)."""
-        if self.world == 1:
-            return local
-        everyone = [None] * self.world
-        cpu = {i: {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
-               for i, entry in local.items()}
-        self._collective("state_dict()'s gathering of the state", dist.all_gather_object,
-                         everyone, cpu, group=self.group)
-        merged = {}
-        for part in everyone:
-            merged.update(part)
-        return merged
+        return gather_state(local, self.group)

@@ -6,7 +6,7 @@ import collections.abc
 import torch
 from torch.optim import Optimizer
 
-from ._distributed import OwnerPlan
+from ._distributed import OwnerPlan, gather_state
 
 
 class _EngineOptimizer(Optimizer):
@@ -106,8 +106,8 @@ class _EngineOptimizer(Optimizer):
             packed["params"] = [index[id(p)] for p in group["params"]]
             groups.append(packed)
         state = {index[id(p)]: entry for p, entry in self.state.items()}
-        if self._plan is not None:
-            state = dict(sorted(self._plan.gather_state(state).items()))
+        if self._group() is not None:
+            state = gather_state(state, self._group())
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
@@ -132,7 +132,7 @@ class _EngineOptimizer(Optimizer):
             if not isinstance(entry, dict):
                 raise TypeError(f"state_dict['state'][{key!r}] must be a dict, "
                                 f"got {type(entry).__name__}")
-            if self._plan is None or self._plan.owns(by_index[key]):
+            if self._owns(by_index[key]):
                 states.append((key, by_index[key], entry))
         settings = [self._from_torch_names(self._loaded_group(
                         {key: value for key, value in saved.items() if key != "params"}))
@@ -145,6 +145,14 @@ class _EngineOptimizer(Optimizer):
 
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
+
+    # Data parallelism: the process group (None: one process) and whether this rank updates `p`
+    # and keeps its state.
+    def _group(self):
+        return None if self._plan is None else self._plan.group
+
+    def _owns(self, p):
+        return self._plan is None or self._plan.owns(p)
 
     # A settings dict as param_groups keep it, from one written with torch.optim's names (a
     # subclass's aliases, its implementation flags): rewritten in place; returns the dict.

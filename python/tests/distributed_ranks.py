@@ -26,7 +26,14 @@ TIMEOUT_S = 10  # the process group's: how long a rank waits for the others
 SHAPES = [(24, 16), (16, 24), (24, 16), (8, 8), (3, 12, 12), (40, 8), (16,), (5,)]
 
 
+HYBRID_CONFIG = {"optimizer": {"name": "muon", "lr": 0.02, "adamw_lr": 0.01,
+                                "weight_decay": 0.01}}
+
+
 def make(algorithm, params, group):
+    if algorithm == "hybrid":  # the model's parameters by name, as build_optimizer routes them
+        named = [(f"layers.{i}.weight", p) for i, p in enumerate(params)]
+        return muon_cpp.build_optimizer(named, HYBRID_CONFIG, 100, process_group=group)
     extra = {} if group is None else {"process_group": group}
     matrices = [p for p in params if p.dim() >= 2]
     others = [p for p in params if p.dim() < 2]
@@ -44,10 +51,14 @@ def parameters(seed):
     return [torch.randn(shape, generator=generator).requires_grad_() for shape in SHAPES]
 
 
-def set_gradients(params, step):
-    generator = torch.Generator().manual_seed(1000 + step)
-    for p in params:
-        p.grad = torch.randn(p.shape, generator=generator)
+def set_gradients(params, step, rank=None, world=1):
+    """The step's gradients: the same on every rank, or (hybrid, which averages them itself)
+    rank `rank`'s own — for rank None, the mean of the `world` ranks' ones."""
+    ranks = [rank] if rank is not None else range(world) if world > 1 else [0]
+    for i, p in enumerate(params):
+        grads = [torch.randn(p.shape, generator=torch.Generator().manual_seed(
+            1000 + 100 * step + 10 * r + i)) for r in ranks]
+        p.grad = torch.stack(grads).mean(0) if len(grads) > 1 else grads[0]
 
 
 def relative_difference(a, b):
@@ -77,7 +88,7 @@ def killed(out_dir, rank):
     set_gradients(params, 0)
     optimizer.step()
     if rank == dist.get_world_size() - 1:
-        os._exit(0)  # pylint: disable=protected-access
+        os._exit(0)
     set_gradients(params, 1)
     start = time.monotonic()
     try:
@@ -101,21 +112,22 @@ def main():
     shared, alone = parameters(0), parameters(0)
     ours, reference = make(algorithm, shared, group), make(algorithm, alone, None)
     report = {"rank": rank, "owned": [], "steps": [], "state": None, "resumed": None}
-    report["owned"] = [ours._plan.owns(p) for p in ours._params()]
+    report["owned"] = [ours._owns(p) for p in ours._params()]
+    own = rank if algorithm == "hybrid" else None  # the hybrid averages the ranks' gradients
     halfway = None
     for step in range(steps):
-        set_gradients(shared, step)
-        set_gradients(alone, step)
+        set_gradients(shared, step, own, world)
+        set_gradients(alone, step, None, world)
         ours.step()
         reference.step()
         report["steps"].append(max(relative_difference(a.detach(), b.detach())
                                    for a, b in zip(shared, alone)))
-        if step == steps // 2 - 1:
-            halfway = ([p.detach().clone() for p in alone], reference.state_dict())
-            halfway = (halfway[0], {"state": {i: {k: v.clone() if isinstance(v, torch.Tensor)
-                                                  else v for k, v in e.items()}
-                                              for i, e in halfway[1]["state"].items()},
-                                    "param_groups": halfway[1]["param_groups"]})
+        if step == steps // 2 - 1:  # the one-process run's parameters and state, copied
+            saved = reference.state_dict()
+            saved["state"] = {i: {k: v.clone() if isinstance(v, torch.Tensor) else v
+                                  for k, v in entry.items()}
+                              for i, entry in saved["state"].items()}
+            halfway = ([p.detach().clone() for p in alone], saved)
     report["state"] = state_difference(ours.state_dict(), reference.state_dict())
     # Resume at this world size from the one-process state dict saved halfway.
     values, saved = halfway
@@ -123,12 +135,14 @@ def main():
     resumed = make(algorithm, resumed_params, group)
     resumed.load_state_dict(saved)
     for step in range(steps // 2, steps):
-        set_gradients(resumed_params, step)
+        set_gradients(resumed_params, step, own, world)
         resumed.step()
     report["resumed"] = max(relative_difference(a.detach(), b.detach())
                             for a, b in zip(resumed_params, alone))
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
         json.dump(report, f)
+    del ours, resumed  # the hybrid's C++ communicators hold the group: released first
+    dist.barrier()
     dist.destroy_process_group()
 
 
