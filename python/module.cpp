@@ -322,6 +322,9 @@ void bind_engine(py::module_& m) {
            [](Engine& e, const py::object& group, double timeout_s) {
              const auto process_group = group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>();
              const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
+             // Without the GIL, as step(): Gloo's worker thread may need it to free a tensor
+             // that Python made while it holds the lock this broadcast waits for.
+             py::gil_scoped_release release;
              e.hybrid().set_communicator(std::make_shared<Communicator>(process_group, timeout));
            })
       .def("owns", [](Engine& e, const at::Tensor& param) { return e.hybrid().owns(param); });

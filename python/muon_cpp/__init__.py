@@ -17,6 +17,7 @@ Errors: bad arguments and configurations raise ValueError (wrong types: TypeErro
 message; problems found by ``step()`` (a sparse gradient, say) raise RuntimeError, as torch.optim does.
 """
 
+import datetime
 import json
 import os
 
@@ -206,6 +207,8 @@ class HybridOptimizer(_EngineOptimizer):
     is its own, and step() averages the gradients (a reduce-scatter to their owners), updates
     what this rank owns, keeping its state, and all-gathers the new values; rank 0's parameters
     are copied to every rank here. state_dict() gathers every owner's state (a collective).
+    ``timeout`` (a timedelta or seconds; torch's default, 30 minutes): how long one of those
+    collectives waits before step() raises a RuntimeError saying another rank exited or hung.
 
     param_groups: one per (configured group, algorithm, decayed or not), each with the keys
     'algorithm' ('muon' or 'adamw') and 'group' (its configured name). A torch lr scheduler drives
@@ -213,11 +216,8 @@ class HybridOptimizer(_EngineOptimizer):
     alone: an lr changed between steps makes the next step() raise a RuntimeError.
     """
 
-    # The communicator's own wait bound; the process group's timeout (30 min by default) governs
-    # each collective first.
-    _COLLECTIVE_TIMEOUT_S = 1800.0
-
-    def __init__(self, model_or_named_parameters, config, total_steps, process_group=None):
+    def __init__(self, model_or_named_parameters, config, total_steps, process_group=None,
+                 timeout=datetime.timedelta(minutes=30)):
         if isinstance(total_steps, bool) or not isinstance(total_steps, int):
             raise TypeError(f"total_steps must be an int, got {type(total_steps).__name__}")
         if not 0 < total_steps <= 2**53:
@@ -226,7 +226,7 @@ class HybridOptimizer(_EngineOptimizer):
                                      _config_text(config), total_steps)
         if process_group is not None:
             check_group(process_group)
-            engine.set_process_group(process_group, self._COLLECTIVE_TIMEOUT_S)
+            engine.set_process_group(process_group, _seconds("timeout", timeout))
         self._process_group = process_group
         super().__init__(engine.groups(), {}, engine=engine)
 
@@ -300,10 +300,22 @@ class HybridOptimizer(_EngineOptimizer):
         self._engine.restore_counters(counters["step_count"], counters["skipped_steps"])
 
 
-def build_optimizer(model_or_named_parameters, config, total_steps, process_group=None):
+def build_optimizer(model_or_named_parameters, config, total_steps, process_group=None,
+                    timeout=datetime.timedelta(minutes=30)):
     """The HybridOptimizer a YAML configuration (text, path or dict) describes; see
     HybridOptimizer."""
-    return HybridOptimizer(model_or_named_parameters, config, total_steps, process_group)
+    return HybridOptimizer(model_or_named_parameters, config, total_steps, process_group, timeout)
+
+
+def _seconds(name, value):
+    """A positive duration in seconds from a timedelta or a number."""
+    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{name} must be a datetime.timedelta or a number of seconds, got "
+                        f"{type(value).__name__}")
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{name} must be > 0 seconds, got {seconds}")
+    return float(seconds)
 
 
 def _named_parameters(source):

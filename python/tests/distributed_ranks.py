@@ -12,6 +12,7 @@ the one-process state dict halfway. `killed`: the last rank exits mid-run and th
 what their next step raised."""
 
 import datetime
+import faulthandler
 import json
 import os
 import sys
@@ -33,7 +34,8 @@ HYBRID_CONFIG = {"optimizer": {"name": "muon", "lr": 0.02, "adamw_lr": 0.01,
 def make(algorithm, params, group):
     if algorithm == "hybrid":  # the model's parameters by name, as build_optimizer routes them
         named = [(f"layers.{i}.weight", p) for i, p in enumerate(params)]
-        return muon_cpp.build_optimizer(named, HYBRID_CONFIG, 100, process_group=group)
+        return muon_cpp.build_optimizer(named, HYBRID_CONFIG, 100, process_group=group,
+                                        timeout=TIMEOUT_S)
     extra = {} if group is None else {"process_group": group}
     matrices = [p for p in params if p.dim() >= 2]
     others = [p for p in params if p.dim() < 2]
@@ -102,6 +104,8 @@ def killed(out_dir, rank):
 
 
 def main():
+    # A rank that hangs prints where, and exits, well before the test gives up on it.
+    faulthandler.dump_traceback_later(6 * TIMEOUT_S, exit=True)
     algorithm, steps, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank,

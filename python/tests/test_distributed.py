@@ -33,7 +33,13 @@ def run_ranks(tmp_path, world, *args, timeout=240, check=True):
         processes.append(subprocess.Popen([sys.executable, str(RANKS_SCRIPT), *map(str, args)],
                                           env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=timeout)[0] for p in processes]
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in processes]
+    except subprocess.TimeoutExpired:
+        for p in processes:
+            p.kill()
+        outputs = [p.communicate()[0] for p in processes]
+        raise AssertionError(f"ranks still running after {timeout} s:\n" + "\n".join(outputs))
     for rank, (process, output) in enumerate(zip(processes, outputs)):
         assert process.returncode == 0 or not check, f"rank {rank} failed:\n{output}"
     return outputs
@@ -79,5 +85,10 @@ def test_a_process_group_needs_torch_distributed_and_every_group_up_front(tmp_pa
                                              "group to the constructor"):
             optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
         assert len(optimizer.param_groups) == 1
+        model = torch.nn.Linear(3, 2)
+        with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0"):
+            muon_cpp.build_optimizer(model, None, 10, process_group=dist.group.WORLD, timeout=0)
+        with pytest.raises(TypeError, match="timeout must be a datetime.timedelta or a number"):
+            muon_cpp.build_optimizer(model, None, 10, process_group=dist.group.WORLD, timeout="1m")
     finally:
         dist.destroy_process_group()
