@@ -222,11 +222,12 @@ class HybridOptimizer(_EngineOptimizer):
             raise TypeError(f"total_steps must be an int, got {type(total_steps).__name__}")
         if not 0 < total_steps <= 2**53:
             raise ValueError(f"total_steps must be > 0 and <= 2^53, got {total_steps}")
+        timeout_s = _seconds("timeout", timeout)
         engine = _core.Engine.hybrid(_named_parameters(model_or_named_parameters),
                                      _config_text(config), total_steps)
         if process_group is not None:
             check_group(process_group)
-            engine.set_process_group(process_group, _seconds("timeout", timeout))
+            engine.set_process_group(process_group, timeout_s)
         self._process_group = process_group
         super().__init__(engine.groups(), {}, engine=engine)
 
