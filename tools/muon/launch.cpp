@@ -131,19 +131,25 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
   return result;
 }
 
+std::vector<std::string> without_option(const std::vector<std::string>& args,
+                                        const std::string& name) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == name) {
+      ++i;
+    } else if (args[i].rfind(name + "=", 0) != 0) {
+      out.push_back(args[i]);
+    }
+  }
+  return out;
+}
+
 std::string rerun_with_openblas_unset(const std::vector<std::string>& args) {
   char path[] = "/tmp/muon-bench-XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) return "";
   ::close(fd);
-  std::vector<std::string> child;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--json") {
-      ++i;
-    } else if (args[i].rfind("--json=", 0) != 0) {
-      child.push_back(args[i]);
-    }
-  }
+  auto child = without_option(args, "--json");
   child.insert(child.end(), {"--json", path, "--one-environment"});
   std::cout << "\n# The same run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset\n\n"
             << std::flush;

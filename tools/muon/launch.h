@@ -24,4 +24,8 @@ int free_local_port();
 // Its output goes to this program's.
 std::string rerun_with_openblas_unset(const std::vector<std::string>& args);
 
+// `args` without option `name` and its value (given as "NAME VALUE" or "NAME=VALUE").
+std::vector<std::string> without_option(const std::vector<std::string>& args,
+                                        const std::string& name);
+
 }  // namespace muon::demo

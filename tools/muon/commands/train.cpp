@@ -18,19 +18,6 @@ namespace muon::cli {
 
 namespace {
 
-// This program's arguments without --nproc (the launched ranks must not launch again).
-std::vector<std::string> without_nproc(const std::vector<std::string>& args) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--nproc") {
-      ++i;
-    } else if (args[i].rfind("--nproc=", 0) != 0) {
-      out.push_back(args[i]);
-    }
-  }
-  return out;
-}
-
 class Train : public Command {
  public:
   explicit Train(CLI::App& program)
@@ -86,7 +73,8 @@ class Train : public Command {
     const auto timeout =
         std::chrono::milliseconds(static_cast<int64_t>(std::ceil(dist_timeout_ * 1000)));
     if (nproc_ > 1 && std::getenv("WORLD_SIZE") == nullptr) {
-      return demo::launch_local_ranks(nproc_, without_nproc(args), timeout);
+      // The launched ranks must not launch again.
+      return demo::launch_local_ranks(nproc_, demo::without_option(args, "--nproc"), timeout);
     }
     const auto result = demo::train(run, std::cout, Communicator::from_environment(timeout));
     return result.interrupted_by != 0 ? 128 + SIGINT : 0;
