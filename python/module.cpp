@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "muon/adam.h"
+#include "muon/algorithms.h"
 #include "muon/config.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
@@ -291,12 +291,14 @@ py::dict last_step(const HybridOptimizer& opt) {
 }
 
 void bind_engine(py::module_& m) {
-  py::class_<Engine>(m, "Engine")
-      .def_static("muon", &Engine::make<Muon, MuonOptions>)
-      .def_static("adamw", &Engine::make<AdamW, AdamWOptions>)
-      .def_static("adam", &Engine::make<Adam, AdamOptions>)
-      .def_static("lamb", &Engine::make<Lamb, LambOptions>)
-      .def_static("hybrid", &Engine::from_config)
+  py::class_<Engine> engine(m, "Engine");
+  // Engine.<name>(groups) for every registered algorithm: its standalone optimizer.
+  for_each_algorithm([&](auto* tag) {
+    using Options = std::remove_pointer_t<decltype(tag)>;
+    engine.def_static(Algorithm<Options>::name,
+                      &Engine::make<typename Algorithm<Options>::Owner, Options>);
+  });
+  engine.def_static("hybrid", &Engine::from_config)
       .def("groups", &Engine::groups)
       .def("settings", &Engine::settings)
       .def("set_options", &Engine::set_options)
@@ -397,7 +399,8 @@ PYBIND11_MODULE(_core, m) {
       "The Muon presets (muon/presets.h): (name, origin, settings as a param group holds them) "
       "tuples, in the table's order.");
   m.def("option_schema", &option_schema, py::arg("algorithm"),
-        "The options of 'muon', 'adamw', 'adam' or 'lamb': (name, default, doc, range) tuples.");
+        "The options of a registered algorithm, by name (muon, adamw, ...): (name, default, doc, "
+        "range) tuples.");
   m.def(
       "config_schema",
       [](const std::string& section) {

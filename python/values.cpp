@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "muon/adam.h"
+#include "muon/algorithms.h"
 #include "muon/error.h"
 #include "muon/muon.h"
 #include "muon/normalization.h"
@@ -279,26 +280,17 @@ py::list schema_of() {
   return out;
 }
 
-// Dispatch on the options' type (which is the algorithm tag).
+// Dispatch on the options' type (which is the algorithm tag): the registry's one dispatch.
 py::dict options_to_dict(const torch::optim::OptimizerOptions& o) {
-  if (const auto* m = dynamic_cast<const MuonOptions*>(&o)) return to_dict(*m);
-  if (const auto* a = dynamic_cast<const AdamWOptions*>(&o)) return to_dict(*a);
-  if (const auto* a = dynamic_cast<const AdamOptions*>(&o)) return to_dict(*a);
-  return to_dict(dynamic_cast<const LambOptions&>(o));
+  return visit_algorithm(o, [](const auto& options) { return to_dict(options); });
 }
 
 void update_options(torch::optim::OptimizerOptions& o, const py::dict& d) {
-  if (auto* m = dynamic_cast<MuonOptions*>(&o)) return update(*m, d);
-  if (auto* a = dynamic_cast<AdamWOptions*>(&o)) return update(*a, d);
-  if (auto* a = dynamic_cast<AdamOptions*>(&o)) return update(*a, d);
-  update(dynamic_cast<LambOptions&>(o), d);
+  visit_algorithm(o, [&](auto& options) { update(options, d); });
 }
 
 std::string algorithm_of(const torch::optim::OptimizerOptions& o) {
-  if (dynamic_cast<const MuonOptions*>(&o) != nullptr) return "muon";
-  if (dynamic_cast<const AdamWOptions*>(&o) != nullptr) return "adamw";
-  if (dynamic_cast<const AdamOptions*>(&o) != nullptr) return "adam";
-  return "lamb";
+  return algorithm_name(o);
 }
 
 std::vector<at::Tensor> tensors(const std::string& key, py::handle v) {
@@ -311,12 +303,17 @@ std::vector<at::Tensor> tensors(const std::string& key, py::handle v) {
 }
 
 py::list option_schema(const std::string& algorithm) {
-  if (algorithm == "muon") return schema_of<MuonOptions>();
-  if (algorithm == "adamw") return schema_of<AdamWOptions>();
-  if (algorithm == "adam") return schema_of<AdamOptions>();
-  check(algorithm == "lamb", "option_schema: unknown algorithm '", algorithm,
-        "'; valid algorithms are muon, adamw, adam, lamb");
-  return schema_of<LambOptions>();
+  py::list out;
+  bool found = false;
+  for_each_algorithm([&](auto* tag) {
+    using Options = std::remove_pointer_t<decltype(tag)>;
+    if (algorithm != Algorithm<Options>::name) return;
+    out = schema_of<Options>();
+    found = true;
+  });
+  check(found, "option_schema: unknown algorithm '", algorithm, "'; valid algorithms are ",
+        algorithm_names_text());
+  return out;
 }
 
 }  // namespace muon::python

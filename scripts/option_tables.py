@@ -7,7 +7,7 @@ muon_cpp._core.option_schema and muon_cpp._core.config_schema).
     PYTHONPATH=build/python /usr/bin/python3 scripts/option_tables.py --check   # fail if stale
 
 A table stands between the lines ``<!-- options: NAME [yaml] -->`` and ``<!-- end options -->``.
-Without ``yaml``, NAME is an algorithm (muon, adamw, adam, lamb) and the defaults are Python
+Without ``yaml``, NAME is a registered algorithm (muon, adamw, ...) and the defaults are Python
 values, or ``presets``: the Muon presets (muon_cpp._core.muon_presets) with what each sets; with ``yaml``, NAME is a config section (muon, adamw, optimizer, shorthand, schedule,
 schedule.tail, momentum_schedule, param_group) and the defaults are written as YAML by the C++
 config writer.

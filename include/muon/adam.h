@@ -15,12 +15,11 @@
 #include <tuple>
 #include <vector>
 
+#include "muon/algorithm.h"
 #include "muon/enum_names.h"
 #include "muon/option_schema.h"
 
 namespace muon {
-
-using Betas = std::tuple<double, double>;
 
 // AdamW and Adam differ only in their default weight_decay_method (decoupled, l2) and decay.
 enum class AdamRule {
@@ -86,31 +85,45 @@ struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamPa
   TORCH_ARG(at::Tensor, mantissa);    // mantissa_tracking of a bf16 parameter: int16 low halves
 };
 
-// Owns groups and state and calls adam_update() (muon/rules.h) on them.
 template <AdamRule R>
-class AdamFamily : public torch::optim::Optimizer {
- public:
-  using Options = AdamFamilyOptions<R>;
-  explicit AdamFamily(std::vector<torch::optim::OptimizerParamGroup> groups, Options defaults = {});
-  explicit AdamFamily(std::vector<at::Tensor> params, Options defaults = {});
-  // torch::optim::Optimizer::add_param_group, keeping the group's own options on every LibTorch
-  // (as Muon::add_param_group). Checked by the next step().
-  void add_param_group(const torch::optim::OptimizerParamGroup& group);
-  at::Tensor step(LossClosure closure = nullptr) override;
-  // Throws muon::Error for whatever would stop step(), changing nothing.
-  void check_step() const;
-  // torch::save / torch::load: state and each group's lr, weight decay, betas and eps
-  // (save_optimizer_state in muon/param_state.h).
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
-};
-
+using AdamFamily = ElementwiseOptimizer<AdamFamilyOptions<R>>;
 using AdamW = AdamFamily<AdamRule::adamw>;
 using Adam = AdamFamily<AdamRule::adam>;
 using Lamb = AdamFamily<AdamRule::lamb>;
 
-extern template class AdamFamily<AdamRule::adamw>;
-extern template class AdamFamily<AdamRule::adam>;
-extern template class AdamFamily<AdamRule::lamb>;
+// The registry's entry (muon/algorithm.h) of each member; the rule is src/optim/adam_rule.cpp.
+template <AdamRule R>
+struct Algorithm<AdamFamilyOptions<R>> {
+  using Options = AdamFamilyOptions<R>;
+  static constexpr const char* name = R == AdamRule::adamw  ? "adamw"
+                                      : R == AdamRule::adam ? "adam"
+                                                            : "lamb";
+  static constexpr ParamKind kind = ParamKind::any;
+  using State = AdamParamState;
+  using Owner = AdamFamily<R>;
+  using Item = RuleItem<State>;
+
+  // LAMB: no nesterov, cautious or bf16 state.
+  static void validate(const Options& options);
+  static std::vector<StateSlot> state_slots(const Options& options, const at::Tensor& param,
+                                            const std::vector<int64_t>& view);
+  template <class F>
+  static void visit_state(State& s, F&& f) {
+    f("exp_avg", s.exp_avg());
+    f("exp_avg_sq", s.exp_avg_sq());
+    f("mantissa", s.mantissa());
+  }
+  static SettingValues settings(const Options& o) { return beta_settings<true>(o); }
+  static void set_settings(Options& o, const SettingValues& v) { set_beta_settings<true>(o, v); }
+
+  static State& make_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
+                           const at::Tensor& param, const Options& options);
+  // Throws muon::Error, naming `where` (e.g. "parameter 2 of param group 0"), unless `param` with
+  // gradient `grad` can take this update — before anything changes.
+  static void check_item(const at::Tensor& param, const at::Tensor& grad, const Options& options,
+                         const std::string& where);
+  // One step of every item, all under `options` (one parameter group).
+  static void update(const Options& options, const std::vector<Item>& items);
+};
 
 }  // namespace muon

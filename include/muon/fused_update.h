@@ -20,10 +20,10 @@ struct AdamStepScalars {
   double eps = 1e-8;
   double decay_fraction = 0;   // W ← W·(1 − decay_fraction) before the step (AdamW: lr·λ)
   double l2_weight_decay = 0;  // g ← g + λ·W before the moments (Adam)
-  bool nesterov = false;              // NAdam as optax forms it
-  bool cautious = false;      // keep W_old where (W_old − W_new)·g ≤ 0 (cautious optimizer)
-  int64_t step = 1;           // t, counting this update (1 on the first)
-  uint32_t seed_exp_avg = 0;  // stochastic-rounding seeds, used with bf16 state
+  bool nesterov = false;       // NAdam as optax forms it
+  bool cautious = false;       // keep W_old where (W_old − W_new)·g ≤ 0 (cautious optimizer)
+  int64_t step = 1;            // t, counting this update (1 on the first)
+  uint32_t seed_exp_avg = 0;   // stochastic-rounding seeds, used with bf16 state
   uint32_t seed_exp_avg_sq = 0;
 };
 

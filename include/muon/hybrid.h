@@ -3,7 +3,8 @@
 // parameter groups, global-norm clipping and a policy for non-finite gradients.
 //
 // Its param_groups() hold one group per (parameter group, role), whose options are MuonOptions or
-// AdamWOptions — the options' type is the algorithm tag, as in optax's `partition` — so libtorch's
+// AdamWOptions (a group added later may run any registered algorithm) — the options' type is the
+// algorithm tag, as in optax's `partition` — so libtorch's
 // LRScheduler and set_lr reach every group. It owns every group and all state itself (state(),
 // save/load, checkpoints read the one copy) and calls the update rules (muon/rules.h) on them.
 //
@@ -118,15 +119,16 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // the Muon and AdamW groups; then applies QK-clip.
   at::Tensor step(LossClosure closure = nullptr) override;
 
-  // Adds a group after construction. Its options' type picks the algorithm: MuonOptions for
-  // Muon (matrices only), AdamWOptions — or none: the hybrid's AdamW settings — for AdamW. Its
-  // parameters are named "param_groups.<group>.<index>" in reports and checkpoints; schedules
-  // scale its lr and weight decay like the others'. Throws muon::Error, adding nothing, for
-  // another options type, invalid options, a parameter already in a group or a Muon parameter
-  // that is not a matrix. A group added through the base class (torch::optim::Optimizer's
-  // add_param_group) is checked the same way by the next step() — but newer LibTorch (2.14,
-  // 2.15) gives such a group the hybrid's AdamW defaults in place of options of a type it does
-  // not know (muon/compat.h), so add groups here.
+  // Adds a group after construction. Its options' type picks the algorithm, any of the registry's
+  // (muon/algorithms.h): MuonOptions for Muon (matrices only), AdamWOptions — or none: the
+  // hybrid's AdamW settings — for AdamW, the options of another elementwise algorithm (AdamOptions,
+  // LambOptions, ...) for it. Its parameters are named "param_groups.<group>.<index>" in reports
+  // and checkpoints; schedules scale its lr and weight decay like the others'. Throws muon::Error,
+  // adding nothing, for another options type, invalid options, a parameter already in a group or a
+  // Muon parameter that is not a matrix. A group added through the base class
+  // (torch::optim::Optimizer's add_param_group) is checked the same way by the next step() — but
+  // newer LibTorch (2.14, 2.15) gives such a group the hybrid's AdamW defaults in place of options
+  // of a type it does not know (muon/compat.h), so add groups here.
   void add_param_group(const torch::optim::OptimizerParamGroup& group);
 
   // Writes / reads the state of every parameter, the step counters and each group's lr, weight

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "muon/algorithm.h"
 #include "muon/enum_names.h"
 #include "muon/normalization.h"
 #include "muon/option_schema.h"
@@ -209,5 +210,34 @@ void check_matrix_view(const at::Tensor& param, const std::vector<int64_t>& view
 // Throws muon::Error unless `p` can be optimized by Muon: a real floating-point tensor of rank ≥ 2.
 // `name` is used in the message.
 void check_muon_param(const at::Tensor& p, const std::string& name = "parameter");
+
+// The registry's entry (muon/algorithm.h); the rule is src/optim/muon_rule.cpp (Dion's update
+// dion_rule.cpp).
+template <>
+struct Algorithm<MuonOptions> {
+  static constexpr const char* name = "muon";
+  static constexpr ParamKind kind = ParamKind::matrices;
+  using State = MuonParamState;
+  using Owner = Muon;
+
+  static void validate(const MuonOptions& options) { check_options(options); }
+  // momentum_buffer; normuon_second_moment with NorMuon, dion_q with Dion, mantissa with
+  // mantissa_tracking of a bf16 parameter. `view` is the parameter's matrix view.
+  static std::vector<StateSlot> state_slots(const MuonOptions& options, const at::Tensor& param,
+                                            const std::vector<int64_t>& view);
+  template <class F>
+  static void visit_state(State& s, F&& f) {
+    f("momentum_buffer", s.momentum_buffer());
+    f("normuon_second_moment", s.normuon_second_moment());
+    f("mantissa", s.mantissa());
+    f("dion_q", s.dion_q());
+  }
+  static SettingValues settings(const MuonOptions& o) {
+    return {{"lr", o.lr()}, {"weight_decay", o.weight_decay()}, {"momentum", o.momentum()}};
+  }
+  static void set_settings(MuonOptions& o, const SettingValues& v) {
+    o.lr(v.at("lr")).weight_decay(v.at("weight_decay")).momentum(v.at("momentum"));
+  }
+};
 
 }  // namespace muon

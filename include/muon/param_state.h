@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "muon/algorithm.h"
+
 namespace muon {
 
 struct ParamStateEntry {
@@ -19,12 +21,7 @@ struct ParamStateEntry {
   std::map<std::string, at::Tensor> tensors;
 };
 
-// One tensor of a parameter's state as `optimizer` keeps it under the group's current options.
-struct StateSlot {
-  std::string name;
-  std::vector<int64_t> shape;
-  at::ScalarType dtype;
-};
+// The tensors of a parameter's state as `optimizer` keeps it under the group's current options.
 std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optimizer,
                                             const at::Tensor& param);
 

@@ -1,5 +1,6 @@
-// The update rules: Muon (with NorMuon, Muon+ and Dion), the Adam family (AdamW, Adam, NAdam) and
-// LAMB as functions of an explicit list of (parameter, gradient, state, options). They hold no groups
+// The Muon update rule (with NorMuon, Muon+ and Dion) as a function of an explicit list of
+// (parameter, gradient, state, options); the elementwise rules (the Adam family, LAMB, ...) are
+// their registry entries' update() (muon/algorithm.h). They hold no groups
 // and no torch::optim machinery; the optimizers (muon::Muon, muon::AdamW, ..., the hybrid) own
 // groups and state and hand the rules what to update — on N ranks, only what a rank owns.
 //
@@ -65,37 +66,6 @@ inline at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closur
   at::AutoGradMode enable_grad(true);
   return closure();
 }
-
-// ---- Any group ---------------------------------------------------------------------------------
-
-// Throws muon::Error unless `options` (MuonOptions or an Adam-family options type, the group's
-// algorithm) are valid.
-void check_group_options(const torch::optim::OptimizerOptions& options);
-
-// ---- The Adam family and LAMB -----------------------------------------------------------------
-
-struct AdamItem {
-  at::Tensor param;       // updated in place
-  at::Tensor grad;        // the parameter's shape
-  AdamParamState* state;  // from adam_state()
-  int64_t index;  // its position among the owner's parameters of the rule: seeds bf16 rounding
-};
-
-// Throws muon::Error unless `options` are valid for rule R (LAMB: no nesterov, cautious or bf16
-// state).
-template <AdamRule R>
-void check_adam_options(const AdamFamilyOptions<R>& options);
-// As check_muon_item, for rule R.
-template <AdamRule R>
-void check_adam_item(const at::Tensor& param, const at::Tensor& grad,
-                     const AdamFamilyOptions<R>& options, const std::string& where);
-
-AdamParamState& adam_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
-                           const at::Tensor& param, at::ScalarType state_dtype);
-
-// One step of rule R for every item, all under `options` (one parameter group).
-template <AdamRule R>
-void adam_update(const AdamFamilyOptions<R>& options, const std::vector<AdamItem>& items);
 
 // The name a rule's messages use: "AdamW", "Adam" or "Lamb".
 const char* rule_name(AdamRule rule);

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "data_parallel.h"
+#include "muon/algorithms.h"
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/param_state.h"
@@ -169,24 +170,19 @@ void HybridOptimizer::warn_when_muon_gets_nothing() const {
 }
 
 Role HybridOptimizer::role_of_group(size_t g) const {
-  return dynamic_cast<const MuonOptions*>(&param_groups_[g].options()) != nullptr ? Role::muon
-                                                                                  : Role::adamw;
+  return algorithm_kind(param_groups_[g].options()) == ParamKind::matrices ? Role::muon
+                                                                           : Role::adamw;
 }
 
 void HybridOptimizer::check_group(size_t g, const std::string& who) const {
   const auto& group = param_groups_[g];
-  const auto& o = group.options();
-  const auto* muon = dynamic_cast<const MuonOptions*>(&o);
-  check(muon != nullptr || dynamic_cast<const AdamWOptions*>(&o) != nullptr, who, ": param group ",
-        g,
-        " has options of another optimizer; the hybrid runs groups with MuonOptions (Muon) or "
-        "AdamWOptions (AdamW)");
-  if (muon != nullptr) check_options(*muon);
-  if (muon == nullptr) check_adam_options(static_cast<const AdamWOptions&>(o));
+  with_context(detail::concat(who, ": param group ", g),
+               [&] { check_group_options(group.options()); });
+  const bool matrices = algorithm_kind(group.options()) == ParamKind::matrices;
   for (size_t i = 0; i < group.params().size(); ++i) {
     const auto& p = group.params()[i];
     const auto where = detail::concat("parameter ", i, " of param group ", g);
-    if (muon != nullptr) check_muon_param(p, where);
+    if (matrices) check_muon_param(p, where);
     for (size_t other = 0; other < param_groups_.size(); ++other) {
       for (size_t j = 0; j < param_groups_[other].params().size(); ++j) {
         check((other == g && j == i) || !param_groups_[other].params()[j].is_same(p), who, ": ",
@@ -201,11 +197,9 @@ void HybridOptimizer::check_group(size_t g, const std::string& who) const {
 void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) {
   const auto role = role_of_group(g);
   const auto& o = param_groups_[g].options();
-  const auto* muon = dynamic_cast<const MuonOptions*>(&o);
-  const double wd =
-      muon ? muon->weight_decay() : static_cast<const AdamWOptions&>(o).weight_decay();
-  const double momentum = muon ? muon->momentum() : 0.0;
-  base_.push_back({o.get_lr(), wd, momentum, std::move(schedule), {o.get_lr(), wd, momentum}});
+  const auto now = settings_of(g);
+  base_.push_back({now.lr, now.weight_decay, now.momentum, std::move(schedule), now});
+  const double wd = now.weight_decay;
   const auto& params = param_groups_[g].params();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto* impl = params[i].unsafeGetTensorImpl();
@@ -240,11 +234,10 @@ void HybridOptimizer::add_param_group(const torch::optim::OptimizerParamGroup& g
 }
 
 HybridOptimizer::Settings HybridOptimizer::settings_of(size_t g) const {
-  const auto& o = param_groups_[g].options();
-  if (const auto* m = dynamic_cast<const MuonOptions*>(&o)) {
-    return {o.get_lr(), m->weight_decay(), m->momentum()};
-  }
-  return {o.get_lr(), static_cast<const AdamWOptions&>(o).weight_decay(), 0.0};
+  const auto values = group_settings(param_groups_[g].options());
+  const auto momentum = values.find("momentum");  // Muon's; 0 for the others
+  return {values.at("lr"), values.at("weight_decay"),
+          momentum != values.end() ? momentum->second : 0.0};
 }
 
 // Each group's settings that a schedule drives are the schedule's alone: one changed since the
@@ -279,12 +272,11 @@ void HybridOptimizer::apply_schedules() {
     }
     auto& options = param_groups_[g].options();
     if (schedule) options.set_lr(base.lr * schedule->multiplier(step_count_, total, base.lr));
-    if (auto* m = dynamic_cast<MuonOptions*>(&options)) {
-      if (o.weight_decay_schedule) m->weight_decay(base.weight_decay * wd);
-      if (o.momentum_schedule) m->momentum(o.momentum_schedule->value(step_count_, total));
-    } else if (auto* a = dynamic_cast<AdamWOptions*>(&options)) {
-      if (o.weight_decay_schedule) a->weight_decay(base.weight_decay * wd);
-    }
+    auto values = group_settings(options);
+    if (o.weight_decay_schedule) values["weight_decay"] = base.weight_decay * wd;
+    if (o.momentum_schedule && muon)
+      values["momentum"] = o.momentum_schedule->value(step_count_, total);
+    set_group_settings(options, values);
     base_[g].last = settings_of(g);
   }
 }
@@ -344,8 +336,11 @@ std::vector<int64_t> HybridOptimizer::matrix_view(const at::Tensor& param) const
 void HybridOptimizer::set_lr_multiplier(double multiplier) {
   adopt_added_groups("HybridOptimizer::set_lr_multiplier");
   for (size_t g = 0; g < base_.size(); ++g) {
-    check(!base_[g].schedule && !options_.schedule, "HybridOptimizer::set_lr_multiplier: param "
-          "group ", g, " has a learning-rate schedule, which sets lr at every step; remove it to "
+    check(!base_[g].schedule && !options_.schedule,
+          "HybridOptimizer::set_lr_multiplier: param "
+          "group ",
+          g,
+          " has a learning-rate schedule, which sets lr at every step; remove it to "
           "drive lr yourself");
   }
   for (size_t g = 0; g < base_.size(); ++g) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "data_parallel.h"
+#include "muon/algorithms.h"
 #include "muon/compat.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
@@ -37,20 +38,25 @@ std::vector<double> host_values(const std::vector<at::Tensor>& scalars) {
 void HybridOptimizer::check_step() const {
   // Without the logits QK-clip would silently do nothing.
   check(!options_.qk_clip_tau || qk_source_ != nullptr, "HybridOptimizer: QK-clip (tau ",
-        options_.qk_clip_tau.value_or(0), ") needs the model's attention logits: call "
+        options_.qk_clip_tau.value_or(0),
+        ") needs the model's attention logits: call "
         "set_qk_clip_source(model) before step() (Python: optimizer.set_qk_clip_source(model)), or "
         "remove qk_clip (optimizer muonclip sets it)");
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     const auto& group = param_groups_[g];
-    const auto* muon = dynamic_cast<const MuonOptions*>(&group.options());
-    const auto* adamw = dynamic_cast<const AdamWOptions*>(&group.options());
     check_group_options(group.options());
     for (size_t i = 0; i < group.params().size(); ++i) {
       const auto& p = group.params()[i];
       if (!p.grad().defined()) continue;
       const auto where = detail::concat("parameter ", i, " of param group ", g);
-      if (muon != nullptr) check_muon_item(p, p.grad(), *muon, matrix_view(p), where);
-      if (adamw != nullptr) check_adam_item(p, p.grad(), *adamw, where);
+      visit_algorithm(group.options(), [&](const auto& o) {
+        using Entry = Algorithm<std::decay_t<decltype(o)>>;
+        if constexpr (Entry::kind == ParamKind::matrices) {
+          check_muon_item(p, p.grad(), o, matrix_view(p), where);
+        } else {
+          Entry::check_item(p, p.grad(), o, where);
+        }
+      });
     }
   }
 }
@@ -129,29 +135,30 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
   if (only != nullptr) {
     for (const auto& p : *only) selected.insert(p.unsafeGetTensorImpl());
   }
-  std::vector<MuonItem> muon_items;
-  int64_t muon_index = 0, adamw_index = 0;
+  std::vector<MuonItem> muon_items;  // orthogonalized together across groups
+  std::map<std::string, int64_t> next_index;
   for (auto& group : param_groups_) {
-    const auto* muon = dynamic_cast<const MuonOptions*>(&group.options());
-    std::vector<AdamItem> adamw_items;
-    for (auto& p : group.params()) {
-      const int64_t position = muon != nullptr ? muon_index++ : adamw_index++;
-      const auto* impl = p.unsafeGetTensorImpl();
-      const auto grad = grads.find(impl);
-      if (grad == grads.end() || (only != nullptr && selected.count(impl) == 0)) continue;
-      auto& slot = state_[compat::param_state_key(p)];
-      if (muon != nullptr) {
-        auto view = matrix_view(p);
-        auto& state = muon_state(slot, p, *muon, view);
-        muon_items.push_back({p, grad->second, &state, muon, std::move(view), position});
-      } else {
-        const auto& o = static_cast<const AdamWOptions&>(group.options());
-        adamw_items.push_back({p, grad->second, &adam_state(slot, p, o.state_dtype()), position});
+    visit_algorithm(group.options(), [&](const auto& o) {
+      using Entry = Algorithm<std::decay_t<decltype(o)>>;
+      std::vector<RuleItem<typename Entry::State>> items;
+      for (auto& p : group.params()) {
+        const int64_t position = next_index[Entry::name]++;
+        const auto* impl = p.unsafeGetTensorImpl();
+        const auto grad = grads.find(impl);
+        if (grad == grads.end() || (only != nullptr && selected.count(impl) == 0)) continue;
+        auto& slot = state_[compat::param_state_key(p)];
+        if constexpr (Entry::kind == ParamKind::matrices) {
+          auto view = matrix_view(p);
+          auto& state = muon_state(slot, p, o, view);
+          muon_items.push_back({p, grad->second, &state, &o, std::move(view), position});
+        } else {
+          items.push_back({p, grad->second, &Entry::make_state(slot, p, o), position});
+        }
       }
-    }
-    if (!adamw_items.empty()) {
-      adam_update(static_cast<const AdamWOptions&>(group.options()), adamw_items);
-    }
+      if constexpr (Entry::kind != ParamKind::matrices) {
+        if (!items.empty()) Entry::update(o, items);
+      }
+    });
   }
   muon_update(muon_items, workspaces_);
 }

@@ -1,7 +1,9 @@
-// The Adam-family and LAMB update rules (docs/design.md, "Adam family" and "LAMB").
+// The Adam-family and LAMB update rules (docs/design.md, "Adam family" and "LAMB") and their
+// owners, muon::AdamW, muon::Adam and muon::Lamb.
 #include <cmath>
 #include <string>
 
+#include "elementwise_optimizer.h"
 #include "in_place.h"
 #include "master_weights.h"
 #include "muon/error.h"
@@ -19,18 +21,8 @@ const char* rule_name(AdamRule rule) {
   return "?";
 }
 
-void check_group_options(const torch::optim::OptimizerOptions& options) {
-  if (const auto* m = dynamic_cast<const MuonOptions*>(&options)) return check_options(*m);
-  if (const auto* o = dynamic_cast<const AdamWOptions*>(&options)) return check_adam_options(*o);
-  if (const auto* o = dynamic_cast<const AdamOptions*>(&options)) return check_adam_options(*o);
-  if (const auto* o = dynamic_cast<const LambOptions*>(&options)) return check_adam_options(*o);
-  throw Error(
-      "options of another optimizer; muon-cpp runs MuonOptions, AdamWOptions, "
-      "AdamOptions and LambOptions groups");
-}
-
 template <AdamRule R>
-void check_adam_options(const AdamFamilyOptions<R>& o) {
+void Algorithm<AdamFamilyOptions<R>>::validate(const Options& o) {
   const char* name = rule_name(R);
   check_ranges(name, o);
   if constexpr (R == AdamRule::lamb) {
@@ -43,8 +35,8 @@ void check_adam_options(const AdamFamilyOptions<R>& o) {
     check(!o.cautious(),
           "Lamb: cautious is not supported; the trust ratio rescales the whole "
           "update (wrap the optimizer in muon::Cautious to mask after the step)");
-    check(o.weight_decay_method() == WeightDecayMethod::decoupled,
-          "Lamb: weight_decay_method ", to_string(o.weight_decay_method()),
+    check(o.weight_decay_method() == WeightDecayMethod::decoupled, "Lamb: weight_decay_method ",
+          to_string(o.weight_decay_method()),
           " is not supported; LAMB's decay is part of the direction its trust ratio scales "
           "(decoupled is the only method)");
   } else {
@@ -54,25 +46,28 @@ void check_adam_options(const AdamFamilyOptions<R>& o) {
 }
 
 template <AdamRule R>
-void check_adam_item(const at::Tensor& p, const at::Tensor& grad, const AdamFamilyOptions<R>& o,
-                     const std::string& where) {
-  const char* name = rule_name(R);
-  check(!p.is_complex(), name, ": ", where, " is complex (", p.scalar_type(),
-        "); the Adam family here supports real floating-point parameters only");
-  check(p.is_floating_point(), name, ": ", where, " has dtype ", p.scalar_type(),
-        "; expected float32, float64, bfloat16 or float16");
-  detail::check_kernels(o.fused(), p, name, where);
-  if (grad.defined()) {
-    check(!grad.is_sparse(), name, " does not support sparse gradients (", where, ")");
-    check(grad.sizes() == p.sizes(), name, ": ", where, " has a gradient of shape ", grad.sizes(),
-          " for a parameter of shape ", p.sizes());
-  }
+void Algorithm<AdamFamilyOptions<R>>::check_item(const at::Tensor& p, const at::Tensor& grad,
+                                                 const Options& o, const std::string& where) {
+  detail::check_elementwise_item(rule_name(R), p, grad, o.fused(), where);
 }
 
-AdamParamState& adam_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
-                           const at::Tensor& p, at::ScalarType state_dtype) {
+template <AdamRule R>
+std::vector<StateSlot> Algorithm<AdamFamilyOptions<R>>::state_slots(
+    const Options& o, const at::Tensor& p, const std::vector<int64_t>& /*view*/) {
+  const auto shape = p.sizes().vec();
+  const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
+  std::vector<StateSlot> slots{{"exp_avg", shape, dtype}, {"exp_avg_sq", shape, dtype}};
+  if (detail::tracks_mantissa(o.mantissa_tracking(), p))
+    slots.push_back({"mantissa", shape, at::kShort});
+  return slots;
+}
+
+template <AdamRule R>
+AdamParamState& Algorithm<AdamFamilyOptions<R>>::make_state(
+    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& p,
+    const Options& o) {
   if (!slot) {
-    const auto dtype = state_storage_dtype(p.scalar_type(), state_dtype);
+    const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
     auto state = std::make_unique<AdamParamState>();
     state->exp_avg(at::zeros(p.sizes(), p.options().dtype(dtype)));  // contiguous, whatever p is
     state->exp_avg_sq(at::zeros(p.sizes(), p.options().dtype(dtype)));
@@ -84,7 +79,7 @@ AdamParamState& adam_state(std::unique_ptr<torch::optim::OptimizerParamState>& s
 namespace {
 
 template <AdamRule R>
-AdamStepScalars scalars_of(const AdamFamilyOptions<R>& o, const AdamItem& item) {
+AdamStepScalars scalars_of(const AdamFamilyOptions<R>& o, const RuleItem<AdamParamState>& item) {
   const uint32_t salt = sr::tensor_salt(sr::step_seed(item.state->step()), item.index);
   AdamStepScalars s;
   s.lr = o.lr();
@@ -102,7 +97,8 @@ AdamStepScalars scalars_of(const AdamFamilyOptions<R>& o, const AdamItem& item) 
 }
 
 template <AdamRule R>
-void update_items(const AdamFamilyOptions<R>& o, const std::vector<AdamItem>& items) {
+void update_items(const AdamFamilyOptions<R>& o,
+                  const std::vector<RuleItem<AdamParamState>>& items) {
   std::vector<AdamTensors> generic;  // parameters for the device-generic form, in one call
   for (const auto& item : items) {
     const auto s = scalars_of(o, item);
@@ -132,23 +128,20 @@ void update_items(const AdamFamilyOptions<R>& o, const std::vector<AdamItem>& it
 }  // namespace
 
 template <AdamRule R>
-void adam_update(const AdamFamilyOptions<R>& o, const std::vector<AdamItem>& items) {
+void Algorithm<AdamFamilyOptions<R>>::update(const Options& o, const std::vector<Item>& items) {
   detail::with_master_weights(
       items,
-      [&](const AdamItem& item) {
+      [&](const Item& item) {
         return detail::mantissa_of(o.mantissa_tracking(), item.param, *item.state);
       },
-      [&](const std::vector<AdamItem>& work) { update_items(o, work); });
+      [&](const std::vector<Item>& work) { update_items(o, work); });
 }
 
-#define MUON_ADAM_RULE(R)                                                            \
-  template void check_adam_options<R>(const AdamFamilyOptions<R>&);                  \
-  template void check_adam_item<R>(const at::Tensor&, const at::Tensor&,             \
-                                   const AdamFamilyOptions<R>&, const std::string&); \
-  template void adam_update<R>(const AdamFamilyOptions<R>&, const std::vector<AdamItem>&);
-MUON_ADAM_RULE(AdamRule::adamw)
-MUON_ADAM_RULE(AdamRule::adam)
-MUON_ADAM_RULE(AdamRule::lamb)
-#undef MUON_ADAM_RULE
+template struct Algorithm<AdamWOptions>;
+template struct Algorithm<AdamOptions>;
+template struct Algorithm<LambOptions>;
+template class ElementwiseOptimizer<AdamWOptions>;
+template class ElementwiseOptimizer<AdamOptions>;
+template class ElementwiseOptimizer<LambOptions>;
 
 }  // namespace muon

@@ -26,6 +26,23 @@ inline void check_kernels(const std::optional<bool>& fused, const at::Tensor& p,
         "pick per device, or false for the device-generic ATen form)");
 }
 
+// Throws unless an elementwise rule named `who` can update `p` with gradient `grad` (undefined:
+// none this step): a real floating-point tensor, kernels `fused` can run, a dense gradient of
+// p's shape.
+inline void check_elementwise_item(const char* who, const at::Tensor& p, const at::Tensor& grad,
+                                   const std::optional<bool>& fused, const std::string& where) {
+  check(!p.is_complex(), who, ": ", where, " is complex (", p.scalar_type(), "); ", who,
+        " supports real floating-point parameters only");
+  check(p.is_floating_point(), who, ": ", where, " has dtype ", p.scalar_type(),
+        "; expected float32, float64, bfloat16 or float16");
+  check_kernels(fused, p, who, where);
+  if (grad.defined()) {
+    check(!grad.is_sparse(), who, " does not support sparse gradients (", where, ")");
+    check(grad.sizes() == p.sizes(), who, ": ", where, " has a gradient of shape ", grad.sizes(),
+          " for a parameter of shape ", p.sizes());
+  }
+}
+
 // Runs `update` on a contiguous tensor holding p's data (a copy for a non-contiguous parameter,
 // written back afterwards) and records the in-place change for autograd's version checks.
 template <class F>

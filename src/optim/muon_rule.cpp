@@ -6,12 +6,12 @@
 
 #include "in_place.h"
 #include "master_weights.h"
-#include "muon_parts.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
 #include "muon/rules.h"
 #include "muon/stochastic_rounding.h"
+#include "muon_parts.h"
 
 namespace muon {
 
@@ -99,6 +99,22 @@ void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOpti
     const std::string dtype = o.ns_dtype() ? c10::toString(*o.ns_dtype()) : "unset";
     throw Error("Muon: " + where + " with ns_dtype " + dtype + ": " + e.what());
   }
+}
+
+std::vector<StateSlot> Algorithm<MuonOptions>::state_slots(const MuonOptions& o,
+                                                           const at::Tensor& p,
+                                                           const std::vector<int64_t>& view) {
+  const auto shape = p.sizes().vec();
+  const auto full = full_precision(p.scalar_type());
+  std::vector<StateSlot> slots{
+      {"momentum_buffer", shape, state_storage_dtype(p.scalar_type(), o.state_dtype())}};
+  if (o.normuon()) {
+    slots.push_back({"normuon_second_moment", normuon_state_shape(view, o.normuon()->axis), full});
+  }
+  if (o.dion()) slots.push_back({"dion_q", dion_q_shape(*o.dion(), view), full});
+  if (detail::tracks_mantissa(o.mantissa_tracking(), p))
+    slots.push_back({"mantissa", shape, at::kShort});
+  return slots;
 }
 
 MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,

@@ -191,7 +191,7 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   read_scaling(s, config);
   s.finish();
   check_options(h.muon);
-  check_adam_options(h.adamw);
+  Algorithm<AdamWOptions>::validate(h.adamw);
 }
 
 OptimConfig read_config(const YAML::Node& root);

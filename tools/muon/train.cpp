@@ -15,6 +15,7 @@
 
 #include "data.h"
 #include "memory.h"
+#include "muon/algorithms.h"
 #include "muon/checkpoint.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
@@ -65,7 +66,7 @@ void check_config(const TrainConfig& c) {
 // The rate the last step used in the first group of one algorithm (NaN when it has none).
 double first_rate(const HybridOptimizer& optimizer, bool muon) {
   for (const auto& group : optimizer.param_groups()) {
-    const bool is_muon = dynamic_cast<const MuonOptions*>(&group.options()) != nullptr;
+    const bool is_muon = algorithm_kind(group.options()) == ParamKind::matrices;
     if (is_muon == muon) return group.options().get_lr();
   }
   return NAN;

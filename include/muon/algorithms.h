@@ -1,0 +1,81 @@
+// The registry: every algorithm muon-cpp runs, one line each (its entry, Algorithm<Options>, stands
+// beside its options; muon/algorithm.h says what an entry declares). One dispatch,
+// visit_algorithm(), turns a group's options into their algorithm; for_each_algorithm() walks the
+// list (Python's engines and option schemas, the docs' tables).
+#pragma once
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "muon/adam.h"
+#include "muon/error.h"
+#include "muon/muon.h"
+
+namespace muon {
+
+template <class... Options>
+struct AlgorithmList {};
+
+// clang-format off
+using Algorithms = AlgorithmList<
+    MuonOptions,
+    AdamWOptions,
+    AdamOptions,
+    LambOptions>;
+// clang-format on
+
+// The registered names, in order: "muon, adamw, adam, lamb, lion".
+std::string algorithm_names_text();
+
+namespace detail {
+
+template <class Base, class F, class First, class... Rest>
+decltype(auto) visit_in(Base& options, F&& f, AlgorithmList<First, Rest...>) {
+  using Options = std::conditional_t<std::is_const_v<Base>, const First, First>;
+  if (auto* o = dynamic_cast<Options*>(&options)) return f(*o);
+  if constexpr (sizeof...(Rest) == 0) {
+    throw Error("options of another optimizer; muon-cpp runs the algorithms " +
+                algorithm_names_text());
+  } else {
+    return visit_in(options, std::forward<F>(f), AlgorithmList<Rest...>{});
+  }
+}
+
+template <class F, class... Options>
+void for_each_in(F&& f, AlgorithmList<Options...>) {
+  (f(static_cast<Options*>(nullptr)), ...);
+}
+
+}  // namespace detail
+
+// f(options as their own type, e.g. const AdamWOptions&); throws muon::Error for options of an
+// algorithm not in the registry. Every f(...) must return the same type.
+template <class F>
+decltype(auto) visit_algorithm(const torch::optim::OptimizerOptions& options, F&& f) {
+  return detail::visit_in(options, std::forward<F>(f), Algorithms{});
+}
+template <class F>
+decltype(auto) visit_algorithm(torch::optim::OptimizerOptions& options, F&& f) {
+  return detail::visit_in(options, std::forward<F>(f), Algorithms{});
+}
+
+// f(static_cast<Options*>(nullptr)) for every registered options type, in the list's order:
+//   for_each_algorithm([](auto* tag) { using O = std::remove_pointer_t<decltype(tag)>; ... });
+template <class F>
+void for_each_algorithm(F&& f) {
+  detail::for_each_in(std::forward<F>(f), Algorithms{});
+}
+
+// The registry's name of the options' algorithm ("muon", "adamw", ...).
+const char* algorithm_name(const torch::optim::OptimizerOptions& options);
+// Whether the options' algorithm updates matrices only.
+ParamKind algorithm_kind(const torch::optim::OptimizerOptions& options);
+// The settings schedules, LR schedulers and checkpoints change (lr, weight_decay, ...), by name;
+// set_group_settings takes exactly those names.
+SettingValues group_settings(const torch::optim::OptimizerOptions& options);
+void set_group_settings(torch::optim::OptimizerOptions& options, const SettingValues& values);
+// Throws muon::Error unless `options` are valid options of a registered algorithm.
+void check_group_options(const torch::optim::OptimizerOptions& options);
+
+}  // namespace muon
