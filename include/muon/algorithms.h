@@ -10,6 +10,7 @@
 
 #include "muon/adam.h"
 #include "muon/error.h"
+#include "muon/lion.h"
 #include "muon/muon.h"
 
 namespace muon {
@@ -22,7 +23,8 @@ using Algorithms = AlgorithmList<
     MuonOptions,
     AdamWOptions,
     AdamOptions,
-    LambOptions>;
+    LambOptions,
+    LionOptions>;
 // clang-format on
 
 // The registered names, in order: "muon, adamw, adam, lamb, lion".

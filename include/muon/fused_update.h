@@ -42,6 +42,21 @@ void fused_adam_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_
 double fused_lamb_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
                        at::Tensor& exp_avg_sq, const AdamStepScalars& k, double weight_decay);
 
+// Scalars of one Lion update of one tensor.
+struct LionStepScalars {
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double decay_fraction = 0;  // W ← W·(1 − decay_fraction) before the step (lr·λ)
+  uint32_t seed = 0;          // stochastic-rounding seed of bf16 state
+};
+
+// One Lion update (Chen et al., arXiv 2302.06675), in this order and rounding:
+//   c ← β1·m + (1−β1)·g;  W ← W·(1 − decay_fraction) − lr·sign(c);  m ← β2·m + (1−β2)·g.
+// All tensors must be contiguous with the same number of elements.
+void fused_lion_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                     const LionStepScalars& k);
+
 // Muon's momentum: B ← β·B + (1−β)·g (ema) or β·B + g (sum), and the direction to orthogonalize
 // written to `direction` (float32/float64): Q = lerp(g, B, β) (ema) or g + β·B (sum) with
 // Nesterov, else Q = B. `buffer` may be bf16 (rounded with `seed`).

@@ -34,6 +34,7 @@ __all__ = [
     "AdamW",
     "Adam",
     "Lamb",
+    "Lion",
     "HybridOptimizer",
     "build_optimizer",
     "orthogonalize",
@@ -191,6 +192,18 @@ class Lamb(_EngineOptimizer):
 
     _make_engine = staticmethod(_core.Engine.lamb)
     __init__ = _init_from_schema("lamb", positional=4)
+
+
+class Lion(_EngineOptimizer):
+    """Lion (Chen et al., arXiv 2302.06675): W ← W·(1 − lr·λ) − lr·sign(β1·m + (1−β1)·g), then
+    m ← β2·m + (1−β2)·g. One state tensor, ``exp_avg`` (``state_dtype=torch.bfloat16`` stores it
+    in bf16 with stochastic rounding).
+
+    ``Lion(params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, *, ...)``: lion-pytorch's
+    keywords and defaults; Lion wants a rate 3–10× smaller than AdamW's and a decay 3–10× larger."""
+
+    _make_engine = staticmethod(_core.Engine.lion)
+    __init__ = _init_from_schema("lion", positional=3)
 
 
 class HybridOptimizer(_EngineOptimizer):

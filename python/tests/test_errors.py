@@ -12,6 +12,7 @@ from helpers import TinyGpt, reference_newton_schulz
     lambda p: muon_cpp.AdamW([p]),
     lambda p: muon_cpp.Adam([p]),
     lambda p: muon_cpp.Lamb([p]),
+    lambda p: muon_cpp.Lion([p]),
     lambda p: muon_cpp.Muon([p]),
 ])
 def test_sparse_gradient_is_a_runtime_error_and_changes_nothing(make):

@@ -19,7 +19,7 @@ from helpers import NoAttention, ReferenceMuon, TinyGpt, batches, reference_newt
 from property_support import accepted, refused
 
 ALGORITHMS = {"muon": muon_cpp.Muon, "adamw": muon_cpp.AdamW, "adam": muon_cpp.Adam,
-              "lamb": muon_cpp.Lamb}
+              "lamb": muon_cpp.Lamb, "lion": muon_cpp.Lion}
 REPO = os.path.join(os.path.dirname(__file__), "..", "..")
 
 # Values a careless caller may pass for any setting.

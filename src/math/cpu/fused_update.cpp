@@ -183,6 +183,46 @@ MUON_TARGET_CLONES void lamb_apply_range(const LambConstants<compute_t<P>>& k, c
   }
 }
 
+// ---- Lion ----
+template <class C>
+struct LionConstants {
+  C lr, decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
+  uint32_t seed;
+};
+
+template <class C>
+LionConstants<C> lion_constants(const LionStepScalars& s) {
+  return {static_cast<C>(s.lr),
+          static_cast<C>(1.0 - s.decay_fraction),
+          static_cast<C>(s.beta1),
+          static_cast<C>(1.0 - s.beta1),
+          static_cast<C>(s.beta2),
+          static_cast<C>(1.0 - s.beta2),
+          s.seed};
+}
+
+template <class C>
+inline C sign_of(C x) {
+  return static_cast<C>((x > 0) - (x < 0));
+}
+
+template <class P, class S>
+MUON_TARGET_CLONES void lion_range(const LionConstants<compute_t<P>>& k, P* __restrict__ p,
+                                   const P* __restrict__ g, S* __restrict__ m, int64_t begin,
+                                   int64_t end) {
+  using C = compute_t<P>;
+  const auto first = static_cast<uint32_t>(begin);
+  const auto count = static_cast<uint32_t>(end - begin);
+  p += begin, g += begin, m += begin;
+  for (uint32_t i = 0; i < count; ++i) {
+    const C grad = widen(g[i]);
+    const C mi = widen(m[i]);
+    const C c = mi * k.beta1 + grad * k.one_minus_beta1;
+    store_param(p[i], widen(p[i]) * k.decay - k.lr * sign_of(c));
+    store_state(m[i], mi * k.beta2 + grad * k.one_minus_beta2, k.seed, first + i);
+  }
+}
+
 // ---- Muon's elementwise parts ----
 template <class C>
 struct MomentumConstants {
@@ -255,6 +295,21 @@ void fused_adam_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_
                    : adam_range<P, S, false, false>(k, p, g, m, v, begin, end);
       }
     });
+  });
+}
+
+void fused_lion_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                     const LionStepScalars& s) {
+  check_same_layout(param, grad, {&exp_avg}, "fused_lion_step");
+  dispatch(param, exp_avg, [&](auto p_tag, auto s_tag) {
+    using P = decltype(p_tag);
+    using S = decltype(s_tag);
+    const auto k = lion_constants<compute_t<P>>(s);
+    auto* p = param.data_ptr<P>();
+    const auto* g = grad.data_ptr<P>();
+    auto* m = static_cast<S*>(exp_avg.data_ptr());
+    at::parallel_for(0, param.numel(), kGrain,
+                     [&](int64_t begin, int64_t end) { lion_range<P, S>(k, p, g, m, begin, end); });
   });
 }
 

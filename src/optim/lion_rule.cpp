@@ -1,0 +1,110 @@
+// The Lion update rule (docs/algorithms.md, "Lion") and its owner, muon::Lion: the fused CPU kernel
+// (fused_lion_step) on CPU tensors, and on other devices its device-generic form below, written
+// with the kernel's operations in the kernel's order so that on CPU both give the same bits.
+#include "muon/lion.h"
+
+#include "elementwise_optimizer.h"
+#include "in_place.h"
+#include "master_weights.h"
+#include "muon/dtypes.h"
+#include "muon/error.h"
+#include "muon/fused_update.h"
+#include "muon/stochastic_rounding.h"
+
+namespace muon {
+namespace {
+
+using Item = Algorithm<LionOptions>::Item;
+
+// A constant as the kernel multiplies by it: rounded into the compute dtype of `param`.
+at::Scalar rounded(double value, const at::Tensor& param) {
+  return param.scalar_type() == at::kDouble ? value
+                                            : static_cast<double>(static_cast<float>(value));
+}
+
+// fused_lion_step as ATen operations, for a parameter on any device (strided is fine).
+void generic_lion_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                       const LionStepScalars& k) {
+  const auto dtype = full_precision(param.scalar_type());
+  const auto w = param.to(dtype);
+  const auto g = grad.to(dtype);
+  const auto m = exp_avg.to(dtype);
+  const auto c = m.mul(rounded(k.beta1, param)).add(g.mul(rounded(1.0 - k.beta1, param)));
+  param.copy_(
+      w.mul(rounded(1.0 - k.decay_fraction, param)).sub(at::sign(c).mul(rounded(k.lr, param))));
+  const auto m_new = m.mul(rounded(k.beta2, param)).add(g.mul(rounded(1.0 - k.beta2, param)));
+  exp_avg.copy_(exp_avg.scalar_type() == at::kBFloat16
+                    ? sr::round_to_bf16_generic(m_new.to(at::kFloat), k.seed)
+                    : m_new);
+}
+
+void update_items(const LionOptions& o, const std::vector<Item>& items) {
+  for (const auto& item : items) {
+    auto& state = *item.state;
+    LionStepScalars k;
+    k.seed = sr::tensor_salt(sr::step_seed(state.step()), item.index);
+    state.step(state.step() + 1);
+    k.lr = o.lr();
+    k.beta1 = std::get<0>(o.betas());
+    k.beta2 = std::get<1>(o.betas());
+    k.decay_fraction = o.lr() * o.weight_decay();
+    auto param = item.param;
+    if (!detail::runs_fused(o.fused(), param)) {
+      generic_lion_step(param, item.grad, state.exp_avg(), k);
+      continue;
+    }
+    const auto grad = item.grad.contiguous();
+    detail::update_in_place(
+        param, [&](at::Tensor& dense) { fused_lion_step(dense, grad, state.exp_avg(), k); });
+  }
+}
+
+}  // namespace
+
+void Algorithm<LionOptions>::validate(const LionOptions& o) {
+  check_ranges("Lion", o);
+  check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, "Lion: state_dtype ",
+        o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
+}
+
+void Algorithm<LionOptions>::check_item(const at::Tensor& p, const at::Tensor& grad,
+                                        const LionOptions& o, const std::string& where) {
+  detail::check_elementwise_item("Lion", p, grad, o.fused(), where);
+}
+
+std::vector<StateSlot> Algorithm<LionOptions>::state_slots(const LionOptions& o,
+                                                           const at::Tensor& p,
+                                                           const std::vector<int64_t>& /*view*/) {
+  const auto shape = p.sizes().vec();
+  std::vector<StateSlot> slots{
+      {"exp_avg", shape, state_storage_dtype(p.scalar_type(), o.state_dtype())}};
+  if (detail::tracks_mantissa(o.mantissa_tracking(), p)) {
+    slots.push_back({"mantissa", shape, at::kShort});
+  }
+  return slots;
+}
+
+LionParamState& Algorithm<LionOptions>::make_state(
+    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& p,
+    const LionOptions& o) {
+  if (!slot) {
+    auto state = std::make_unique<LionParamState>();
+    const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
+    state->exp_avg(at::zeros(p.sizes(), p.options().dtype(dtype)));  // contiguous, whatever p is
+    slot = std::move(state);
+  }
+  return static_cast<LionParamState&>(*slot);
+}
+
+void Algorithm<LionOptions>::update(const LionOptions& o, const std::vector<Item>& items) {
+  detail::with_master_weights(
+      items,
+      [&](const Item& item) {
+        return detail::mantissa_of(o.mantissa_tracking(), item.param, *item.state);
+      },
+      [&](const std::vector<Item>& work) { update_items(o, work); });
+}
+
+template class ElementwiseOptimizer<LionOptions>;
+
+}  // namespace muon
