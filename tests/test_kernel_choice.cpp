@@ -8,8 +8,8 @@
 #include <set>
 #include <sstream>
 
-#include "math/cpu/blas.h"
-#include "math/cpu/kernel_choice.h"
+#include "muon/internal/blas.h"
+#include "muon/internal/kernel_choice.h"
 #include "muon/orthogonalize.h"
 
 namespace muon::detail {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "helpers.h"
-#include "math/cpu/newton_schulz_bf16.h"
+#include "muon/internal/newton_schulz_bf16.h"
 #include "muon/error.h"
 #include "muon/option_schema.h"
 

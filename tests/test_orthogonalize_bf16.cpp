@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "helpers.h"
-#include "math/cpu/newton_schulz_bf16.h"
+#include "muon/internal/newton_schulz_bf16.h"
 #include "muon/error.h"
 #include "muon/orthogonalize.h"
 

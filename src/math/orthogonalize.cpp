@@ -3,8 +3,8 @@
 #include <array>
 #include <cmath>
 
-#include "cpu/blas.h"
-#include "cpu/newton_schulz_bf16.h"
+#include "muon/internal/blas.h"
+#include "muon/internal/newton_schulz_bf16.h"
 #include "cpu/newton_schulz_blas.h"
 #include "muon/error.h"
 #include "muon/option_schema.h"

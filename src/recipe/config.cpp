@@ -7,12 +7,12 @@
 #include <functional>
 #include <set>
 
-#include "config_sections.h"
+#include "muon/internal/config_sections.h"
 #include "muon/error.h"
 #include "muon/presets.h"
 #include "muon/rules.h"
-#include "read_file.h"
-#include "yaml_section.h"
+#include "muon/internal/read_file.h"
+#include "muon/internal/yaml_section.h"
 
 namespace muon {
 

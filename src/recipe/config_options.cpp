@@ -1,7 +1,7 @@
 // The optimizer config's schema-driven keys: the `muon` and `adamw` sections, the hybrid's own
 // keys, schedules and parameter groups through the generic reader and writer (schema_yaml.h), the
 // root-level shorthands, and config_schema for the docs and tests.
-#include "schema_yaml.h"
+#include "muon/internal/schema_yaml.h"
 
 namespace muon::detail {
 namespace {

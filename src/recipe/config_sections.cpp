@@ -2,7 +2,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "config_sections.h"
+#include "muon/internal/config_sections.h"
 #include "muon/error.h"
 #include "muon/presets.h"
 

@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include "config_sections.h"
+#include "muon/internal/config_sections.h"
 #include "muon/config.h"
-#include "schema_yaml.h"
+#include "muon/internal/schema_yaml.h"
 
 namespace muon {
 

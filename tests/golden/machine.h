@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "math/cpu/kernel_choice.h"
+#include "muon/internal/kernel_choice.h"
 #include "muon/orthogonalize.h"
 
 namespace muon::golden {

@@ -21,7 +21,7 @@
 #include "gpt.h"
 #include "launch.h"
 #include "memory.h"
-#include "math/cpu/newton_schulz_bf16.h"
+#include "muon/internal/newton_schulz_bf16.h"
 #include "muon/adam.h"
 #include "muon/distributed.h"
 #include "muon/hybrid.h"

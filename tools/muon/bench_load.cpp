@@ -8,7 +8,7 @@
 
 #include "bench_machine.h"
 #include "bench_parts.h"
-#include "math/cpu/newton_schulz_bf16.h"
+#include "muon/internal/newton_schulz_bf16.h"
 #include "muon/muon.h"
 
 namespace muon::demo {

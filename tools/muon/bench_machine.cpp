@@ -11,9 +11,9 @@
 #include <chrono>
 #include <fstream>
 
-#include "math/cpu/blas.h"
-#include "math/cpu/dnnl.h"
-#include "math/cpu/kernel_choice.h"
+#include "muon/internal/blas.h"
+#include "muon/internal/dnnl.h"
+#include "muon/internal/kernel_choice.h"
 
 namespace muon::demo {
 namespace {

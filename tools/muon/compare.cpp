@@ -10,8 +10,8 @@
 #include "examples.h"
 #include "muon/error.h"
 #include "plot.h"
-#include "recipe/number_text.h"
-#include "recipe/read_file.h"
+#include "muon/internal/number_text.h"
+#include "muon/internal/read_file.h"
 
 namespace muon::demo {
 

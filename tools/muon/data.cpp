@@ -6,7 +6,7 @@
 
 #include "memory.h"
 #include "muon/error.h"
-#include "recipe/read_file.h"
+#include "muon/internal/read_file.h"
 
 namespace muon::demo {
 

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "muon/error.h"
-#include "recipe/number_text.h"
+#include "muon/internal/number_text.h"
 
 namespace muon::demo {
 

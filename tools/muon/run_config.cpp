@@ -1,8 +1,8 @@
 // A whole run in one YAML file: `model`, `data` and `train` sections beside the optimizer config,
 // read and written by their schemas (gpt.h, train.h).
 
-#include "recipe/read_file.h"
-#include "recipe/schema_yaml.h"
+#include "muon/internal/read_file.h"
+#include "muon/internal/schema_yaml.h"
 #include "train.h"
 
 namespace muon::demo {

@@ -4,7 +4,7 @@
 
 #include "muon/checkpoint.h"
 #include "muon/error.h"
-#include "recipe/yaml_section.h"
+#include "muon/internal/yaml_section.h"
 #include "train.h"
 
 namespace muon::demo {

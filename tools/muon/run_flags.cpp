@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "muon/error.h"
-#include "recipe/number_text.h"
-#include "recipe/yaml_section.h"
+#include "muon/internal/number_text.h"
+#include "muon/internal/yaml_section.h"
 
 namespace muon::demo {
 

@@ -23,7 +23,7 @@
 #include "muon/routing.h"
 #include "plot.h"
 #include "train_log.h"
-#include "recipe/number_text.h"
+#include "muon/internal/number_text.h"
 #include "signals.h"
 
 namespace muon::demo {

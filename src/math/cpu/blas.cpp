@@ -1,7 +1,7 @@
 // Every BLAS product of the Newton–Schulz chain on CPU (plain, symmetric and Gram steps) over
 // BLIS or any CBLAS. One file of ~440 lines on purpose: the typed wrappers share the blocking and
 // threading helpers at its top, which would otherwise have to become an internal header.
-#include "blas.h"
+#include "muon/internal/blas.h"
 
 #include <ATen/Parallel.h>
 
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernel_choice.h"
+#include "muon/internal/kernel_choice.h"
 
 #if MUON_HAVE_BLIS
 #include <blis.h>

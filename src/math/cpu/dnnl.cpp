@@ -1,4 +1,4 @@
-#include "dnnl.h"
+#include "muon/internal/dnnl.h"
 
 #include "muon/error.h"
 

@@ -1,4 +1,4 @@
-#include "kernel_choice.h"
+#include "muon/internal/kernel_choice.h"
 
 #include <cstdint>
 #include <cstring>

@@ -1,12 +1,12 @@
-#include "newton_schulz_bf16.h"
+#include "muon/internal/newton_schulz_bf16.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <utility>
 
-#include "dnnl.h"
-#include "kernel_choice.h"
+#include "muon/internal/dnnl.h"
+#include "muon/internal/kernel_choice.h"
 #include "muon/error.h"
 #include "muon/stochastic_rounding.h"
 

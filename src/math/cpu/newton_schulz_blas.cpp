@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "blas.h"
+#include "muon/internal/blas.h"
 #include "muon/error.h"
 
 namespace muon::detail {

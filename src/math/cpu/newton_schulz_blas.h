@@ -10,7 +10,7 @@
 
 namespace muon::detail {
 
-// Whether the library was built with BLIS or a CBLAS (src/math/cpu/blas.h) to run the routines
+// Whether the library was built with BLIS or a CBLAS (muon/internal/blas.h) to run the routines
 // below.
 bool have_blas();
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "muon/config.h"
-#include "yaml_section.h"
+#include "muon/internal/yaml_section.h"
 
 namespace muon::detail {
 

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "config_sections.h"
-#include "number_text.h"
+#include "muon/internal/config_sections.h"
+#include "muon/internal/number_text.h"
 #include "muon/error.h"
 
 namespace muon::detail {
