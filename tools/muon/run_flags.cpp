@@ -85,19 +85,34 @@ CLI::Validator number_in(double least, double most) {
 
 namespace {
 
-// A flag that sets one field of the run config; `get(config)` is that field.
-template <class Get>
-void field_flag(CLI::App& app, std::vector<RunFlag>& flags, TrainConfig& parsed, const char* name,
-                const std::string& key, bool safe, int64_t least, const char* help, Get get) {
-  auto* option = app.add_option(name, get(parsed), help)->capture_default_str();
-  using T = std::decay_t<decltype(get(parsed))>;
+// The flag of one field: the parsed value lands in `parsed`, apply() copies it into a run.
+template <class T>
+RunFlag field_flag(CLI::App& app, TrainConfig& parsed, const FieldFlag& flag,
+                   const OptionInfo& info, T& value) {
+  auto* option = app.add_option(flag.name, value, info.doc)->capture_default_str();
   if constexpr (std::is_same_v<T, int64_t>) {
     // Whole numbers a double holds exactly; CLI11 alone would clamp 1e20 to 2^63 − 1 silently.
-    option->check(whole_number(least));
+    option->check(whole_number(least_of(info)));
   }
-  flags.push_back({name, key, safe, option,
-                   [get, &parsed](TrainConfig& c) { get(c) = get(std::as_const(parsed)); },
-                   [get](const TrainConfig& c) { return text_of(get(c)); }});
+  const auto apply = [&parsed, flag](TrainConfig& c) {
+    with_field(c, flag, [&](const OptionInfo&, auto& to) {
+      with_field(std::as_const(parsed), flag, [&](const OptionInfo&, const auto& from) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(to)>, std::decay_t<decltype(from)>>) {
+          to = from;
+        }
+      });
+    });
+  };
+  const auto text = [flag](const TrainConfig& c) {
+    std::string out;
+    with_field(c, flag, [&](const OptionInfo&, const auto& v) {
+      using V = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, std::string>) out = text_of(v);
+    });
+    return out;
+  };
+  return {flag.name, std::string(flag.section) + "." + flag.key, flag.safe_on_resume, option,
+          apply, text};
 }
 
 // "key.path" → value (flow YAML) of every leaf of `node`, into `out`.
@@ -161,64 +176,35 @@ double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
 
 }  // namespace
 
-const std::vector<ModelFlag>& model_flags() {
-  static const std::vector<ModelFlag> flags{
-      {"--layers", "n_layers", &GptConfig::n_layers},
-      {"--d-model", "d_model", &GptConfig::d_model},
-      {"--heads", "n_heads", &GptConfig::n_heads},
-      {"--kv-heads", "n_kv_heads", &GptConfig::n_kv_heads},
-      {"--seq-len", "seq_len", &GptConfig::seq_len},
+const std::vector<FieldFlag>& field_flags() {
+  static const std::vector<FieldFlag> flags{
+      {"--steps", "train", "steps", true},
+      {"--seed", "train", "seed", false},
+      {"--data", "data", "source", false},
+      {"--batch-size", "train", "batch_size", false},
+      {"--log-every", "train", "log_every", true},
+      {"--eval-every", "train", "eval_every", true},
+      {"--eval-batches", "train", "eval_batches", true},
+      {"--checkpoint-every", "train", "checkpoint_every", true},
+      {"--layers", "model", "n_layers", false},
+      {"--d-model", "model", "d_model", false},
+      {"--heads", "model", "n_heads", false},
+      {"--kv-heads", "model", "n_kv_heads", false},
+      {"--seq-len", "model", "seq_len", false},
   };
   return flags;
-}
-
-std::string model_flag_help(const ModelFlag& flag) {
-  std::string help;
-  const GptConfig model;
-  visit_options(model, [&](const OptionInfo& info, const auto&) {
-    if (std::string(info.name) == flag.key) help = info.doc;
-  });
-  return help;
 }
 
 std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   std::vector<RunFlag> flags;
   auto& parsed = values.run;
-  // A flag of one field; `least` bounds a whole number from below.
-  const auto add = [&](const char* name, const char* key, bool safe, int64_t least,
-                       const char* help, auto get) {
-    field_flag(train, flags, parsed, name, key, safe, least, help, get);
-  };
-  add(
-      "--steps", "train.steps", true, 1, "optimizer updates",
-      [](auto& c) -> auto& { return c.steps; });
-  add(
-      "--seed", "train.seed", false, 0, "seed for initialization and batches",
-      [](auto& c) -> auto& { return c.seed; });
-  add(
-      "--data", "data.source", false, 0, "\"kjv\" (Debian's bible-kjv) or a text file",
-      [](auto& c) -> auto& { return c.data.source; });
-  add(
-      "--batch-size", "train.batch_size", false, 1, "sequences per step (and rank)",
-      [](auto& c) -> auto& { return c.batch_size; });
-  add(
-      "--log-every", "train.log_every", true, 1, "steps between progress lines and metrics rows",
-      [](auto& c) -> auto& { return c.log_every; });
-  add(
-      "--eval-every", "train.eval_every", true, 0,
-      "steps between validation evaluations (0: every min(100, steps/4) steps)",
-      [](auto& c) -> auto& { return c.eval_every; });
-  add(
-      "--eval-batches", "train.eval_batches", true, 1, "validation batches per evaluation",
-      [](auto& c) -> auto& { return c.eval_batches; });
-  add(
-      "--checkpoint-every", "train.checkpoint_every", true, 0,
-      "also write checkpoint.pt every N steps (0: at the end and on Ctrl-C only)",
-      [](auto& c) -> auto& { return c.checkpoint_every; });
-  for (const auto& flag : model_flags()) {
-    const auto help = model_flag_help(flag);
-    field_flag(train, flags, parsed, flag.name, std::string("model.") + flag.key, false, 1,
-               help.c_str(), [field = flag.field](auto& c) -> auto& { return c.model.*field; });
+  for (const auto& flag : field_flags()) {
+    with_field(parsed, flag, [&](const OptionInfo& info, auto& value) {
+      using T = std::decay_t<decltype(value)>;
+      if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, std::string>) {
+        flags.push_back(field_flag(train, parsed, flag, info, value));
+      }
+    });
   }
 
   // The optimizer's flags set fields of its config.

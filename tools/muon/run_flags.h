@@ -23,17 +23,40 @@ struct RunFlag {
   std::function<std::string(const TrainConfig&)> value;  // the config's value, as text
 };
 
-// The model's flags, one entry each: a field of GptConfig (its key in the field list, whose doc
-// is the flag's help) under a short name. train registers them as run flags (keys model.*), route
-// and compare on a model of their own.
-struct ModelFlag {
-  const char* name;  // "--layers"
-  const char* key;   // "n_layers"
-  int64_t GptConfig::*field;
+// The flags that set one field of the run config's model, data or train section, one entry each:
+// a short name for a field of GptConfig's, DataConfig's or TrainConfig's field list, whose doc is
+// the flag's help and whose range (positive, nonnegative) its bound. train registers all of them
+// as run flags (keys model.*, data.*, train.*), route and compare the model's on a model of their
+// own.
+struct FieldFlag {
+  const char* name;     // "--layers"
+  const char* section;  // "model", "data" or "train"
+  const char* key;      // "n_layers": the field's key in its list
+  bool safe_on_resume;  // a resumed run may change it (intervals, the run's length)
 };
-const std::vector<ModelFlag>& model_flags();
-// The field list's documentation of `flag`'s field.
-std::string model_flag_help(const ModelFlag& flag);
+const std::vector<FieldFlag>& field_flags();
+
+// f(info, field) for the field `key` of a struct with a field list (GptConfig, ...).
+template <class Fields, class F>
+void with_key(Fields& fields, const std::string& key, F&& f) {
+  visit_options(fields, [&](const OptionInfo& info, auto& value) {
+    if (key == info.name) f(info, value);
+  });
+}
+
+// f(info, field) for the field `flag` sets in `config` (a TrainConfig, const or not).
+template <class Config, class F>
+void with_field(Config& config, const FieldFlag& flag, F&& f) {
+  const std::string section = flag.section;
+  if (section == "model") return with_key(config.model, flag.key, f);
+  if (section == "data") return with_key(config.data, flag.key, f);
+  with_key(config, flag.key, f);
+}
+
+// The bound a whole-number field's range gives its flag: 1 for positive, else 0.
+inline int64_t least_of(const OptionInfo& info) {
+  return info.range == Range::positive ? 1 : 0;
+}
 
 // Where the parsed values land (it must outlive the flags).
 struct ParsedFlags {

@@ -44,7 +44,7 @@ CLI::Option* add_count(CLI::App& cmd, const char* name, T& value, const char* he
 // --threads (0: one per core, or LibTorch's default: `help` says which).
 CLI::Option* add_threads(CLI::App& cmd, int& threads, const char* help);
 
-// The model's flags (--layers, --d-model, ...; demo::model_flags()) on `model`.
+// The model's flags (--layers, --d-model, ...: demo::field_flags() of section model) on `model`.
 void add_model_options(CLI::App& cmd, demo::GptConfig& model);
 
 }  // namespace muon::cli

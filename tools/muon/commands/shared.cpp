@@ -10,8 +10,13 @@ CLI::Option* add_threads(CLI::App& cmd, int& threads, const char* help) {
 }
 
 void add_model_options(CLI::App& cmd, demo::GptConfig& model) {
-  for (const auto& flag : demo::model_flags()) {
-    add_count(cmd, flag.name, model.*flag.field, demo::model_flag_help(flag).c_str());
+  for (const auto& flag : demo::field_flags()) {
+    if (std::string(flag.section) != "model") continue;
+    demo::with_key(model, flag.key, [&](const OptionInfo& info, auto& value) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, int64_t>) {
+        add_count(cmd, flag.name, value, info.doc, demo::least_of(info));
+      }
+    });
   }
 }
 
