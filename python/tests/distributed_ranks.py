@@ -3,13 +3,18 @@ INIT_FILE (a file:// rendezvous, which every torch from 1.13 on has, with or wit
 
     python distributed_ranks.py ALGORITHM STEPS OUT_DIR
     python distributed_ranks.py killed 0 OUT_DIR
+    python distributed_ranks.py dcp-save:ALGORITHM STEPS OUT_DIR
+    python distributed_ranks.py dcp-load:ALGORITHM STEPS OUT_DIR
 
 Every rank steps the same parameters with the same gradients twice: once through the optimizer
 with the process group (each rank updating what it owns) and once through the one-process
 optimizer, the reference. It writes OUT_DIR/rank<r>.json: the largest relative difference of the
 parameters after each step, of the gathered state dict, and of a run resumed at world size N from
 the one-process state dict halfway. `killed`: the last rank exits mid-run and the others write
-what their next step raised."""
+what their next step raised. `dcp-save` runs the first half of the steps and saves model and
+optimizer with torch.distributed.checkpoint (get_optimizer_state_dict); `dcp-load`, at any world
+size, loads that checkpoint (set_optimizer_state_dict), runs the second half and writes how far
+the parameters are from the one-process run that never stopped."""
 
 import datetime
 import faulthandler
@@ -103,6 +108,48 @@ def killed(out_dir, rank):
     os._exit(0)  # the group is broken: no orderly shutdown
 
 
+def holder(params):
+    """A module owning `params` (as p0, p1, ...): the names torch.distributed.checkpoint keys by."""
+    module = torch.nn.Module()
+    for i, p in enumerate(params):
+        module.register_parameter(f"p{i}", torch.nn.Parameter(p.detach().clone()))
+    return module
+
+
+def checkpoint(phase, algorithm, steps, out_dir, rank, world):
+    """dcp-save / dcp-load (see the module's docstring)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+                                                         set_optimizer_state_dict)
+    model = holder(parameters(0))
+    params = list(model.parameters())
+    optimizer = make(algorithm, params, dist.group.WORLD)
+    path = os.path.join(out_dir, "checkpoint")
+    if phase == "dcp-save":
+        for step in range(steps // 2):
+            set_gradients(params, step)
+            optimizer.step()
+        dcp.save({"model": model.state_dict(),
+                  "optim": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=path)
+        return
+    state = {"model": model.state_dict(), "optim": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=path)
+    model.load_state_dict(state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optim"])
+    for step in range(steps // 2, steps):
+        set_gradients(params, step)
+        optimizer.step()
+    alone = parameters(0)
+    reference = make(algorithm, alone, None)
+    for step in range(steps):
+        set_gradients(alone, step)
+        reference.step()
+    report = {"resumed": max(relative_difference(a.detach(), b.detach())
+                             for a, b in zip(params, alone))}
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f)
+
+
 def main():
     # A rank that hangs prints where, and exits, well before the test gives up on it.
     faulthandler.dump_traceback_later(6 * TIMEOUT_S, exit=True)
@@ -112,6 +159,12 @@ def main():
                             world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
     if algorithm == "killed":
         killed(out_dir, rank)
+    if algorithm.startswith("dcp-"):
+        phase, algorithm = algorithm.split(":")
+        checkpoint(phase, algorithm, steps, out_dir, rank, world)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     group = dist.group.WORLD
     shared, alone = parameters(0), parameters(0)
     ours, reference = make(algorithm, shared, group), make(algorithm, alone, None)

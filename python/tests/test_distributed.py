@@ -60,6 +60,31 @@ def test_ranks_equal_one_process(tmp_path, world, algorithm):
         assert report["resumed"] <= ROUND_OFF, report
 
 
+def has_distributed_checkpoint_state_dict():
+    try:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not has_distributed_checkpoint_state_dict(),
+                    reason="torch.distributed.checkpoint.state_dict (get/set_optimizer_state_dict) "
+                           "arrived in torch 2.2; this torch is " + torch.__version__)
+@pytest.mark.parametrize("algorithm, saved_at, loaded_at",
+                         [("muon", 2, 4), ("muon", 4, 1), ("adamw", 2, 1)])
+def test_distributed_checkpoint_resumes_at_another_world_size(tmp_path, algorithm, saved_at,
+                                                              loaded_at):
+    """Half the steps at one world size, saved with torch.distributed.checkpoint; loaded at
+    another and run to the end: the parameters equal a one-process run that never stopped."""
+    run_ranks(tmp_path, saved_at, "dcp-save:" + algorithm, 6, tmp_path)
+    (tmp_path / "rendezvous").unlink(missing_ok=True)
+    run_ranks(tmp_path, loaded_at, "dcp-load:" + algorithm, 6, tmp_path)
+    for rank in range(loaded_at):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert report["resumed"] <= ROUND_OFF, report
+
+
 def test_a_rank_that_exits_mid_run_is_an_error_on_the_others_not_a_hang(tmp_path):
     """The last of 3 ranks exits after its first step: the next step of the others raises a
     RuntimeError naming the collective and this rank, within the group's 10 s timeout."""
