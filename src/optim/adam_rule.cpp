@@ -129,12 +129,8 @@ void update_items(const AdamFamilyOptions<R>& o,
 
 template <AdamRule R>
 void Algorithm<AdamFamilyOptions<R>>::update(const Options& o, const std::vector<Item>& items) {
-  detail::with_master_weights(
-      items,
-      [&](const Item& item) {
-        return detail::mantissa_of(o.mantissa_tracking(), item.param, *item.state);
-      },
-      [&](const std::vector<Item>& work) { update_items(o, work); });
+  detail::with_tracked_mantissas(o, items,
+                                 [&](const std::vector<Item>& work) { update_items(o, work); });
 }
 
 template struct Algorithm<AdamWOptions>;

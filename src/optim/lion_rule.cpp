@@ -97,12 +97,8 @@ LionParamState& Algorithm<LionOptions>::make_state(
 }
 
 void Algorithm<LionOptions>::update(const LionOptions& o, const std::vector<Item>& items) {
-  detail::with_master_weights(
-      items,
-      [&](const Item& item) {
-        return detail::mantissa_of(o.mantissa_tracking(), item.param, *item.state);
-      },
-      [&](const std::vector<Item>& work) { update_items(o, work); });
+  detail::with_tracked_mantissas(o, items,
+                                 [&](const std::vector<Item>& work) { update_items(o, work); });
 }
 
 template class ElementwiseOptimizer<LionOptions>;

@@ -58,4 +58,17 @@ void with_master_weights(const std::vector<Item>& items, Mantissa&& mantissa, Up
   }
 }
 
+// with_master_weights for the items of an elementwise rule whose options have mantissa_tracking:
+// the mantissa of each tracked item lives in its state.
+template <class Options, class Item, class Update>
+void with_tracked_mantissas(const Options& options, const std::vector<Item>& items,
+                            Update&& update) {
+  with_master_weights(
+      items,
+      [&](const Item& item) {
+        return mantissa_of(options.mantissa_tracking(), item.param, *item.state);
+      },
+      std::forward<Update>(update));
+}
+
 }  // namespace muon::detail
