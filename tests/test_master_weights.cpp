@@ -12,7 +12,9 @@
 
 #include "helpers.h"
 #include "muon/adam.h"
+#include "muon/lion.h"
 #include "muon/muon.h"
+#include "muon/param_state.h"
 
 namespace muon {
 namespace {
@@ -52,9 +54,7 @@ using MakeOptimizer =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor>, bool)>;
 
 at::Tensor mantissa_of(torch::optim::Optimizer& opt) {
-  const auto& state = *opt.state().begin()->second;
-  if (const auto* m = dynamic_cast<const MuonParamState*>(&state)) return m->mantissa();
-  return static_cast<const AdamParamState&>(state).mantissa();
+  return read_param_state(opt, opt.param_groups().at(0).params().at(0))->tensors.at("mantissa");
 }
 
 // Steps a bf16 parameter with tracking and an fp32 master with the same bf16 gradients; after
@@ -134,6 +134,18 @@ TEST(MantissaTracking, AdamFamilyFollowsAnFp32MasterBitForBit) {
               p, LambOptions(1e-3).weight_decay(0.01).mantissa_tracking(track).fused(fused));
         },
         {33}, 6);
+  }
+}
+
+TEST(MantissaTracking, LionFollowsAnFp32MasterBitForBit) {
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    expect_follows_master(
+        [&](std::vector<at::Tensor> p, bool track) {
+          return std::make_unique<Lion>(
+              p, LionOptions(1e-3).weight_decay(0.1).mantissa_tracking(track).fused(fused));
+        },
+        {12, 9}, 8, /*transposed=*/true);
   }
 }
 
