@@ -48,7 +48,7 @@ def make(algorithm, params, group):
         return muon_cpp.Muon(matrices, lr=0.02, weight_decay=0.01, **extra)
     if algorithm == "dion":
         return muon_cpp.Dion(matrices, lr=0.01, rank_fraction=0.5, **extra)
-    cls = {"adamw": muon_cpp.AdamW, "lamb": muon_cpp.Lamb}[algorithm]
+    cls = {"adamw": muon_cpp.AdamW, "lamb": muon_cpp.Lamb, "lion": muon_cpp.Lion}[algorithm]
     groups = [{"params": matrices}, {"params": others, "weight_decay": 0.0}]
     return cls(groups, lr=1e-2, **extra)
 

@@ -50,7 +50,7 @@ def run_ranks(tmp_path, world, *args, timeout=240, check=True):
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb", "hybrid"])
+@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb", "lion", "hybrid"])
 def test_ranks_equal_one_process(tmp_path, world, algorithm):
     run_ranks(tmp_path, world, algorithm, 4, tmp_path)
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
