@@ -2,7 +2,7 @@
 torch.optim.Muon and muon_cpp.Muon in one process, in one run.
 
     python3 bench/python_ranks.py [--ranks 1,2,4] [--threads N] [--layers 4] [--width 512]
-                                  [--steps 12] [--json FILE]
+                                  [--steps 12] [--ns-dtype bfloat16|float32] [--json FILE]
 
 Every rank holds the same GPT-shaped matrices (per layer q, k, v, o of width², a SwiGLU MLP of
 hidden size 4·width) with the same gradients, as after DDP's all-reduce; each world size is a
@@ -30,6 +30,7 @@ import torch.multiprocessing as mp
 import muon_cpp
 
 SETTINGS = dict(lr=0.02, momentum=0.95, weight_decay=0.01)
+NS_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def matrices(layers, width):
@@ -71,7 +72,8 @@ def rank_main(rank, world, args, init_file, out_dir):
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))
     params = make_params(matrices(args.layers, args.width))
-    optimizer = muon_cpp.Muon(params, **SETTINGS, process_group=dist.group.WORLD)
+    optimizer = muon_cpp.Muon(params, **SETTINGS, ns_dtype=NS_DTYPES[args.ns_dtype],
+                              process_group=dist.group.WORLD)
     times = step_times(optimizer, args.steps, dist.barrier)
     owned = sum(p.numel() * p.element_size() for p in params if optimizer._owns(p))
     if rank == 0:
@@ -104,19 +106,22 @@ def main():
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--ns-dtype", choices=sorted(NS_DTYPES), default="bfloat16",
+                        help="muon_cpp's Newton–Schulz dtype (torch.optim.Muon's is bfloat16)")
     parser.add_argument("--json")
     args = parser.parse_args()
     shapes = matrices(args.layers, args.width)
     numel = sum(r * c for r, c in shapes)
     print(f"python_ranks: torch {torch.__version__}, {cpu_name()}, {args.threads} threads; "
-          f"{len(shapes)} matrices, {numel / 1e6:.2f}M parameters, {args.steps} steps")
+          f"{len(shapes)} matrices, {numel / 1e6:.2f}M parameters, {args.steps} steps; muon_cpp's "
+          f"Newton–Schulz in {args.ns_dtype}")
     torch.set_num_threads(args.threads)
     rows = {}
     if hasattr(torch.optim, "Muon"):
         peer = torch.optim.Muon(make_params(shapes), **SETTINGS)
         rows["torch.optim.Muon, 1 process"] = statistics.median(step_times(peer, args.steps))
     alone_params = make_params(shapes)
-    alone = muon_cpp.Muon(alone_params, **SETTINGS)
+    alone = muon_cpp.Muon(alone_params, **SETTINGS, ns_dtype=NS_DTYPES[args.ns_dtype])
     rows["muon_cpp.Muon, 1 process"] = statistics.median(step_times(alone, args.steps))
     out_dir = tempfile.mkdtemp()
     results = {"rows": rows, "ranks": {}}
@@ -147,6 +152,7 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"torch": torch.__version__, "cpu": cpu_name(), "threads": args.threads,
+                       "ns_dtype": args.ns_dtype,
                        **results}, f, indent=1)
 
 
