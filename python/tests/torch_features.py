@@ -1,0 +1,34 @@
+"""What the interpreter's torch can do, for the tests that need more than every supported torch has
+(python/CMakeLists.txt asks the same questions to decide which test files CTest runs):
+
+    python3 python/tests/torch_features.py   # prints dcp=<0|1> torchrun=<0|1>
+"""
+import torch
+
+
+def has_dcp_state_dict():
+    """torch.distributed.checkpoint.state_dict (get/set_optimizer_state_dict): torch >= 2.2."""
+    try:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def torchrun_can_start():
+    """torchrun starts ranks here: torch >= 2 (1.13's fails under Python 3.11 before the first
+    rank: its Std.from_str returns None) with a TCP store built with libuv, which its rendezvous
+    asks for whatever USE_LIBUV says (Debian sid's 2.14 is built without)."""
+    if int(torch.__version__.split(".")[0]) < 2:
+        return False
+    try:
+        store = torch.distributed.TCPStore("127.0.0.1", 0, 1, True, use_libuv=True,
+                                           wait_for_workers=False)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    del store
+    return True
+
+
+if __name__ == "__main__":
+    print(f"dcp={int(has_dcp_state_dict())} torchrun={int(torchrun_can_start())}")
