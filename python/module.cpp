@@ -269,6 +269,8 @@ py::list report_rows(const HybridOptimizer& opt) {
     d["shape"] = py::tuple(py::cast(r.shape));
     d["dtype"] = dtype_object(r.dtype);
     d["role"] = to_string(r.role);
+    d["algorithm"] =
+        r.algorithm.empty() ? py::object(py::none()) : py::object(py::str(r.algorithm));
     d["reason"] = r.reason;
     d["group"] = r.group.empty() ? py::object(py::none()) : py::object(py::str(r.group));
     d["lr"] = r.lr;
@@ -411,7 +413,7 @@ PYBIND11_MODULE(_core, m) {
         return rows;
       },
       py::arg("section"),
-      "The keys of a YAML config section (optimizer, shorthand, muon, adamw, schedule, "
-      "schedule.tail, momentum_schedule, param_group): (key, alias, default as YAML, doc, range, "
-      "kinds) tuples.");
+      "The keys of a YAML config section (optimizer, shorthand, an algorithm's: muon, adamw, "
+      "lion, ..., schedule, schedule.tail, momentum_schedule, param_group): (key, alias, default "
+      "as YAML, doc, range, kinds) tuples.");
 }

@@ -3,10 +3,10 @@
 // docs/config.md).
 #include "muon/config.h"
 
-#include <filesystem>
-#include <map>
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
+#include <filesystem>
+#include <map>
 
 #include "gpt.h"
 #include "helpers.h"
@@ -158,8 +158,9 @@ TEST(Config, PresetsAreOneTableThatTheKeysOverride) {
   EXPECT_TRUE(torch.nesterov());
   EXPECT_EQ(torch.coefficients(), CoefficientTable::quintic());
   EXPECT_EQ(muon_preset_names(), "torch, dion, nanochat");
-  testing::expect_error<Error>([] { muon_preset("jax"); },
-                      {"unknown Muon preset 'jax'; valid presets are torch, dion, nanochat"});
+  testing::expect_error<Error>(
+      [] { muon_preset("jax"); },
+      {"unknown Muon preset 'jax'; valid presets are torch, dion, nanochat"});
 
   // A preset sets what differs from the defaults and leaves the rest as it was.
   auto mine = MuonOptions().state_dtype(at::kBFloat16).ns_steps(7);
@@ -211,13 +212,14 @@ TEST(Config, OptimizerNamesAreOneList) {
     EXPECT_EQ(c.name, n.name);
     EXPECT_EQ(c.hybrid.all_adamw, c.name == "adamw");
     EXPECT_EQ(c.hybrid.muon.dion().has_value(), c.name == "dion");
-    EXPECT_EQ(c.hybrid.qk_clip_tau, c.name == "muonclip" ? std::optional<double>(100.0)
-                                                         : std::nullopt);
+    EXPECT_EQ(c.hybrid.qk_clip_tau,
+              c.name == "muonclip" ? std::optional<double>(100.0) : std::nullopt);
     listed += (listed.empty() ? "" : ", ") + std::string(n.name);
   }
   EXPECT_EQ(optimizer_name_list(), listed);
-  testing::expect_error<Error>([] { OptimConfig::from_yaml("optimizer: lion\n"); },
-                      {"optimizer.name: unknown optimizer 'lion'; valid optimizers are " + listed});
+  testing::expect_error<Error>(
+      [] { OptimConfig::from_yaml("optimizer: lion\n"); },
+      {"optimizer.name: unknown optimizer 'lion'; valid optimizers are " + listed});
   // muonclip's tau is its default only: a qk_clip key sets it.
   EXPECT_EQ(OptimConfig::from_yaml("optimizer: {name: muonclip, qk_clip: {tau: 30}}\n")
                 .hybrid.qk_clip_tau,
@@ -300,9 +302,11 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
       {"optimizer: {preset: {name: nanochat, d_model: 8, embedding_lr: 0}}",
        "optimizer.preset.embedding_lr must be > 0, got 0"},
       {"optimizer: {routing: {[a]: 1}}", "optimizer.routing: a key must be a name, got a list"},
-      {"optimizer: {ns_steps: 1.0e20}", "optimizer.ns_steps must be a whole number in [1, 1000], got 1e+20"},
+      {"optimizer: {ns_steps: 1.0e20}",
+       "optimizer.ns_steps must be a whole number in [1, 1000], got 1e+20"},
       {"optimizer: {momentum_schedule: {steps: 1.0e21}}",
-       "optimizer.momentum_schedule.steps: 1.0e21 is too large (whole numbers up to 2^53 are valid)"},
+       "optimizer.momentum_schedule.steps: 1.0e21 is too large (whole numbers up to 2^53 are "
+       "valid)"},
       {"optimizer: {name: adamw, muon_plus: true}",
        "optimizer.muon_plus: Muon+ needs name muon or muonclip"},
       {"optimizer: adamw\nmuon_plus: true", "Muon+ needs name muon or muonclip, not 'adamw'"},
@@ -369,9 +373,11 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
       {"optimizer: {param_groups: [{name: a, patterns: ['*'], momentun: 0.9}]}",
        "optimizer.param_groups[0].momentun: unknown key; did you mean 'momentum'?"},
       {"optimizer: {preset: {name: mup}, param_groups: [{name: a, patterns: ['*']}]}",
-       "optimizer.preset: the preset mup sets the parameter groups; give either it or param_groups, not both"},
+       "optimizer.preset: the preset mup sets the parameter groups; give either it or "
+       "param_groups, not both"},
       {"optimizer: {preset: {name: gpt3}}",
-       "optimizer.preset.name: unknown preset 'gpt3'; valid presets are mup, torch, dion, nanochat"},
+       "optimizer.preset.name: unknown preset 'gpt3'; valid presets are mup, torch, dion, "
+       "nanochat"},
       {"optimizer: {preset: {name: mup, width_multiplier: 0}}",
        "optimizer.preset.width_multiplier must be > 0"},
       {"optimizer: {preset: {name: nanochat, d_model: 0}}", "optimizer.preset.d_model must be > 0"},
@@ -441,8 +447,8 @@ TEST(Config, NoKeyIsSilentlyDropped) {
         SCOPED_TRACE(std::string(name) + " × " + key);
         std::vector<std::string> resolved;
         for (const auto& value : {values.at(row.key).first, values.at(row.key).second}) {
-          const auto yaml = "optimizer: {name: " + std::string(name) + ", " + key + ": " + value +
-                            "}\n";
+          const auto yaml =
+              "optimizer: {name: " + std::string(name) + ", " + key + ": " + value + "}\n";
           try {
             resolved.push_back(used_settings(OptimConfig::from_yaml(yaml)));
           } catch (const Error& e) {
@@ -499,7 +505,8 @@ TEST(Config, WhatNameAdamwCannotUseIsRefusedOrAppliedToAdamW) {
        "optimizer.param_groups[0].momentum: Muon's momentum" + tail},
       {"optimizer: {name: adamw, preset: {name: nanochat}}",
        "optimizer.preset: the nanochat preset (Muon's recipe for the matrices, AdamW's for the "
-       "rest)" + tail},
+       "rest)" +
+           tail},
       {"optimizer: {name: dion, ns_steps: 7}",
        "Muon: dion would not read ns_steps: its update comes from a power iteration and a QR, not "
        "Newton–Schulz; leave the Newton–Schulz settings at their defaults"},
@@ -508,6 +515,84 @@ TEST(Config, WhatNameAdamwCannotUseIsRefusedOrAppliedToAdamW) {
       {"optimizer: {name: muon, ns_method: plain, gram_restarts: [2]}",
        "Muon: gram_restarts would do nothing: ns_method plain never runs the Gram iteration; "
        "choose gram or automatic, or leave gram_restarts unset"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    testing::expect_error<Error>([&] { OptimConfig::from_yaml(c.yaml); }, {c.message});
+  }
+}
+
+// The partition: `matrices` (muon or dion) and `others` (any elementwise algorithm) with its own
+// section; the keys that set the other parameters' settings (adamw_lr, shorthands, state_dtype)
+// reach that algorithm; the resolved config round-trips.
+TEST(Config, PartitionChoosesTheOthersAlgorithm) {
+  const auto first = OptimConfig::from_yaml(R"(
+optimizer:
+  matrices: dion
+  others: lion
+  adamw_lr: 3.0e-5
+  betas: [0.95, 0.98]
+  weight_decay: 0.2
+  lion: {fused: false, state_dtype: bfloat16}
+)");
+  EXPECT_EQ(first.name, "dion");
+  EXPECT_TRUE(first.hybrid.muon.dion());
+  ASSERT_TRUE(first.hybrid.others);
+  const auto* lion = dynamic_cast<const LionOptions*>(&*first.hybrid.others);
+  ASSERT_NE(lion, nullptr);
+  EXPECT_DOUBLE_EQ(lion->lr(), 3e-5);
+  EXPECT_EQ(lion->betas(), Betas(0.95, 0.98));
+  EXPECT_DOUBLE_EQ(lion->weight_decay(), 0.2);
+  EXPECT_DOUBLE_EQ(first.hybrid.muon.weight_decay(), 0.2);
+  EXPECT_EQ(lion->state_dtype(), at::kBFloat16);
+  EXPECT_EQ(lion->fused(), false);
+  const auto text = first.to_yaml();
+  EXPECT_NE(text.find("others: lion"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\n  adamw:"), std::string::npos) << text;  // routing has its own key
+  const auto second = OptimConfig::from_yaml(text);
+  EXPECT_EQ(second.to_yaml(), text);
+  // Lion's own defaults where nothing sets them; adam and lamb likewise.
+  const auto defaults = OptimConfig::from_yaml("optimizer: {others: lion}\n");
+  EXPECT_DOUBLE_EQ(defaults.hybrid.others->get_lr(), LionOptions().lr());
+  EXPECT_EQ(defaults.name, "muon");
+  const auto bf16 = OptimConfig::from_yaml("optimizer: {others: lion, state_dtype: bfloat16}\n");
+  EXPECT_EQ(dynamic_cast<const LionOptions&>(*bf16.hybrid.others).state_dtype(), at::kBFloat16);
+  EXPECT_EQ(bf16.hybrid.muon.state_dtype(), at::kBFloat16);
+  for (const char* name : {"adam", "lamb"}) {
+    const auto c = OptimConfig::from_yaml(std::string("optimizer: {others: ") + name + "}\n");
+    EXPECT_STREQ(algorithm_name(c.hybrid.others_options()), name);
+  }
+  // others: adamw is the default, said out loud: nothing changes.
+  const auto adamw = OptimConfig::from_yaml("optimizer: {matrices: muon, others: adamw}\n");
+  EXPECT_FALSE(adamw.hybrid.others);
+  EXPECT_EQ(adamw.to_yaml(), OptimConfig::from_yaml("optimizer: muon\n").to_yaml());
+}
+
+TEST(Config, PartitionErrorsNameTheKey) {
+  const struct {
+    const char* yaml;
+    std::string message;
+  } cases[] = {
+      {"optimizer: {others: muon}",
+       "optimizer.others: 'muon' is not an algorithm that can run here; valid are adamw, adam, "
+       "lamb, lion"},
+      {"optimizer: {others: sgd}", "optimizer.others: 'sgd' is not an algorithm"},
+      {"optimizer: {matrices: lion}",
+       "optimizer.matrices: 'lion' does not orthogonalize matrices; valid are muon, dion"},
+      {"optimizer: {name: muon, matrices: dion}",
+       "optimizer.matrices: name sets the matrices' algorithm too; give one of them"},
+      {"optimizer: {name: adamw, others: lion}",
+       "optimizer.others: the others' algorithm would do nothing: name adamw trains every "
+       "parameter with AdamW"},
+      {"optimizer: {others: lion, adamw: {lr: 0.001}}",
+       "optimizer.adamw: adamw trains nothing here: the parameters Muon does not take run lion; "
+       "set others: adamw to train them with adamw"},
+      {"optimizer: {lion: {lr: 0.001}}", "optimizer.lion: lion trains nothing here"},
+      {"optimizer: {others: lion, eps: 1.0e-6}",
+       "optimizer.eps: lion (the others' algorithm) has no eps and Muon does not read it"},
+      {"optimizer: {others: lion, cautious: true}",
+       "optimizer.cautious: lion (the others' algorithm) has no cautious masking"},
+      {"optimizer: {others: lion, lion: {lr: -1}}", "optimizer.lion.lr"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.yaml);

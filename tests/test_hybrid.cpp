@@ -10,6 +10,7 @@
 #include "gpt.h"
 #include "helpers.h"
 #include "muon/error.h"
+#include "muon/lion.h"
 
 namespace muon {
 namespace {
@@ -46,44 +47,105 @@ const ParameterReport& row_of(const HybridOptimizer& opt, const std::string& nam
   throw std::runtime_error("no report row " + name);
 }
 
+// The hybrid with `others` (empty: AdamW with options.adamw) against the same steps by hand: Muon
+// on the matrices, the others' own optimizer with decay on the embedding and none on the norm
+// weights (the hybrid's no-decay group). Returns the hybrid, for its report.
+template <class Options>
+std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options,
+                                                const Options& others) {
+  at::manual_seed(0);
+  demo::Gpt ours(tiny());
+  demo::Gpt theirs(tiny());
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < ours->parameters().size(); ++i) {
+      theirs->parameters()[i].copy_(ours->parameters()[i]);
+    }
+  }
+  auto hybrid = std::make_unique<HybridOptimizer>(route(*ours), options);
+  const auto routes = route(*theirs);
+  Muon muon(tensors_with_role(routes, Role::muon), options.muon);
+  std::vector<at::Tensor> decayed, not_decayed;
+  for (const auto& r : routes) {
+    if (r.role == Role::adamw) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
+  }
+  EXPECT_EQ(decayed.size(), 1u);      // wte
+  EXPECT_EQ(not_decayed.size(), 3u);  // two block norms and the final norm
+  auto no_decay = others;
+  no_decay.weight_decay(0);
+  typename Algorithm<Options>::Owner by_hand(
+      {torch::optim::OptimizerParamGroup(decayed),
+       torch::optim::OptimizerParamGroup(not_decayed, std::make_unique<Options>(no_decay))},
+      others);
+  for (uint64_t step = 0; step < 3; ++step) {
+    set_gradients(*ours, step);
+    set_gradients(*theirs, step);
+    hybrid->step();
+    muon.step();
+    by_hand.step();
+  }
+  for (size_t i = 0; i < ours->parameters().size(); ++i) {
+    EXPECT_TRUE(at::equal(ours->parameters()[i], theirs->parameters()[i])) << i;
+  }
+  return hybrid;
+}
+
 TEST(Hybrid, StepEqualsBothBranchesByHand) {
   for (const auto& fused : testing::kernel_paths()) {
     SCOPED_TRACE(testing::path_name(fused));
-    at::manual_seed(0);
-    demo::Gpt ours(tiny());
-    demo::Gpt theirs(tiny());
-    {
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < ours->parameters().size(); ++i) {
-        theirs->parameters()[i].copy_(ours->parameters()[i]);
-      }
-    }
-    const auto muon_options = MuonOptions(0.03).weight_decay(0.1).fused(fused);
-    const auto adamw_options = AdamWOptions(0.01).weight_decay(0.05).fused(fused);
-    HybridOptimizer hybrid(route(*ours), muon_options, adamw_options);
-    // By hand: Muon on the matrices; AdamW with decay on the embedding and none on norm weights.
-    const auto routes = route(*theirs);
-    Muon muon(tensors_with_role(routes, Role::muon), muon_options);
-    std::vector<at::Tensor> decayed, not_decayed;
-    for (const auto& r : routes) {
-      if (r.role == Role::adamw) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
-    }
-    EXPECT_EQ(decayed.size(), 1u);      // wte
-    EXPECT_EQ(not_decayed.size(), 3u);  // two block norms and the final norm
-    AdamW adamw({torch::optim::OptimizerParamGroup(decayed),
-                 torch::optim::OptimizerParamGroup(
-                     not_decayed, std::make_unique<AdamWOptions>(
-                                      AdamWOptions(0.01).weight_decay(0).fused(fused)))},
-                adamw_options);
-    for (uint64_t step = 0; step < 3; ++step) {
-      set_gradients(*ours, step);
-      set_gradients(*theirs, step);
-      hybrid.step();
-      muon.step();
-      adamw.step();
-    }
-    for (size_t i = 0; i < ours->parameters().size(); ++i) {
-      EXPECT_TRUE(at::equal(ours->parameters()[i], theirs->parameters()[i])) << i;
+    const auto adamw = AdamWOptions(0.01).weight_decay(0.05).fused(fused);
+    expect_by_hand(HybridOptions{MuonOptions(0.03).weight_decay(0.1).fused(fused), adamw}, adamw);
+  }
+}
+
+// The partition's other half on another registered algorithm.
+template <class Options>
+void expect_others_run(const Options& others) {
+  SCOPED_TRACE(Algorithm<Options>::name);
+  HybridOptions options{MuonOptions(0.03).weight_decay(0.1)};
+  options.others = others;
+  const auto hybrid = expect_by_hand(options, others);
+  EXPECT_EQ(row_of(*hybrid, "wte.weight").algorithm, Algorithm<Options>::name);
+  EXPECT_EQ(row_of(*hybrid, "blocks.0.attn.q_proj.weight").algorithm, "muon");
+  EXPECT_NE(hybrid->report_text().find(Algorithm<Options>::name), std::string::npos);
+}
+
+TEST(Hybrid, OthersRunAnyElementwiseAlgorithm) {
+  expect_others_run(LionOptions(1e-3).weight_decay(0.05).betas({0.9, 0.95}));
+  expect_others_run(AdamOptions(1e-2).weight_decay(0.05));
+  expect_others_run(LambOptions(1e-2).weight_decay(0.05));
+}
+
+TEST(Hybrid, OthersErrors) {
+  demo::Gpt model(tiny());
+  const auto routes = route(*model);
+  HybridOptions options;
+  options.others = MuonOptions();
+  expect_error<Error>(
+      [&] { HybridOptimizer(routes, options); },
+      {"HybridOptions::others: 'muon' updates matrices only; the other parameters need "
+       "one of adamw, adam, lamb, lion"});
+  options.others = LionOptions(-1.0);
+  expect_error<Error>([&] { HybridOptimizer(routes, options); }, {"HybridOptions::others: ", "lr"});
+  options.others = LionOptions();
+  options.all_adamw = true;
+  expect_error<Error>(
+      [&] { HybridOptimizer(routes, options); },
+      {"HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but "
+       "others holds the options of lion; set one of them"});
+  options.all_adamw = false;
+  options.groups = {ParamGroupSpec{"all", {"*"}}};
+  options.groups[0].eps = 1e-6;
+  expect_error<Error>([&] { HybridOptimizer(routes, options); },
+                      {"param group 'all': eps is set, but lion (the algorithm of its non-Muon "
+                       "parameters) has no eps"});
+  // Betas it has: the group's (β1, β2) reach its Lion groups.
+  options.groups[0].eps.reset();
+  options.groups[0].betas = Betas(0.8, 0.9);
+  HybridOptimizer hybrid(routes, options);
+  for (const auto& g : hybrid.param_groups()) {
+    if (const auto* o = dynamic_cast<const LionOptions*>(&g.options())) {
+      EXPECT_EQ(o->betas(), Betas(0.8, 0.9));
     }
   }
 }

@@ -298,7 +298,7 @@ TEST(Routing, AHybridThatGivesMuonNothingSaysSo) {
   ::testing::internal::CaptureStderr();
   HybridOptimizer cnn(route(*conv), HybridOptions{});
   EXPECT_EQ(::testing::internal::GetCapturedStderr(),
-            "muon: warning: no parameter is routed to Muon; every trainable one goes to AdamW "
+            "muon: warning: no parameter is routed to Muon; every trainable one goes to adamw "
             "(weight [8, 3, 3, 3] and any other tensor of rank > 2 under routing higher_rank "
             "'adamw'; higher_rank 'flatten' trains each as an (out, rest) matrix). report_text() "
             "gives each parameter's reason.\n");

@@ -433,7 +433,7 @@ TEST(Compare, ExampleNamesResolveAnywhereToTheBuiltInCopies) {
   }
   std::filesystem::current_path(cwd);
   EXPECT_NE(error.find("compare: 'sgd' is neither a config file nor an example; the examples "
-                       "are adamw, dew, dion, dion_full, flaxchat, muon, muoneq, speedtronic"),
+                       "are adamw, dew, dion, dion_full, flaxchat, muon, muon_lion, muoneq, speedtronic"),
             std::string::npos)
       << error;
 }

@@ -4,6 +4,8 @@
 // list (Python's engines and option schemas, the docs' tables).
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -79,5 +81,41 @@ SettingValues group_settings(const torch::optim::OptimizerOptions& options);
 void set_group_settings(torch::optim::OptimizerOptions& options, const SettingValues& values);
 // Throws muon::Error unless `options` are valid options of a registered algorithm.
 void check_group_options(const torch::optim::OptimizerOptions& options);
+
+// The default options of the algorithm registered as `name` (configuration files name them);
+// throws muon::Error naming the valid names — those of `kind` when `kind` is set, `what` saying
+// what asked ("optimizer.others").
+std::unique_ptr<torch::optim::OptimizerOptions> default_options_of(
+    const std::string& name, std::optional<ParamKind> kind = std::nullopt, const char* what = "");
+// The registered names of `kind`: "adamw, adam, lamb, lion" for ParamKind::any.
+std::string algorithm_names_text(ParamKind kind);
+
+// Options of any registered algorithm held by value, as a struct member holds them: copies are
+// deep; empty until set (`holder = muon::LionOptions(3e-4)`). The options' type is the algorithm.
+class AlgorithmOptions {
+ public:
+  AlgorithmOptions() = default;
+  template <class Options,
+            class = std::enable_if_t<std::is_base_of_v<torch::optim::OptimizerOptions, Options>>>
+  AlgorithmOptions(const Options& options)  // NOLINT: implicit, as the options themselves
+      : options_(std::make_unique<Options>(options)) {}
+  explicit AlgorithmOptions(std::unique_ptr<torch::optim::OptimizerOptions> options)
+      : options_(std::move(options)) {}
+  AlgorithmOptions(const AlgorithmOptions& other)
+      : options_(other.options_ ? other.options_->clone() : nullptr) {}
+  AlgorithmOptions& operator=(const AlgorithmOptions& other) {
+    if (this != &other) options_ = other.options_ ? other.options_->clone() : nullptr;
+    return *this;
+  }
+  AlgorithmOptions(AlgorithmOptions&&) = default;
+  AlgorithmOptions& operator=(AlgorithmOptions&&) = default;
+
+  explicit operator bool() const { return options_ != nullptr; }
+  torch::optim::OptimizerOptions& operator*() const { return *options_; }
+  torch::optim::OptimizerOptions* operator->() const { return options_.get(); }
+
+ private:
+  std::unique_ptr<torch::optim::OptimizerOptions> options_;
+};
 
 }  // namespace muon

@@ -1,12 +1,13 @@
 // muon::HybridOptimizer — one torch::optim::Optimizer over a whole model (docs/design.md, "Hybrid
-// optimizer"): Muon for the matrices routing picks, AdamW for every other trainable parameter, with
-// parameter groups, global-norm clipping and a policy for non-finite gradients.
+// optimizer"): Muon for the matrices routing picks, AdamW — or another elementwise algorithm of the
+// registry — for every other trainable parameter, with parameter groups, global-norm clipping and
+// a policy for non-finite gradients.
 //
 // Its param_groups() hold one group per (parameter group, role), whose options are MuonOptions or
-// AdamWOptions (a group added later may run any registered algorithm) — the options' type is the
-// algorithm tag, as in optax's `partition` — so libtorch's
-// LRScheduler and set_lr reach every group. It owns every group and all state itself (state(),
-// save/load, checkpoints read the one copy) and calls the update rules (muon/rules.h) on them.
+// the others' (AdamWOptions by default; a group added later may run any registered algorithm) — the
+// options' type is the algorithm tag, as in optax's `partition` — so libtorch's LRScheduler and
+// set_lr reach every group. It owns every group and all state itself (state(), save/load,
+// checkpoints read the one copy) and calls the update rules (muon/rules.h) on them.
 //
 // step() reads .grad and never writes it: clipping scales internal copies, and on N ranks the
 // averaged gradients are internal too, so .grad after a step is the caller's own gradient
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "muon/adam.h"
+#include "muon/algorithms.h"
 #include "muon/muon.h"
 #include "muon/param_groups.h"
 #include "muon/qk_clip.h"
@@ -62,14 +64,29 @@ struct EnumNames<NonfinitePolicy> {
   X(std::optional<WeightDecaySchedule>, weight_decay_schedule, weight_decay_schedule, "",          \
     std::nullopt, any, "", "constant or cosine (to 0 at the run's end)")
 // clang-format on
+//
+// The partition: the matrices routing picks run Muon (`muon`); every other trainable parameter
+// runs one elementwise algorithm of the registry — AdamW with `adamw` unless `others` holds the
+// options of another (LionOptions, AdamOptions, LambOptions): `h.others = muon::LionOptions(3e-5)`.
 struct HybridOptions {
   MuonOptions muon;    // base settings of Muon-routed parameters; lr is the base rate
-  AdamWOptions adamw;  // base settings of AdamW-routed parameters
+  AdamWOptions adamw;  // base settings of the other parameters when `others` is empty
   std::vector<ParamGroupSpec> groups;  // empty: one catch-all group "default"
   MUON_HYBRID_FIELDS(MUON_FIELD_MEMBER)
   bool all_adamw = false;             // optimizer `adamw`: every trainable parameter in AdamW
   std::optional<double> qk_clip_tau;  // MuonClip after each step (needs set_qk_clip_source)
   int64_t total_steps = 0;            // the run's length; needed by the schedules
+  AlgorithmOptions others;            // the other parameters' algorithm when not AdamW
+
+  // The options the other parameters run: `others` when set, else `adamw`.
+  const torch::optim::OptimizerOptions& others_options() const {
+    if (others) return *others;
+    return adamw;
+  }
+  torch::optim::OptimizerOptions& others_options() {
+    if (others) return *others;
+    return adamw;
+  }
 };
 MUON_DEFINE_VISIT(HybridOptions, MUON_HYBRID_FIELDS)
 
@@ -89,7 +106,8 @@ struct ParameterReport {
   at::ScalarType dtype;
   Role role;
   std::string reason;
-  std::string group;  // empty for frozen parameters
+  std::string algorithm;  // the registry's name of what updates it ("muon", "lion"); "" if frozen
+  std::string group;      // empty for frozen parameters
   double lr = 0;
   double weight_decay = 0;
 };

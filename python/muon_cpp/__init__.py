@@ -207,9 +207,10 @@ class Lion(_EngineOptimizer):
 
 
 class HybridOptimizer(_EngineOptimizer):
-    """Muon for the hidden matrices of a model, AdamW for everything else, routed automatically
-    (docs/design.md §Routing), with the parameter groups, clipping, schedules and QK-clip of a YAML
-    configuration (docs/design.md §Configuration; docs/config.md).
+    """Muon for the hidden matrices of a model, AdamW for everything else (or the algorithm the
+    configuration's ``others`` names: adam, lamb, lion), routed automatically (docs/design.md
+    §Routing), with the parameter groups, clipping, schedules and QK-clip of a YAML configuration
+    (docs/design.md §Configuration; docs/config.md).
 
     ``model_or_named_parameters``: an nn.Module or (name, tensor) pairs. ``config``: YAML text, a
     path to a .yaml/.yml file, a dict, or None for the defaults. ``total_steps``: the run's length,
@@ -224,7 +225,7 @@ class HybridOptimizer(_EngineOptimizer):
     collectives waits before step() raises a RuntimeError saying another rank exited or hung.
 
     param_groups: one per (configured group, algorithm, decayed or not), each with the keys
-    'algorithm' ('muon' or 'adamw') and 'group' (its configured name). A torch lr scheduler drives
+    'algorithm' ('muon', and 'adamw' or the others' algorithm) and 'group' (its configured name). A torch lr scheduler drives
     them unless the configuration has its own schedule, which then sets 'lr' at every step and
     alone: an lr changed between steps makes the next step() raise a RuntimeError.
     """

@@ -95,10 +95,49 @@ def test_named_parameters_and_config_forms_agree(tmp_path):
     assert {r["name"]: r["role"] for r in pairs.report()}["wte.weight"] == "adamw"
 
 
+def test_others_run_the_partitions_algorithm_lion_as_muon_cpp_lion_does():
+    torch.manual_seed(3)
+    model = TinyGpt()
+    config = {"optimizer": {"matrices": "muon", "others": "lion", "adamw_lr": 3e-3,
+                            "weight_decay": 0.0, "lion": {"betas": [0.9, 0.95]}}}
+    optimizer = muon_cpp.build_optimizer(model, config, 10)
+    rows = optimizer.report()
+    others = [p for p in model.parameters()
+              if p.requires_grad and rows_for({r["name"]: r for r in rows}, p, model)["role"]
+              == "adamw"]
+    assert {r["algorithm"] for r in rows if r["role"] == "adamw"} == {"lion"}
+    assert {g["algorithm"] for g in optimizer.param_groups} == {"muon", "lion"}
+    assert "lion" in optimizer.report_text()
+    copies = [p.detach().clone().requires_grad_(True) for p in others]
+    reference = muon_cpp.Lion(copies, lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=generator)
+        for p, c in zip(others, copies):
+            c.grad = p.grad.clone()
+        optimizer.step()
+        reference.step()
+    for p, c in zip(others, copies):
+        assert torch.equal(p.detach(), c.detach())
+    # Its state dict resumes: a fresh optimizer on a copy of the model continues the same steps.
+    twin = TinyGpt()
+    twin.load_state_dict(model.state_dict())
+    resumed = muon_cpp.build_optimizer(twin, config, 10)
+    resumed.load_state_dict(optimizer.state_dict())
+    assert {name for state in resumed.state.values() for name in state} >= {"exp_avg"}
+    for p, q in zip(model.parameters(), twin.parameters()):
+        p.grad = torch.randn(p.shape, generator=generator)
+        q.grad = p.grad.clone()
+    optimizer.step()
+    resumed.step()
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), twin.parameters()))
+
+
 def test_examples_build():
     model = TinyGpt()
     for name in ("muon.yaml", "speedtronic.yaml", "dew.yaml", "flaxchat.yaml", "muoneq.yaml",
-                 "dion.yaml", "dion_full.yaml", "adamw.yaml"):
+                 "dion.yaml", "dion_full.yaml", "adamw.yaml", "muon_lion.yaml"):
         optimizer = muon_cpp.build_optimizer(model, EXAMPLES / name, 1000)
         optimizer.set_qk_clip_source(NoAttention())  # dew's QK-clip: TinyGpt has no heads
         train(model, optimizer, batches(2))
@@ -156,7 +195,7 @@ def test_a_torch_scheduler_beside_a_configured_schedule_is_refused_before_anythi
 def test_a_cnn_that_gives_muon_nothing_is_told_and_qk_clip_without_logits_is_refused(capfd):
     cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3))
     muon_cpp.build_optimizer(cnn, "optimizer: muon", 10)
-    assert ("muon: warning: no parameter is routed to Muon; every trainable one goes to AdamW "
+    assert ("muon: warning: no parameter is routed to Muon; every trainable one goes to adamw "
             "(0.weight [8, 3, 3, 3] and any other tensor of rank > 2 under routing higher_rank "
             "'adamw'; higher_rank 'flatten' trains each as an (out, rest) matrix)"
             in capfd.readouterr().err)

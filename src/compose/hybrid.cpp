@@ -17,6 +17,8 @@
 
 namespace muon {
 
+using torch::optim::OptimizerOptions;
+
 // The groups the hybrid optimizer is built from, decided before its base class exists.
 struct HybridOptimizer::Plan {
   std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -36,6 +38,17 @@ std::vector<ParamGroupSpec> groups_or_default(const HybridOptions& options) {
 // Every option that does not depend on the parameters.
 void check_hybrid_options(const HybridOptions& options) {
   check_options(options.muon);
+  with_context("HybridOptions::others", [&] {
+    check_group_options(options.others_options());
+    check(algorithm_kind(options.others_options()) == ParamKind::any, "'",
+          algorithm_name(options.others_options()),
+          "' updates matrices only; the other parameters need one of ",
+          algorithm_names_text(ParamKind::any));
+  });
+  check(!options.all_adamw || !options.others,
+        "HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but others "
+        "holds the options of ",
+        options.others ? algorithm_name(*options.others) : "", "; set one of them");
   if (options.qk_clip_tau) {
     check(std::isfinite(*options.qk_clip_tau) && *options.qk_clip_tau > 0,
           "qk_clip: tau must be > 0, got ", *options.qk_clip_tau);
@@ -55,6 +68,29 @@ void check_hybrid_options(const HybridOptions& options) {
   }
 }
 
+// The options of a group of the other parameters: the hybrid's, with the group's rate, decay and
+// any betas or eps of its spec — refused where the algorithm has no such setting.
+std::unique_ptr<OptimizerOptions> others_group_options(const OptimizerOptions& others,
+                                                       const ParamGroupSpec& spec, double lr,
+                                                       double weight_decay) {
+  auto options = others.clone();
+  auto values = group_settings(*options);
+  values["lr"] = lr;
+  values["weight_decay"] = weight_decay;
+  auto set = [&](const char* key, const char* setting, double value) {
+    check(values.count(setting) != 0, "param group '", spec.name, "': ", key, " is set, but ",
+          algorithm_name(others), " (the algorithm of its non-Muon parameters) has no ", key);
+    values[setting] = value;
+  };
+  if (spec.betas) {
+    set("betas", "beta1", std::get<0>(*spec.betas));
+    set("betas", "beta2", std::get<1>(*spec.betas));
+  }
+  if (spec.eps) set("eps", "eps", *spec.eps);
+  set_group_settings(*options, values);
+  return options;
+}
+
 }  // namespace
 
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
@@ -68,12 +104,15 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
   check_hybrid_options(options);
   const auto specs = groups_or_default(options);
   check_groups(specs);
+  const auto& others = options.others_options();
   // (group, decayed or not, role, routing's head split) → hybrid group index, in order of first
   // appearance.
   std::map<std::tuple<size_t, bool, Role, int64_t>, size_t> index;
   Plan plan;
   for (const auto& r : routes) {
     const Role role = (options.all_adamw && r.role == Role::muon) ? Role::adamw : r.role;
+    const auto& algorithm =
+        role == Role::muon ? static_cast<const OptimizerOptions&>(options.muon) : others;
     ParameterReport row{r.name,
                         r.tensor.sizes().vec(),
                         r.tensor.scalar_type(),
@@ -81,6 +120,7 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
                         role != r.role ? "optimizer adamw: every trainable parameter in "
                                          "AdamW"
                                        : r.reason,
+                        role == Role::frozen ? "" : algorithm_name(algorithm),
                         "",
                         0,
                         0};
@@ -90,9 +130,8 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
     }
     const size_t g = group_of(specs, r.name);
     const auto& spec = specs[g];
-    const double base_lr = role == Role::muon ? options.muon.lr() : options.adamw.lr();
-    const double base_wd =
-        role == Role::muon ? options.muon.weight_decay() : options.adamw.weight_decay();
+    const double base_lr = algorithm.get_lr();
+    const double base_wd = group_settings(algorithm).at("weight_decay");
     row.group = spec.name;
     row.lr = spec.lr ? *spec.lr : base_lr * spec.lr_multiplier;
     row.weight_decay = spec.weight_decay ? *spec.weight_decay : is_no_decay(r) ? 0.0 : base_wd;
@@ -113,11 +152,7 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
         if (heads > 0) o.num_heads(heads);
         group_options = std::make_unique<MuonOptions>(o);
       } else {
-        auto o = options.adamw;
-        o.lr(row.lr).weight_decay(row.weight_decay);
-        if (spec.betas) o.betas(*spec.betas);
-        if (spec.eps) o.eps(*spec.eps);
-        group_options = std::make_unique<AdamWOptions>(o);
+        group_options = others_group_options(others, spec, row.lr, row.weight_decay);
       }
       plan.groups.emplace_back(std::vector<at::Tensor>{}, std::move(group_options));
       plan.group_schedules.push_back(spec.schedule);
@@ -135,7 +170,7 @@ HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
     : HybridOptimizer(make_plan(routes, options), options) {}
 
 HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
-    : Optimizer(plan.groups, std::make_unique<AdamWOptions>(options.adamw)),
+    : Optimizer(plan.groups, options.others_options().clone()),
       options_(options),
       report_(std::move(plan.report)),
       names_(std::move(plan.names)) {
@@ -160,7 +195,8 @@ void HybridOptimizer::warn_when_muon_gets_nothing() const {
     if (r.role == Role::adamw && r.shape.size() > 2 && higher_rank == nullptr) higher_rank = &r;
   }
   if (!trainable) return;
-  std::cerr << "muon: warning: no parameter is routed to Muon; every trainable one goes to AdamW";
+  std::cerr << "muon: warning: no parameter is routed to Muon; every trainable one goes to "
+            << algorithm_name(options_.others_options());
   if (higher_rank != nullptr) {
     std::cerr << " (" << higher_rank->name << " " << at::IntArrayRef(higher_rank->shape)
               << " and any other tensor of rank > 2 under routing higher_rank 'adamw'; "
@@ -208,7 +244,7 @@ void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) 
     const auto name = detail::concat("param_groups.", g, ".", i);
     names_[impl] = name;
     report_.push_back({name, params[i].sizes().vec(), params[i].scalar_type(), role,
-                       "added with add_param_group", name, o.get_lr(), wd});
+                       "added with add_param_group", algorithm_name(o), name, o.get_lr(), wd});
   }
 }
 
@@ -358,11 +394,12 @@ std::string HybridOptimizer::report_text() const {
       lr << r.lr;
       wd << r.weight_decay;
     }
-    rows.push_back({r.name, shape.str(), c10::toString(r.dtype), to_string(r.role), r.group,
-                    lr.str(), wd.str(), r.reason});
+    rows.push_back({r.name, shape.str(), c10::toString(r.dtype),
+                    r.role == Role::frozen ? "frozen" : r.algorithm, r.group, lr.str(), wd.str(),
+                    r.reason});
   }
-  return detail::format_table({"name", "shape", "dtype", "role", "group", "lr", "wd", "reason"},
-                              rows);
+  return detail::format_table(
+      {"name", "shape", "dtype", "algorithm", "group", "lr", "wd", "reason"}, rows);
 }
 
 }  // namespace muon

@@ -3,13 +3,42 @@
 
 namespace muon {
 
-std::string algorithm_names_text() {
+namespace {
+
+std::string names_text(std::optional<ParamKind> kind) {
   std::string text;
   for_each_algorithm([&](auto* tag) {
-    using Options = std::remove_pointer_t<decltype(tag)>;
-    text += (text.empty() ? "" : ", ") + std::string(Algorithm<Options>::name);
+    using Entry = Algorithm<std::remove_pointer_t<decltype(tag)>>;
+    if (kind && Entry::kind != *kind) return;
+    text += (text.empty() ? "" : ", ") + std::string(Entry::name);
   });
   return text;
+}
+
+}  // namespace
+
+std::string algorithm_names_text() {
+  return names_text(std::nullopt);
+}
+
+std::string algorithm_names_text(ParamKind kind) {
+  return names_text(kind);
+}
+
+std::unique_ptr<torch::optim::OptimizerOptions> default_options_of(const std::string& name,
+                                                                   std::optional<ParamKind> kind,
+                                                                   const char* what) {
+  std::unique_ptr<torch::optim::OptimizerOptions> options;
+  for_each_algorithm([&](auto* tag) {
+    using Options = std::remove_pointer_t<decltype(tag)>;
+    using Entry = Algorithm<Options>;
+    if (name == Entry::name && (!kind || Entry::kind == *kind)) {
+      options = std::make_unique<Options>();
+    }
+  });
+  check(options != nullptr, what, *what ? ": " : "", "'", name,
+        "' is not an algorithm that can run here; valid are ", names_text(kind));
+  return options;
 }
 
 const char* algorithm_name(const torch::optim::OptimizerOptions& options) {

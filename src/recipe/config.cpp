@@ -4,15 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <set>
+#include <type_traits>
 
-#include "muon/internal/config_sections.h"
 #include "muon/error.h"
-#include "muon/presets.h"
-#include "muon/rules.h"
+#include "muon/internal/config_sections.h"
 #include "muon/internal/read_file.h"
 #include "muon/internal/yaml_section.h"
+#include "muon/presets.h"
+#include "muon/rules.h"
 
 namespace muon {
 
@@ -50,21 +52,59 @@ using detail::refuse_unused_under_adamw;
 using detail::require;
 using detail::Section;
 
+// matrices: muon or dion (what name says, said as the partition); others: the elementwise
+// algorithm of every other parameter (adamw unless set).
+void read_partition(Section& s, OptimConfig& config) {
+  if (const auto matrices = s.text("matrices")) {
+    check(!s.has("name"), s.key_path("matrices"),
+          ": name sets the matrices' algorithm too; give one of them");
+    check(*matrices == "muon" || *matrices == "dion", s.key_path("matrices"), ": '", *matrices,
+          "' does not orthogonalize matrices; valid are muon, dion");
+    config.name = *matrices;
+  }
+  const auto others = s.text("others");
+  if (!others) return;
+  if (config.name == "adamw") refuse_unused_under_adamw(s, "others", "the others' algorithm");
+  auto options = default_options_of(*others, ParamKind::any, s.key_path("others").c_str());
+  if (algorithm_name(*options) != std::string("adamw")) {
+    config.hybrid.others = AlgorithmOptions(std::move(options));
+  }
+}
+
+// Sets the option `name` of the others' algorithm to `value`; false when it has no such option.
+template <class T>
+bool set_others_option(HybridOptions& h, const char* name, const T& value) {
+  bool found = false;
+  visit_algorithm(h.others_options(), [&](auto& options) {
+    visit_options(options, [&](const OptionInfo& info, auto& field) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, T>) {
+        if (std::strcmp(info.name, name) == 0) {
+          field = value;
+          found = true;
+        }
+      }
+    });
+  });
+  return found;
+}
+
 void read_rates(Section& s, OptimConfig& config) {
   const bool muon_family = config.name != "adamw";
   auto& h = config.hybrid;
+  auto& others = h.others_options();
   // Unset keys keep the options' own defaults (muon/option_schema.h); `lr` is AdamW's under
   // name adamw.
-  const double lr = s.number("lr").value_or(muon_family ? h.muon.lr() : h.adamw.lr());
+  const double lr = s.number("lr").value_or(muon_family ? h.muon.lr() : others.get_lr());
   require(lr > 0, s.key_path("lr"), "> 0", lr);
   if (!muon_family && s.has("lr") && s.has("adamw_lr")) {
-    refuse_unused_under_adamw(s, "lr", "Muon's rate (adamw_lr is AdamW's, and lr is too when "
-                                       "alone)");
+    refuse_unused_under_adamw(s, "lr",
+                              "Muon's rate (adamw_lr is AdamW's, and lr is too when "
+                              "alone)");
   }
-  const double adamw_lr = s.number("adamw_lr").value_or(muon_family ? h.adamw.lr() : lr);
+  const double adamw_lr = s.number("adamw_lr").value_or(muon_family ? others.get_lr() : lr);
   require(adamw_lr > 0, s.key_path("adamw_lr"), "> 0", adamw_lr);
   h.muon.lr(lr);
-  h.adamw.lr(adamw_lr);
+  others.set_lr(adamw_lr);
 }
 
 // ns_steps: in its option's range, checked on the number read (before it becomes an integer).
@@ -124,14 +164,17 @@ void read_masking_and_storage(Section& s, OptimConfig& config,
   }
   config.cautious = cautious.value_or(false);
   h.muon.cautious(config.cautious);
-  h.adamw.cautious(config.cautious);
+  const bool others_cautious = set_others_option(h, "cautious", config.cautious);
+  check(others_cautious || !config.cautious, s.key_path("cautious"), ": ",
+        algorithm_name(h.others_options()),
+        " (the others' algorithm) has no cautious masking; remove it, or choose others adamw");
 
   if (const auto v = s.text("state_dtype")) {
     check(*v == "float32" || *v == "bfloat16", s.key_path("state_dtype"),
           ": expected float32 or bfloat16, got '", *v, "'");
     const auto dtype = *v == "bfloat16" ? at::kBFloat16 : at::kFloat;
     h.muon.state_dtype(dtype);
-    h.adamw.state_dtype(dtype);
+    set_others_option(h, "state_dtype", dtype);  // every elementwise algorithm has one
   }
 }
 
@@ -161,9 +204,10 @@ void refuse_muon_sections_under_adamw(const Section& s, const HybridOptions& h) 
   }
   for (size_t i = 0; i < h.groups.size(); ++i) {
     const auto& g = h.groups[i];
-    const char* muon_only = g.momentum ? "momentum" : g.num_heads ? "num_heads"
-                            : g.split_sizes                     ? "split_sizes"
-                                                                : nullptr;
+    const char* muon_only = g.momentum      ? "momentum"
+                            : g.num_heads   ? "num_heads"
+                            : g.split_sizes ? "split_sizes"
+                                            : nullptr;
     if (muon_only) {
       refuse_unused_under_adamw(s, "param_groups[" + std::to_string(i) + "]." + muon_only,
                                 std::string("Muon's ") + muon_only);
@@ -176,6 +220,7 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
                     const std::optional<bool>& root_cautious) {
   if (const auto name = s.text("name")) config.name = *name;
   auto& h = config.hybrid;  // the name's and the preset's settings first: the keys override them
+  read_partition(s, config);
   with_context(s.key_path("name"), [&] { apply_optimizer_name(config.name, h); });
   read_groups_or_preset(s, config);
   read_rates(s, config);
@@ -191,7 +236,8 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   read_scaling(s, config);
   s.finish();
   check_options(h.muon);
-  Algorithm<AdamWOptions>::validate(h.adamw);
+  with_context(s.key_path(algorithm_name(h.others_options())),
+               [&] { check_group_options(h.others_options()); });
 }
 
 OptimConfig read_config(const YAML::Node& root);

@@ -1,4 +1,5 @@
-// The optimizer config's schema-driven keys: the `muon` and `adamw` sections, the hybrid's own
+// The optimizer config's schema-driven keys: the `muon` section and the others' (`adamw`, `lion`,
+// ...), the hybrid's own
 // keys, schedules and parameter groups through the generic reader and writer (schema_yaml.h), the
 // root-level shorthands, and config_schema for the docs and tests.
 #include "muon/internal/schema_yaml.h"
@@ -7,13 +8,14 @@ namespace muon::detail {
 namespace {
 
 // The root-level shorthands of the optimizer section: `key` (or `alias`) sets the option
-// `option` of MuonOptions and/or AdamWOptions, with that option's type and range.
+// `option` of MuonOptions and/or of the others' algorithm (AdamW unless `others` says), with that
+// option's type and range.
 struct Shorthand {
   const char* key;
   const char* alias;
   const char* option;
   bool muon;
-  bool adamw;
+  bool others;
 };
 constexpr Shorthand kShorthands[] = {
     {"weight_decay", "", "weight_decay", true, true},
@@ -68,18 +70,25 @@ std::vector<ConfigKey> rows_of(const S& defaults, bool with_kinds = false) {
 }  // namespace
 
 void read_shorthands(Section& s, HybridOptions& h) {
+  auto read_others = [&](const Shorthand& sh) {
+    return visit_algorithm(h.others_options(),
+                           [&](auto& options) { return read_shorthand(s, sh, options); });
+  };
   for (const auto& sh : kShorthands) {
-    if (h.all_adamw && !sh.adamw) {
+    const char* given = s.has(sh.key) ? sh.key : *sh.alias && s.has(sh.alias) ? sh.alias : "";
+    if (h.all_adamw && !sh.others) {
       // No parameter is Muon's under name adamw: a Muon key sets AdamW's option of that name
       // where AdamW has one (nesterov), and is refused where nothing would read it.
-      const char* given = s.has(sh.key) ? sh.key : *sh.alias && s.has(sh.alias) ? sh.alias : "";
-      if (!read_shorthand(s, sh, h.adamw) && *given) {
+      if (!read_others(sh) && *given) {
         refuse_unused_under_adamw(s, given, std::string("Muon's ") + sh.option);
       }
       continue;
     }
-    if (sh.muon) read_shorthand(s, sh, h.muon);
-    if (sh.adamw) read_shorthand(s, sh, h.adamw);
+    const bool by_muon = sh.muon && read_shorthand(s, sh, h.muon);
+    const bool by_others = sh.others && read_others(sh);
+    check(by_muon || by_others || !*given, s.key_path(given), ": ",
+          algorithm_name(h.others_options()), " (the others' algorithm) has no ", sh.option,
+          " and Muon does not read it; remove it");
   }
 }
 
@@ -106,7 +115,17 @@ void read_section(Section& s, const char* key, Options& options) {
 
 void read_option_sections(Section& s, HybridOptions& h) {
   read_section(s, "muon", h.muon);
-  read_section(s, "adamw", h.adamw);
+  const std::string others = algorithm_name(h.others_options());
+  for_each_algorithm([&](auto* tag) {
+    using Options = std::remove_pointer_t<decltype(tag)>;
+    const std::string name = Algorithm<Options>::name;
+    if (Algorithm<Options>::kind != ParamKind::any || name == others || !s.has(name)) return;
+    throw Error(s.key_path(name) + ": " + name + " trains nothing here: the parameters Muon " +
+                "does not take run " + others + "; set others: " + name + " to train them with " +
+                name + " (docs/configuration.md, \"The partition\")");
+  });
+  visit_algorithm(h.others_options(),
+                  [&](auto& options) { read_section(s, others.c_str(), options); });
 }
 
 ParamGroupSpec read_group(const YAML::Node& n, const std::string& path) {
@@ -120,8 +139,10 @@ void emit_hybrid(YAML::Emitter& out, const HybridOptions& h) {
     out << YAML::Key << "muon" << YAML::Value;
     emit_fields(out, h.muon);
   }
-  out << YAML::Key << "adamw" << YAML::Value;
-  emit_fields(out, h.adamw);
+  const std::string others = algorithm_name(h.others_options());
+  if (h.others) out << YAML::Key << "others" << YAML::Value << others;
+  out << YAML::Key << others << YAML::Value;
+  visit_algorithm(h.others_options(), [&](const auto& options) { emit_fields(out, options); });
   emit_pairs(out, h);
   if (!h.groups.empty()) {
     out << YAML::Key << "param_groups" << YAML::Value << YAML::BeginSeq;
@@ -136,21 +157,31 @@ namespace muon {
 
 std::vector<ConfigKey> config_schema(const std::string& section) {
   using detail::rows_of;
-  if (section == "muon") return rows_of(MuonOptions{});
-  if (section == "adamw") return rows_of(AdamWOptions{});
+  std::vector<ConfigKey> algorithm_rows;
+  bool is_algorithm = false;
+  for_each_algorithm([&](auto* tag) {
+    using Options = std::remove_pointer_t<decltype(tag)>;
+    if (section != Algorithm<Options>::name) return;
+    algorithm_rows = rows_of(Options{});
+    is_algorithm = true;
+  });
+  if (is_algorithm) return algorithm_rows;
   if (section == "optimizer") return rows_of(HybridOptions{});
   if (section == "schedule") return rows_of(LrSchedule{}, true);
   if (section == "schedule.tail") return rows_of(PowerTail{});
   if (section == "momentum_schedule") return rows_of(MomentumSchedule{});
   if (section == "param_group") return rows_of(ParamGroupSpec{});
   check(section == "shorthand", "config_schema: unknown section '", section,
-        "'; valid sections are optimizer, shorthand, muon, adamw, schedule, schedule.tail, "
-        "momentum_schedule, param_group");
+        "'; valid sections are optimizer, shorthand, ", algorithm_names_text(),
+        ", schedule, schedule.tail, momentum_schedule, param_group");
   std::vector<ConfigKey> rows;
   for (const auto& sh : detail::kShorthands) {
     const std::string muon = std::string("muon.") + sh.option;
-    const std::string adamw = std::string("adamw.") + sh.option;
-    const std::string sets = sh.muon && sh.adamw ? muon + " and " + adamw : sh.muon ? muon : adamw;
+    const std::string others =
+        std::string("the others' ") + sh.option + " (adamw." + sh.option + " by default)";
+    const std::string sets = sh.muon && sh.others ? muon + " and " + others
+                             : sh.muon            ? muon
+                                                  : others;
     rows.push_back({sh.key, sh.alias, "", "sets " + sets, "", ""});
   }
   return rows;

@@ -2,8 +2,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "muon/internal/config_sections.h"
 #include "muon/error.h"
+#include "muon/internal/config_sections.h"
 #include "muon/presets.h"
 
 namespace muon::detail {
@@ -68,7 +68,12 @@ void read_nanochat_preset(Section& p, HybridOptions& h) {
       .normuon(built.muon.normuon())
       .cautious_weight_decay(built.muon.cautious_weight_decay())
       .weight_decay(built.muon.weight_decay());
-  h.adamw.lr(built.adamw.lr()).eps(built.adamw.eps());
+  // AdamW's rate serves whichever algorithm the other parameters run; its eps only where it has
+  // one.
+  auto others = group_settings(h.others_options());
+  others["lr"] = built.adamw.lr();
+  if (others.count("eps") != 0) others["eps"] = built.adamw.eps();
+  set_group_settings(h.others_options(), others);
 }
 
 }  // namespace
@@ -145,14 +150,17 @@ void read_scaling(Section& s, OptimConfig& config) {
     require(rules.batch_tokens > 0, sc.key_path("batch_tokens"), "> 0", rules.batch_tokens);
     require(rules.d_model > 0, sc.key_path("d_model"), "> 0", static_cast<double>(rules.d_model));
     h.muon.lr(h.muon.lr() * rules.lr_multiplier());
-    h.adamw.lr(h.adamw.lr() * rules.adamw_lr_multiplier());
     h.muon.weight_decay(h.muon.weight_decay() * rules.weight_decay_multiplier());
-    h.adamw.weight_decay(h.adamw.weight_decay() * rules.weight_decay_multiplier());
+    auto others = group_settings(h.others_options());
+    others["lr"] *= rules.adamw_lr_multiplier();
+    others["weight_decay"] *= rules.weight_decay_multiplier();
+    set_group_settings(h.others_options(), others);
     std::ostringstream note;
-    note << "scaling: Muon lr x " << rules.lr_multiplier() << " (sqrt(B/2^19)), AdamW lr x "
-         << rules.adamw_lr_multiplier() << " (also (d_model/768)^-0.5), weight decay x "
-         << rules.weight_decay_multiplier() << " -> lr " << h.muon.lr() << ", adamw_lr "
-         << h.adamw.lr() << ", weight_decay " << h.muon.weight_decay();
+    note << "scaling: Muon lr x " << rules.lr_multiplier() << " (sqrt(B/2^19)), "
+         << algorithm_name(h.others_options()) << " lr x " << rules.adamw_lr_multiplier()
+         << " (also (d_model/768)^-0.5), weight decay x " << rules.weight_decay_multiplier()
+         << " -> lr " << h.muon.lr() << ", adamw_lr " << others["lr"] << ", weight_decay "
+         << h.muon.weight_decay();
     config.notes.push_back(note.str());
   }
 }

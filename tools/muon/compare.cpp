@@ -9,9 +9,9 @@
 
 #include "examples.h"
 #include "muon/error.h"
-#include "plot.h"
 #include "muon/internal/number_text.h"
 #include "muon/internal/read_file.h"
+#include "plot.h"
 
 namespace muon::demo {
 
@@ -35,11 +35,12 @@ CompareEntry compare_entry(const std::string& spec) {
 
 namespace {
 
-// Every rate of `config` × m: the base rates of both algorithms and the groups' absolute ones.
+// Every rate of `config` × m: the base rates of both algorithms (Muon's and the others') and the
+// groups' absolute ones.
 OptimConfig scaled(OptimConfig config, double m) {
   auto& h = config.hybrid;
   h.muon.lr(h.muon.lr() * m);
-  h.adamw.lr(h.adamw.lr() * m);
+  h.others_options().set_lr(h.others_options().get_lr() * m);
   for (auto& g : h.groups) {
     if (g.lr) *g.lr *= m;
   }
@@ -220,8 +221,7 @@ void report(const TrainConfig& base, CompareResult& result, std::ostream& log) {
     log << '\n';
     for (const auto& run : result.runs) {
       log << "| " << run.name << " |";
-      for (const auto& [m, loss] : run.sweep)
-        log << ' ' << fixed(loss, 4) << " |";
+      for (const auto& [m, loss] : run.sweep) log << ' ' << fixed(loss, 4) << " |";
       log << '\n';
     }
     for (const auto& run : result.runs) log << edge_note(run);

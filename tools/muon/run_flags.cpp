@@ -111,8 +111,8 @@ RunFlag field_flag(CLI::App& app, TrainConfig& parsed, const FieldFlag& flag,
     });
     return out;
   };
-  return {flag.name, std::string(flag.section) + "." + flag.key, flag.safe_on_resume, option,
-          apply, text};
+  return {flag.name, std::string(flag.section) + "." + flag.key, flag.safe_on_resume, option, apply,
+          text};
 }
 
 // "key.path" → value (flow YAML) of every leaf of `node`, into `out`.
@@ -158,11 +158,11 @@ void check_describes(const TrainConfig& stored, const TrainConfig& described,
     }
     const auto flag = given.find(key);
     const auto source = flag != given.end() ? flag->second->name : "--config " + config_path;
-    differences += (differences.empty() ? "" : "; ") + key + ": " + stored_value +
-                   " in the run, " + value + " from " + source;
+    differences += (differences.empty() ? "" : "; ") + key + ": " + stored_value + " in the run, " +
+                   value + " from " + source;
   }
-  check(differences.empty(), "train: the run in ", dir,
-        " is not the one this command describes — ", differences,
+  check(differences.empty(), "train: the run in ", dir, " is not the one this command describes — ",
+        differences,
         ". Drop or change what differs to continue it (--steps and the log, eval and checkpoint "
         "intervals may change), or start a new run with another --out");
 }
@@ -170,8 +170,43 @@ void check_describes(const TrainConfig& stored, const TrainConfig& described,
 // The base rate at update `step` of a run of `steps` under `config`'s schedule.
 double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
   const auto& h = config.hybrid;
-  const double peak = h.all_adamw ? h.adamw.lr() : h.muon.lr();
+  const double peak = h.all_adamw ? h.others_options().get_lr() : h.muon.lr();
   return h.schedule ? peak * h.schedule->multiplier(step, steps, peak) : peak;
+}
+
+// --others: the partition's other half (docs/config.md, "The partition") on another elementwise
+// algorithm, from its own defaults at the run's state dtype; --adamw-lr (applied after it) sets
+// its rate.
+RunFlag others_flag(CLI::App& train, std::string& others) {
+  std::vector<std::string> names;
+  for_each_algorithm([&](auto* tag) {
+    using Entry = Algorithm<std::remove_pointer_t<decltype(tag)>>;
+    if (Entry::kind == ParamKind::any) names.emplace_back(Entry::name);
+  });
+  auto* option = train
+                     .add_option("--others", others,
+                                 "the algorithm of every parameter Muon does not take: " +
+                                     algorithm_names_text(ParamKind::any) +
+                                     " (its own defaults; --adamw-lr sets its rate)")
+                     ->check(CLI::IsMember(names))
+                     ->capture_default_str();
+  return {"--others",
+          "optimizer.others",
+          false,
+          option,
+          [&others](TrainConfig& c) {
+            auto& h = c.optimizer.hybrid;
+            check(!h.all_adamw,
+                  "train: --others would do nothing: optimizer adamw trains every "
+                  "parameter with AdamW; choose --optimizer muon or dion");
+            const auto dtype = h.muon.state_dtype();
+            h.others = AlgorithmOptions();
+            if (others != "adamw") h.others = AlgorithmOptions(default_options_of(others));
+            visit_algorithm(h.others_options(), [dtype](auto& o) { o.state_dtype(dtype); });
+          },
+          [](const TrainConfig& c) {
+            return std::string(algorithm_name(c.optimizer.hybrid.others_options()));
+          }};
 }
 
 }  // namespace
@@ -221,18 +256,19 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   auto* name = train.add_option("--optimizer", optimizer, names_doc)
                    ->check(CLI::IsMember(names))
                    ->capture_default_str();
-  flags.push_back({"--optimizer", "optimizer.name", false, name,
-                   [&optimizer](TrainConfig& c) {
-                     auto& muon = c.optimizer.hybrid.muon;
-                     const auto run = muon;  // Dion at the run's rates and storage
-                     apply_optimizer_name(optimizer, c.optimizer.hybrid);
-                     if (optimizer == "dion" && !run.dion()) {
-                       muon.lr(run.lr()).weight_decay(run.weight_decay()).state_dtype(
-                           run.state_dtype());
-                     }
-                     c.optimizer.name = optimizer;
-                   },
-                   [](const TrainConfig& c) { return c.optimizer.name; }});
+  flags.push_back(
+      {"--optimizer", "optimizer.name", false, name,
+       [&optimizer](TrainConfig& c) {
+         auto& muon = c.optimizer.hybrid.muon;
+         const auto run = muon;  // Dion at the run's rates and storage
+         apply_optimizer_name(optimizer, c.optimizer.hybrid);
+         if (optimizer == "dion" && !run.dion()) {
+           muon.lr(run.lr()).weight_decay(run.weight_decay()).state_dtype(run.state_dtype());
+         }
+         c.optimizer.name = optimizer;
+       },
+       [](const TrainConfig& c) { return c.optimizer.name; }});
+  flags.push_back(others_flag(train, values.others));
   auto* dtype = train
                     .add_option("--state-dtype", state_dtype,
                                 "optimizer state storage: float32, or bfloat16 (stochastic "
@@ -242,8 +278,9 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   flags.push_back({"--state-dtype", "optimizer.muon.state_dtype", false, dtype,
                    [&state_dtype](TrainConfig& c) {
                      const auto t = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-                     c.optimizer.hybrid.muon.state_dtype(t);
-                     c.optimizer.hybrid.adamw.state_dtype(t);
+                     auto& h = c.optimizer.hybrid;
+                     h.muon.state_dtype(t);
+                     visit_algorithm(h.others_options(), [t](auto& o) { o.state_dtype(t); });
                    },
                    [](const TrainConfig& c) {
                      return std::string(c.optimizer.hybrid.muon.state_dtype() == at::kBFloat16
@@ -261,12 +298,16 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
                      c.optimizer.hybrid.muon.lr(muon_lr);
                    },
                    [](const TrainConfig& c) { return text_of(c.optimizer.hybrid.muon.lr()); }});
-  auto* alr = train.add_option("--adamw-lr", adamw_lr, "peak learning rate of the AdamW tensors")
+  auto* alr = train
+                  .add_option("--adamw-lr", adamw_lr,
+                              "peak learning rate of the other tensors (AdamW's, or the "
+                              "algorithm optimizer.others names)")
                   ->check(positive_number())
                   ->capture_default_str();
-  flags.push_back({"--adamw-lr", "optimizer.adamw.lr", false, alr,
-                   [&adamw_lr](TrainConfig& c) { c.optimizer.hybrid.adamw.lr(adamw_lr); },
-                   [](const TrainConfig& c) { return text_of(c.optimizer.hybrid.adamw.lr()); }});
+  flags.push_back(
+      {"--adamw-lr", "optimizer.adamw.lr", false, alr,
+       [&adamw_lr](TrainConfig& c) { c.optimizer.hybrid.others_options().set_lr(adamw_lr); },
+       [](const TrainConfig& c) { return text_of(c.optimizer.hybrid.others_options().get_lr()); }});
   return flags;
 }
 

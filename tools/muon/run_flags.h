@@ -61,7 +61,7 @@ inline int64_t least_of(const OptionInfo& info) {
 // Where the parsed values land (it must outlive the flags).
 struct ParsedFlags {
   TrainConfig run;
-  std::string optimizer = "muon", state_dtype = "float32";
+  std::string optimizer = "muon", others = "adamw", state_dtype = "float32";
   double muon_lr = 0.02, adamw_lr = 0.004;
 };
 

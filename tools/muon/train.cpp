@@ -20,11 +20,11 @@
 #include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
+#include "muon/internal/number_text.h"
 #include "muon/routing.h"
 #include "plot.h"
-#include "train_log.h"
-#include "muon/internal/number_text.h"
 #include "signals.h"
+#include "train_log.h"
 
 namespace muon::demo {
 
@@ -74,8 +74,8 @@ double first_rate(const HybridOptimizer& optimizer, bool muon) {
 
 // Bytes a run needs, roughly: weights, gradients and optimizer state (4 floats per parameter), the
 // activations kept for the backward pass (naive attention keeps B·heads·T² scores per layer, three
-// times over) and the RoPE tables as they are built. An estimate to refuse a run the machine cannot hold before it
-// allocates, not a measurement.
+// times over) and the RoPE tables as they are built. An estimate to refuse a run the machine cannot
+// hold before it allocates, not a measurement.
 void check_memory(const TrainConfig& c, int64_t world) {
   const auto& m = c.model;
   const double d = static_cast<double>(m.d_model), T = static_cast<double>(m.seq_len);
@@ -105,7 +105,6 @@ std::string checkpoint_text(const TrainConfig& config, const Progress& p) {
          ", elapsed_s: " + detail::shortest_text(p.elapsed_s) + "}\n";
 }
 
-
 // The signal that stops the run after this step, the same on every rank: any rank's first.
 int agree_on_stop(int signal, Communicator& communicator) {
   if (communicator.world_size() == 1) return signal;
@@ -122,7 +121,6 @@ uint64_t batch_seed(uint64_t seed, int64_t step) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-
 
 // Discards what it is given: the log of ranks other than 0.
 class NullStream : public std::ostream {
@@ -145,7 +143,6 @@ double global_mean(const at::Tensor& loss, Communicator& communicator) {
   communicator.all_reduce(value, ReduceOp::sum);
   return value.item<double>() / communicator.world_size();
 }
-
 
 // One rank's run of muon train. The constructor sets it up — everything checked before the first
 // file is written, then the run's files, the opening log line and the evaluation before any
@@ -266,15 +263,16 @@ void TrainingRun::open_files() {
 }
 
 void TrainingRun::log_start() {
-  int64_t muon_tensors = 0, adamw_tensors = 0;
+  int64_t muon_tensors = 0, other_tensors = 0;
   for (const auto& row : optimizer_->report()) {
     muon_tensors += row.role == Role::muon;
-    adamw_tensors += row.role == Role::adamw;
+    other_tensors += row.role == Role::adamw;
   }
   log_ << "muon train: " << config_.model.n_layers << " layers, d_model " << config_.model.d_model
-       << ", " << muon_tensors << " Muon matrices, " << adamw_tensors << " AdamW tensors; "
-       << data_.train_bytes() << " training bytes, " << at::get_num_threads() << " threads"
-       << (world_ > 1 ? ", " + std::to_string(world_) + " ranks" : "") << "\n";
+       << ", " << muon_tensors << " " << algorithm_name(optimizer_->options().muon) << " matrices, "
+       << other_tensors << " " << algorithm_name(optimizer_->options().others_options())
+       << " tensors; " << data_.train_bytes() << " training bytes, " << at::get_num_threads()
+       << " threads" << (world_ > 1 ? ", " + std::to_string(world_) + " ranks" : "") << "\n";
 }
 
 void TrainingRun::step() {
@@ -316,16 +314,16 @@ void TrainingRun::step() {
 // The row of the log interval that ends at this step (with the validation loss when due).
 void TrainingRun::log_row(bool evaluate_now) {
   const auto& stats = optimizer_->last_step();
-  MetricsRow row{done_,
-                 progress_.window_loss / static_cast<double>(progress_.window_steps),
-                 std::nullopt,
-                 first_rate(*optimizer_, true),
-                 first_rate(*optimizer_, false),
-                 stats.grad_norm,
-                 stats.clip_factor,
-                 tokens_per_step_ * static_cast<double>(window_timed_steps_) /
-                     seconds_since(window_start_),
-                 0.0};
+  MetricsRow row{
+      done_,
+      progress_.window_loss / static_cast<double>(progress_.window_steps),
+      std::nullopt,
+      first_rate(*optimizer_, true),
+      first_rate(*optimizer_, false),
+      stats.grad_norm,
+      stats.clip_factor,
+      tokens_per_step_ * static_cast<double>(window_timed_steps_) / seconds_since(window_start_),
+      0.0};
   if (evaluate_now && writer_) {
     const auto eval_start = Clock::now();
     row.val_loss = evaluate(model_, data_, config_, world_);
@@ -355,8 +353,7 @@ TrainResult TrainingRun::finish() {
   save_checkpoint_now();
   const double total_seconds = seconds_since(start_) - eval_seconds_;
   TrainResult result;
-  result.tokens_per_s =
-      tokens_per_step_ * static_cast<double>(done_ - first_step_) / total_seconds;
+  result.tokens_per_s = tokens_per_step_ * static_cast<double>(done_ - first_step_) / total_seconds;
   result.optimizer_share = optimizer_seconds_ / total_seconds;
   result.loss_alerts = monitor_.alerts();
   result.steps_done = done_;
@@ -371,8 +368,8 @@ TrainResult TrainingRun::finish() {
     return result;
   }
   if (done_ < config_.steps) {
-    log_ << "stopped after step " << done_ << "/" << config_.steps << "; wrote "
-         << checkpoint_path_ << "\n";
+    log_ << "stopped after step " << done_ << "/" << config_.steps << "; wrote " << checkpoint_path_
+         << "\n";
     return result;
   }
   auto sample_generator = at::detail::createCPUGenerator(static_cast<uint64_t>(config_.seed));
