@@ -128,6 +128,14 @@ TEST(Checkpoint, TruncatedCorruptAndForeignFilesChangeNothing) {
   expect_error<Error>([&] { load_checkpoint(path, *bf16_opt, model.get()); },
                       {"has dtype Float, this optimizer stores BFloat16"});
 
+  // An AdamW checkpoint into a hybrid whose others run Adam (the same state tensors): the
+  // algorithm each parameter was optimized by.
+  auto adam_opt = build_optimizer(
+      *model, OptimConfig::from_yaml("optimizer: {name: muon, normuon: true, others: adam}\n"), 10);
+  expect_error<Error>([&] { load_checkpoint(path, *adam_opt, model.get()); },
+                      {"checkpoint: state['blocks.0.attn_norm.weight'] was optimized by adamw, this "
+                       "optimizer runs adam on it"});
+
   const auto after = weights(model);
   for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(at::equal(after[i], current[i])) << i;
   // The good file still loads and restores the earlier weights.

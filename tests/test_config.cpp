@@ -589,10 +589,17 @@ TEST(Config, PartitionErrorsNameTheKey) {
        "set others: adamw to train them with adamw"},
       {"optimizer: {lion: {lr: 0.001}}", "optimizer.lion: lion trains nothing here"},
       {"optimizer: {others: lion, eps: 1.0e-6}",
-       "optimizer.eps: lion (the others' algorithm) has no eps and Muon does not read it"},
+       "optimizer.eps: lion (the others' algorithm) has no eps; remove it"},
+      {"optimizer: {others: lion, weight_decay_method: independent}",
+       "optimizer.weight_decay_method: lion (the others' algorithm) has no weight_decay_method; "
+       "set Muon's alone in the muon section (muon: {weight_decay_method: ...})"},
       {"optimizer: {others: lion, cautious: true}",
        "optimizer.cautious: lion (the others' algorithm) has no cautious masking"},
       {"optimizer: {others: lion, lion: {lr: -1}}", "optimizer.lion.lr"},
+      {"optimizer: {others: lion, preset: {name: nanochat}}",
+       "optimizer.preset: the nanochat preset is AdamW's recipe for the parameters Muon does not "
+       "take (its groups' rates, betas and eps), not lion's; remove others, or give param_groups "
+       "of your own"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.yaml);

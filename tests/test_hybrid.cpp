@@ -116,6 +116,17 @@ TEST(Hybrid, OthersRunAnyElementwiseAlgorithm) {
   expect_others_run(LambOptions(1e-2).weight_decay(0.05));
 }
 
+TEST(Hybrid, AlgorithmOptionsHoldTheirTypeByValue) {
+  const LionOptions lion(2e-4);
+  const torch::optim::OptimizerOptions& base = lion;
+  AlgorithmOptions held = base;  // through a base reference: still Lion's
+  EXPECT_STREQ(algorithm_name(*held), "lion");
+  auto copy = held;
+  copy->set_lr(1.0);
+  EXPECT_DOUBLE_EQ(held->get_lr(), 2e-4);  // copies are deep
+  EXPECT_FALSE(AlgorithmOptions());
+}
+
 TEST(Hybrid, OthersErrors) {
   demo::Gpt model(tiny());
   const auto routes = route(*model);

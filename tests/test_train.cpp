@@ -222,6 +222,14 @@ TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
       },
       {"model.n_layers: 2 in the run, 3 from --layers; optimizer.muon.lr: 0.02 in the run, "
        "0.05 from --muon-lr"});
+  // A key only one of the two runs has is a difference too: the others' algorithm and the
+  // section of the one that no longer trains anything.
+  testing::expect_error<Error>(
+      [&] {
+        resolve({"--others", "lion"});
+      },
+      {"optimizer.adamw.lr: 0.004 in the run, (absent) from the flags given",
+       "optimizer.others: (absent) in the run, lion from --others"});
   EXPECT_EQ(resolve({"--steps", "40"}).steps, 40);
   EXPECT_NE(log.str().find("warning: --steps 40 changes the run's length from 20"),
             std::string::npos)

@@ -98,7 +98,8 @@ class AlgorithmOptions {
   template <class Options,
             class = std::enable_if_t<std::is_base_of_v<torch::optim::OptimizerOptions, Options>>>
   AlgorithmOptions(const Options& options)  // NOLINT: implicit, as the options themselves
-      : options_(std::make_unique<Options>(options)) {}
+      // Their own type, even through a base reference (clone() is public only on the base).
+      : options_(static_cast<const torch::optim::OptimizerOptions&>(options).clone()) {}
   explicit AlgorithmOptions(std::unique_ptr<torch::optim::OptimizerOptions> options)
       : options_(std::move(options)) {}
   AlgorithmOptions(const AlgorithmOptions& other)

@@ -175,6 +175,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // weight decay and momentum, as restored, for what the schedules set last).
   std::vector<std::pair<std::string, at::Tensor>> named_trainable() const;
   Role role_of(const at::Tensor& param) const;
+  const char* algorithm_of(const at::Tensor& param) const;  // the registry's name; "" if frozen
   void restore_counters(int64_t step_count, int64_t skipped_steps);
 
   // The view a Muon parameter is orthogonalized in (routing's view, or its shape).
@@ -222,6 +223,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   std::vector<ParameterReport> report_;
   std::map<const void*, std::string> names_;
   std::map<const void*, Role> roles_;
+  std::map<const void*, size_t> groups_;               // each trainable parameter's group
   std::map<const void*, std::vector<int64_t>> views_;  // Muon views other than the shape
   MuonWorkspaces workspaces_;
   StepStats stats_;

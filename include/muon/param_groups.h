@@ -27,8 +27,8 @@ namespace muon {
   X(std::optional<double>, weight_decay, weight_decay, "", std::nullopt, nonnegative, "",          \
     "unset: the algorithm's (biases and norm weights then get 0)")                                 \
   X(std::optional<Betas>, betas, betas, "", std::nullopt, unit_interval, "",                       \
-    "AdamW-routed members' (β1, β2)")                                                              \
-  X(std::optional<double>, eps, eps, "", std::nullopt, positive, "", "AdamW-routed members' eps")  \
+    "the non-Muon members' (β1, β2): AdamW's, or the others' algorithm's")                         \
+  X(std::optional<double>, eps, eps, "", std::nullopt, positive, "", "the non-Muon members' eps")  \
   X(std::optional<double>, momentum, momentum, "", std::nullopt, unit_interval, "",                \
     "Muon-routed members' momentum")                                                               \
   X(std::optional<int64_t>, num_heads, num_heads, "", std::nullopt, positive, "",                  \

@@ -225,9 +225,10 @@ class HybridOptimizer(_EngineOptimizer):
     collectives waits before step() raises a RuntimeError saying another rank exited or hung.
 
     param_groups: one per (configured group, algorithm, decayed or not), each with the keys
-    'algorithm' ('muon', and 'adamw' or the others' algorithm) and 'group' (its configured name). A torch lr scheduler drives
-    them unless the configuration has its own schedule, which then sets 'lr' at every step and
-    alone: an lr changed between steps makes the next step() raise a RuntimeError.
+    'algorithm' ('muon', and 'adamw' or the others' algorithm) and 'group' (its configured
+    name). A torch lr scheduler drives them unless the configuration has its own schedule, which
+    then sets 'lr' at every step and alone: an lr changed between steps makes the next step()
+    raise a RuntimeError.
     """
 
     def __init__(self, model_or_named_parameters, config, total_steps, process_group=None,
@@ -277,8 +278,10 @@ class HybridOptimizer(_EngineOptimizer):
         return self._engine.last_step()
 
     def report(self):
-        """The routing report: one dict per parameter (name, shape, dtype, role, reason, group,
-        lr, weight_decay); frozen parameters have role 'frozen' and group None."""
+        """The routing report: one dict per parameter (name, shape, dtype, role, algorithm, reason,
+        group, lr, weight_decay); role is routing's side ('muon' or 'adamw'), algorithm what
+        updates it ('lion' under others: lion); frozen parameters have role 'frozen' and
+        algorithm and group None."""
         return self._engine.report()
 
     def report_text(self):

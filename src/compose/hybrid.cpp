@@ -38,7 +38,7 @@ std::vector<ParamGroupSpec> groups_or_default(const HybridOptions& options) {
 // Every option that does not depend on the parameters.
 void check_hybrid_options(const HybridOptions& options) {
   check_options(options.muon);
-  with_context("HybridOptions::others", [&] {
+  with_context(options.others ? "HybridOptions::others" : "HybridOptions::adamw", [&] {
     check_group_options(options.others_options());
     check(algorithm_kind(options.others_options()) == ParamKind::any, "'",
           algorithm_name(options.others_options()),
@@ -240,6 +240,7 @@ void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) 
   for (size_t i = 0; i < params.size(); ++i) {
     const auto* impl = params[i].unsafeGetTensorImpl();
     roles_[impl] = role;
+    groups_[impl] = g;
     if (names_.count(impl) != 0) continue;  // named by routing
     const auto name = detail::concat("param_groups.", g, ".", i);
     names_[impl] = name;
@@ -331,6 +332,11 @@ std::vector<std::pair<std::string, at::Tensor>> HybridOptimizer::named_trainable
 Role HybridOptimizer::role_of(const at::Tensor& param) const {
   const auto it = roles_.find(param.unsafeGetTensorImpl());
   return it == roles_.end() ? Role::frozen : it->second;
+}
+
+const char* HybridOptimizer::algorithm_of(const at::Tensor& param) const {
+  const auto it = groups_.find(param.unsafeGetTensorImpl());
+  return it == groups_.end() ? "" : algorithm_name(param_groups_[it->second].options());
 }
 
 void HybridOptimizer::restore_counters(int64_t step_count, int64_t skipped_steps) {

@@ -192,6 +192,7 @@ void save_checkpoint(const std::string& path, HybridOptimizer& optimizer,
     auto entry = new_dict();
     const auto role = optimizer.role_of(p);
     entry.insert("role", to_string(role));
+    entry.insert("algorithm", std::string(optimizer.algorithm_of(p)));
     auto saved = read_param_state(optimizer, p);
     if (distributed) saved = from_owner(*communicator, optimizer, p, std::move(saved));
     entry.insert("has_state", saved.has_value());
@@ -269,11 +270,18 @@ LoadPlan plan_load(const c10::IValue& loaded, const std::string& path, HybridOpt
     const auto role = role_from_string(field(entry, "role", where).toStringRef());
     check(role == optimizer.role_of(p), where, " was optimized by ", to_string(role),
           ", this optimizer routes it to ", to_string(optimizer.role_of(p)));
+    // AdamW, Adam and Lamb keep the same tensors: the name tells them apart (checkpoints written
+    // before the partition have none, and then ran Muon or AdamW, which the role says).
+    if (entry.contains("algorithm")) {
+      const auto& saved_by = field(entry, "algorithm", where).toStringRef();
+      check(saved_by == optimizer.algorithm_of(p), where, " was optimized by ", saved_by,
+            ", this optimizer runs ", optimizer.algorithm_of(p), " on it");
+    }
     if (!field(entry, "has_state", where).toBool()) continue;
     ParamStateEntry saved;
     for (const auto& item : entry) {
       const auto& key = item.key();
-      if (key == "role" || key == "has_state") continue;
+      if (key == "role" || key == "algorithm" || key == "has_state") continue;
       if (key == "step") {
         check(item.value().isInt(), where, ".step is not an integer");
         saved.step = item.value().toInt();

@@ -86,9 +86,12 @@ void read_shorthands(Section& s, HybridOptions& h) {
     }
     const bool by_muon = sh.muon && read_shorthand(s, sh, h.muon);
     const bool by_others = sh.others && read_others(sh);
-    check(by_muon || by_others || !*given, s.key_path(given), ": ",
+    // Meant for both, read by one, would silently miss the other: refused.
+    check(!*given || !sh.others || by_others, s.key_path(given), ": ",
           algorithm_name(h.others_options()), " (the others' algorithm) has no ", sh.option,
-          " and Muon does not read it; remove it");
+          by_muon ? std::string("; set Muon's alone in the muon section (muon: {") + sh.option +
+                        ": ...})"
+                  : std::string("; remove it"));
   }
 }
 
@@ -122,7 +125,7 @@ void read_option_sections(Section& s, HybridOptions& h) {
     if (Algorithm<Options>::kind != ParamKind::any || name == others || !s.has(name)) return;
     throw Error(s.key_path(name) + ": " + name + " trains nothing here: the parameters Muon " +
                 "does not take run " + others + "; set others: " + name + " to train them with " +
-                name + " (docs/configuration.md, \"The partition\")");
+                name + " (docs/config.md, \"The partition\")");
   });
   visit_algorithm(h.others_options(),
                   [&](auto& options) { read_section(s, others.c_str(), options); });

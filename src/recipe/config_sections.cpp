@@ -68,12 +68,7 @@ void read_nanochat_preset(Section& p, HybridOptions& h) {
       .normuon(built.muon.normuon())
       .cautious_weight_decay(built.muon.cautious_weight_decay())
       .weight_decay(built.muon.weight_decay());
-  // AdamW's rate serves whichever algorithm the other parameters run; its eps only where it has
-  // one.
-  auto others = group_settings(h.others_options());
-  others["lr"] = built.adamw.lr();
-  if (others.count("eps") != 0) others["eps"] = built.adamw.eps();
-  set_group_settings(h.others_options(), others);
+  h.adamw.lr(built.adamw.lr()).eps(built.adamw.eps());  // AdamW's recipe: refused with others
 }
 
 }  // namespace
@@ -115,6 +110,12 @@ void read_groups_or_preset(Section& s, OptimConfig& config) {
                                     : "the " + config.preset + " preset (Muon's settings)");
     }
     if (config.preset == "nanochat") {
+      check(!h.others, s.key_path("preset"),
+            ": the nanochat preset is AdamW's recipe for the "
+            "parameters Muon does not take (its groups' rates, betas and eps), not ",
+            algorithm_name(h.others_options()),
+            "'s; remove others, or give param_groups of your "
+            "own");
       read_nanochat_preset(p, h);
     } else {
       apply_muon_preset(entry->muon, h.muon);

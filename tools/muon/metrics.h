@@ -15,7 +15,7 @@ struct MetricsRow {
   double train_loss;  // mean over the steps since the last row (NaN at step 0)
   std::optional<double> val_loss;
   double muon_lr;      // the first Muon group's rate at this step (NaN without Muon)
-  double adamw_lr;     // the first AdamW group's (NaN without AdamW)
+  double adamw_lr;     // the first non-Muon group's: AdamW's or the others' (NaN without one)
   double grad_norm;    // the last step's global gradient norm, before clipping (NaN at step 0)
   double clip_factor;  // what clipping multiplied the gradients by (1: none)
   double tokens_per_s;

@@ -149,15 +149,22 @@ void check_describes(const TrainConfig& stored, const TrainConfig& described,
     if (flag.option->count() > 0) given[flag.key] = &flag;
   }
   const auto theirs = leaves(stored), ours = leaves(described);
+  auto keys = ours;  // every key of either run: one may hold a section the other lacks
+  keys.insert(theirs.begin(), theirs.end());
+  const auto value_in = [](const auto& run, const std::string& key) {
+    const auto it = run.find(key);
+    return it == run.end() ? std::string("(absent)") : it->second;
+  };
   std::string differences;
-  for (const auto& [key, value] : ours) {
-    const auto it = theirs.find(key);
-    const auto stored_value = it == theirs.end() ? std::string("(absent)") : it->second;
+  for (const auto& [key, unused] : keys) {
+    const auto stored_value = value_in(theirs, key), value = value_in(ours, key);
     if (stored_value == value || std::count(may_change.begin(), may_change.end(), key) > 0) {
       continue;
     }
     const auto flag = given.find(key);
-    const auto source = flag != given.end() ? flag->second->name : "--config " + config_path;
+    const auto source = flag != given.end()   ? flag->second->name
+                        : config_path.empty() ? std::string("the flags given")
+                                              : "--config " + config_path;
     differences += (differences.empty() ? "" : "; ") + key + ": " + stored_value + " in the run, " +
                    value + " from " + source;
   }
@@ -199,6 +206,7 @@ RunFlag others_flag(CLI::App& train, std::string& others) {
             check(!h.all_adamw,
                   "train: --others would do nothing: optimizer adamw trains every "
                   "parameter with AdamW; choose --optimizer muon or dion");
+            if (algorithm_name(h.others_options()) == others) return;  // keeps its settings
             const auto dtype = h.muon.state_dtype();
             h.others = AlgorithmOptions();
             if (others != "adamw") h.others = AlgorithmOptions(default_options_of(others));
@@ -259,6 +267,13 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   flags.push_back(
       {"--optimizer", "optimizer.name", false, name,
        [&optimizer](TrainConfig& c) {
+         const auto& others = c.optimizer.hybrid.others;
+         check(optimizer != "adamw" || !others,
+               "train: --optimizer adamw trains every parameter "
+               "with AdamW, but the configuration's others is ",
+               others ? algorithm_name(*others) : "",
+               "; choose --optimizer muon or dion, or "
+               "remove others from the configuration");
          auto& muon = c.optimizer.hybrid.muon;
          const auto run = muon;  // Dion at the run's rates and storage
          apply_optimizer_name(optimizer, c.optimizer.hybrid);

@@ -331,7 +331,8 @@ void TrainingRun::log_row(bool evaluate_now) {
   }
   row.elapsed_s = elapsed();
   log_ << line_start()
-       << progress_line(row, config_.steps, done_ - first_step_, seconds_since(start_))
+       << progress_line(row, config_.steps, done_ - first_step_, seconds_since(start_),
+                        algorithm_name(optimizer_->options().others_options()))
        << std::endl;
   if (writer_) {
     metrics_->append(row);

@@ -48,7 +48,7 @@ void draw_progress(std::ostream& log, int64_t done, int64_t last, double loss, d
 // The log line of one metrics row: step, losses, each algorithm's rate, the gradient norm,
 // throughput and time.
 std::string progress_line(const MetricsRow& row, int64_t steps, int64_t steps_here,
-                          double seconds_here) {
+                          double seconds_here, const std::string& others) {
   const auto rate = [](double lr) {
     char text[16];
     std::snprintf(text, sizeof text, "%.2e", lr);
@@ -60,11 +60,11 @@ std::string progress_line(const MetricsRow& row, int64_t steps, int64_t steps_he
   char line[320];
   std::snprintf(
       line, sizeof line,
-      "step %5lld/%lld | loss %.4f | val %s | lr muon %s adamw %s | grad %.3f | %7.0f tok/s | "
+      "step %5lld/%lld | loss %.4f | val %s | lr muon %s %s %s | grad %.3f | %7.0f tok/s | "
       "%.2f it/s | %s / ETA %s",
       static_cast<long long>(row.step), static_cast<long long>(steps), row.train_loss,
       val,
-      rate(row.muon_lr).c_str(), rate(row.adamw_lr).c_str(), row.grad_norm, row.tokens_per_s,
+      rate(row.muon_lr).c_str(), others.c_str(), rate(row.adamw_lr).c_str(), row.grad_norm, row.tokens_per_s,
       1.0 / per_step, clock_text(row.elapsed_s).c_str(),
       clock_text(per_step * static_cast<double>(steps - row.step)).c_str());
   return line;

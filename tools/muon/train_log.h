@@ -18,9 +18,10 @@ std::string loss_chart(const std::vector<MetricsRow>& rows);
 void draw_progress(std::ostream& log, int64_t done, int64_t last, double loss, double elapsed,
                    int64_t first_step);
 
-// The log line of one metrics row: step, losses, each algorithm's rate, the gradient norm,
-// throughput and time.
+// The log line of one metrics row: step, losses, each algorithm's rate (`others` names the
+// algorithm of the non-Muon parameters: "adamw", "lion", ...), the gradient norm, throughput and
+// time.
 std::string progress_line(const MetricsRow& row, int64_t steps, int64_t steps_here,
-                          double seconds_here);
+                          double seconds_here, const std::string& others = "adamw");
 
 }  // namespace muon::demo
