@@ -181,6 +181,40 @@ double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
   return h.schedule ? peak * h.schedule->multiplier(step, steps, peak) : peak;
 }
 
+// --optimizer: a name of optimizer_names(); dion starts from Dion's preset at the run's rates and
+// storage.
+RunFlag optimizer_flag(CLI::App& train, std::string& optimizer) {
+  std::string names_doc;
+  std::vector<std::string> names;
+  for (const auto& n : optimizer_names()) {
+    names_doc += (names_doc.empty() ? "" : "; ") + std::string(n.name) + ": " + n.doc;
+    names.emplace_back(n.name);
+  }
+  auto* option = train.add_option("--optimizer", optimizer, names_doc)
+                     ->check(CLI::IsMember(names))
+                     ->capture_default_str();
+  return {"--optimizer",
+          "optimizer.name",
+          false,
+          option,
+          [&optimizer](TrainConfig& c) {
+            const auto& others = c.optimizer.hybrid.others;
+            check(optimizer != "adamw" || !others,
+                  "train: --optimizer adamw trains every parameter with AdamW, but the "
+                  "configuration's others is ",
+                  others ? algorithm_name(*others) : "",
+                  "; choose --optimizer muon or dion, or remove others from the configuration");
+            auto& muon = c.optimizer.hybrid.muon;
+            const auto run = muon;
+            apply_optimizer_name(optimizer, c.optimizer.hybrid);
+            if (optimizer == "dion" && !run.dion()) {
+              muon.lr(run.lr()).weight_decay(run.weight_decay()).state_dtype(run.state_dtype());
+            }
+            c.optimizer.name = optimizer;
+          },
+          [](const TrainConfig& c) { return c.optimizer.name; }};
+}
+
 // --others: the partition's other half (docs/config.md, "The partition") on another elementwise
 // algorithm, from its own defaults at the run's state dtype; --adamw-lr (applied after it) sets
 // its rate.
@@ -251,38 +285,10 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   }
 
   // The optimizer's flags set fields of its config.
-  auto& optimizer = values.optimizer;
   auto& state_dtype = values.state_dtype;
   auto& muon_lr = values.muon_lr;
   auto& adamw_lr = values.adamw_lr;
-  std::string names_doc;
-  std::vector<std::string> names;
-  for (const auto& n : optimizer_names()) {
-    names_doc += (names_doc.empty() ? "" : "; ") + std::string(n.name) + ": " + n.doc;
-    names.emplace_back(n.name);
-  }
-  auto* name = train.add_option("--optimizer", optimizer, names_doc)
-                   ->check(CLI::IsMember(names))
-                   ->capture_default_str();
-  flags.push_back(
-      {"--optimizer", "optimizer.name", false, name,
-       [&optimizer](TrainConfig& c) {
-         const auto& others = c.optimizer.hybrid.others;
-         check(optimizer != "adamw" || !others,
-               "train: --optimizer adamw trains every parameter "
-               "with AdamW, but the configuration's others is ",
-               others ? algorithm_name(*others) : "",
-               "; choose --optimizer muon or dion, or "
-               "remove others from the configuration");
-         auto& muon = c.optimizer.hybrid.muon;
-         const auto run = muon;  // Dion at the run's rates and storage
-         apply_optimizer_name(optimizer, c.optimizer.hybrid);
-         if (optimizer == "dion" && !run.dion()) {
-           muon.lr(run.lr()).weight_decay(run.weight_decay()).state_dtype(run.state_dtype());
-         }
-         c.optimizer.name = optimizer;
-       },
-       [](const TrainConfig& c) { return c.optimizer.name; }});
+  flags.push_back(optimizer_flag(train, values.optimizer));
   flags.push_back(others_flag(train, values.others));
   auto* dtype = train
                     .add_option("--state-dtype", state_dtype,
