@@ -26,6 +26,7 @@ import torch
 from . import _core, _torch_muon
 from ._distributed import check_group
 from ._engine import AMSGRAD, USE_ADDMM, _EngineOptimizer
+from ._sharded import is_sharded
 from ._schema import init_from_schema as _init_from_schema
 
 __all__ = [
@@ -76,6 +77,7 @@ class Muon(_EngineOptimizer):
 
     _make_engine = staticmethod(_core.Engine.muon)
     _updates_matrices = True
+    _updates_whole_tensors = True
     _own_torch_flags = USE_ADDMM
     __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
                                  presets=_MUON_PRESETS,
@@ -191,6 +193,7 @@ class Lamb(_EngineOptimizer):
     state; nesterov, cautious and bfloat16 state are refused)."""
 
     _make_engine = staticmethod(_core.Engine.lamb)
+    _updates_whole_tensors = True  # the trust ratio's norms are over the whole tensor
     __init__ = _init_from_schema("lamb", positional=4)
 
 
@@ -238,8 +241,15 @@ class HybridOptimizer(_EngineOptimizer):
         if not 0 < total_steps <= 2**53:
             raise ValueError(f"total_steps must be > 0 and <= 2^53, got {total_steps}")
         timeout_s = _seconds("timeout", timeout)
-        engine = _core.Engine.hybrid(_named_parameters(model_or_named_parameters),
-                                     _config_text(config), total_steps)
+        named = _named_parameters(model_or_named_parameters)
+        sharded = [name for name, p, _ in named if is_sharded(p)]
+        if sharded:
+            raise ValueError(f"build_optimizer: parameter '{sharded[0]}' is a DTensor (FSDP2's "
+                             "fully_shard); the hybrid takes plain tensors and does its own data "
+                             "parallelism (process_group=). For a sharded model give the matrices "
+                             "to muon_cpp.Muon or Dion and the rest to muon_cpp.AdamW, Adam, Lamb "
+                             "or Lion (docs/distributed.md §Python: parameters sharded by FSDP2)")
+        engine = _core.Engine.hybrid(named, _config_text(config), total_steps)
         if process_group is not None:
             check_group(process_group)
             engine.set_process_group(process_group, timeout_s)

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from . import _core
 
 
-def _global_rank(group, group_rank):
+def global_rank(group, group_rank):
     """The global rank of ``group_rank`` in ``group`` (torch 1.13 names the function privately)."""
     if group is None or group is dist.group.WORLD:
         return group_rank
@@ -83,7 +83,7 @@ class OwnerPlan:
             for same in by_dtype.values():
                 flat = torch.cat([p.detach().reshape(-1) for p in same])
                 collective(f"the broadcast of rank {owner}'s parameters", self.group,
-                           dist.broadcast, flat, src=_global_rank(self.group, owner),
+                           dist.broadcast, flat, src=global_rank(self.group, owner),
                            group=self.group)
                 if owner != self.rank:
                     with torch.no_grad():

@@ -7,6 +7,7 @@ import torch
 from torch.optim import Optimizer
 
 from ._distributed import OwnerPlan, gather_state
+from ._sharded import ShardedParams, is_sharded
 
 
 class _EngineOptimizer(Optimizer):
@@ -18,18 +19,25 @@ class _EngineOptimizer(Optimizer):
 
     _make_engine = None  # _core.Engine.<algorithm>, set by each subclass
     _updates_matrices = False  # Muon and Dion: parameters are owned by orthogonalization cost
+    _updates_whole_tensors = False  # Muon, Dion, Lamb: a shard alone cannot be updated
 
     def __init__(self, params, defaults, engine=None, process_group=None):
         self._engine = None
         self._plan = None
+        self._shards = None
         super().__init__(params, defaults)
-        if process_group is not None:
+        if any(is_sharded(p) for p in self._params()):
+            self._shards = ShardedParams(self._params(), self._updates_whole_tensors,
+                                         self._updates_matrices, process_group,
+                                         type(self).__name__)
+        elif process_group is not None:
             self._plan = OwnerPlan(self._params(), self._updates_matrices, process_group)
         self._engine = engine if engine is not None else self._new_engine()
 
     def _new_engine(self):
         return self._make_engine(
-            [(group["params"], self._engine_settings(group)) for group in self.param_groups])
+            [([self._engine_param(p) for p in group["params"]], self._engine_settings(group))
+             for group in self.param_groups])
 
     @property
     def state(self):
@@ -47,10 +55,10 @@ class _EngineOptimizer(Optimizer):
     def add_param_group(self, param_group):
         if isinstance(param_group, dict):
             param_group = self._from_torch_names(_named(dict(param_group), self.param_groups))
-        if self._engine is not None and self._plan is not None:
-            raise ValueError(f"{type(self).__name__}: with a process_group, give every parameter "
-                             "group to the constructor: ownership is planned over all of them at "
-                             "once")
+        if self._engine is not None and (self._plan is not None or self._shards is not None):
+            raise ValueError(f"{type(self).__name__}: with a process_group or sharded (DTensor) "
+                             "parameters, give every parameter group to the constructor: who "
+                             "updates what is planned over all of them at once")
         super().add_param_group(param_group)  # PyTorch's checks and defaults
         if self._engine is None:
             return
@@ -75,6 +83,9 @@ class _EngineOptimizer(Optimizer):
         for group in self.param_groups:  # settings written under torch.optim's names
             self._from_torch_names(group)
         self._engine.set_options([self._engine_settings(group) for group in self.param_groups])
+        if self._shards is not None:
+            self._shards.step(self._params(), self._engine.step)
+            return loss
         if self._plan is None:
             self._engine.step()
             return loss
@@ -98,7 +109,8 @@ class _EngineOptimizer(Optimizer):
         parameters numbered in param_groups order. State tensors are the live buffers; with a
         process group, every owner's state gathered to every rank (a collective: call it on all
         ranks), as CPU copies — the state dict one process would have, loadable at any world
-        size."""
+        size. With sharded (DTensor) parameters likewise: each rank's rows of the state gathered
+        into whole tensors (a collective), the state dict one process would have."""
         index = {id(p): i for i, p in enumerate(self._params())}
         groups = []
         for group in self.param_groups:
@@ -106,7 +118,10 @@ class _EngineOptimizer(Optimizer):
             packed["params"] = [index[id(p)] for p in group["params"]]
             groups.append(packed)
         state = {index[id(p)]: entry for p, entry in self.state.items()}
-        if self._group() is not None:
+        if self._shards is not None:
+            state = {index[id(p)]: self._shards.whole_entry(p, entry)
+                     for p, entry in self.state.items()}
+        if self._group() is not None and (self._shards is None or self._shards.owners_hold_state):
             state = gather_state(state, self._group())
         return {"state": state, "param_groups": groups}
 
@@ -132,8 +147,11 @@ class _EngineOptimizer(Optimizer):
             if not isinstance(entry, dict):
                 raise TypeError(f"state_dict['state'][{key!r}] must be a dict, "
                                 f"got {type(entry).__name__}")
-            if self._owns(by_index[key]):
-                states.append((key, by_index[key], entry))
+            p = by_index[key]
+            if self._owns(p):
+                if self._shards is not None:
+                    entry = self._shards.local_entry(p, entry)
+                states.append((key, self._engine_param(p), entry))
         settings = [self._from_torch_names(self._loaded_group(
                         {key: value for key, value in saved.items() if key != "params"}))
                     for saved in saved_groups]
@@ -149,10 +167,19 @@ class _EngineOptimizer(Optimizer):
     # Data parallelism: the process group (None: one process) and whether this rank updates `p`
     # and keeps its state.
     def _group(self):
+        if self._shards is not None:
+            return self._shards.group
         return None if self._plan is None else self._plan.group
 
     def _owns(self, p):
+        if self._shards is not None:
+            return self._shards.owns(p)
         return self._plan is None or self._plan.owns(p)
+
+    # The tensor the engine updates for the parameter `p`: `p` itself, or for a sharded one its
+    # local rows or the owner's whole copy (muon_cpp._sharded).
+    def _engine_param(self, p):
+        return p if self._shards is None else self._shards.engine_tensor(p)
 
     # A settings dict as param_groups keep it, from one written with torch.optim's names (a
     # subclass's aliases, its implementation flags): rewritten in place; returns the dict.
@@ -190,7 +217,7 @@ class _StateView(collections.abc.Mapping):
 
     def _entry(self, p):
         engine = self._optimizer.__dict__.get("_engine")
-        entry = engine.state(p) if engine is not None else None
+        entry = engine.state(self._optimizer._engine_param(p)) if engine is not None else None
         if entry is not None:
             entry["step"] = torch.tensor(float(entry["step"]))
         return entry

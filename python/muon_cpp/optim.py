@@ -34,6 +34,8 @@ class Muon(_EngineOptimizer):
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
+    _updates_matrices = True
+    _updates_whole_tensors = True
 
     def __init__(self, params, lr=_TORCH["lr"], weight_decay=_TORCH["weight_decay"],
                  momentum=_TORCH["momentum"], nesterov=_TORCH["nesterov"],

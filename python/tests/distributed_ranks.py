@@ -87,6 +87,15 @@ def state_difference(ours, reference):
     return worst
 
 
+def snapshot(optimizer, params):
+    """Copies of `params` and of `optimizer`'s state dict, to resume from later."""
+    saved = optimizer.state_dict()
+    saved["state"] = {i: {k: v.clone() if isinstance(v, torch.Tensor) else v
+                          for k, v in entry.items()}
+                      for i, entry in saved["state"].items()}
+    return [p.detach().clone() for p in params], saved
+
+
 def killed(out_dir, rank):
     """The last rank exits before its second step; the others report what their step raised and
     how long it took."""
@@ -116,52 +125,76 @@ def holder(params):
     return module
 
 
-def checkpoint(phase, algorithm, steps, out_dir, rank, world):
-    """dcp-save / dcp-load (see the module's docstring)."""
+def checkpoint_phase(phase, model, optimizer, steps, out_dir, set_step_gradients):
+    """dcp-save: the first half of the steps, then `model` and `optimizer` saved with
+    torch.distributed.checkpoint; dcp-load: both loaded from there, then the second half.
+    `set_step_gradients(step)` gives the parameters a step's gradients."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
                                                          set_optimizer_state_dict)
-    model = holder(parameters(0))
-    params = list(model.parameters())
-    optimizer = make(algorithm, params, dist.group.WORLD)
     path = os.path.join(out_dir, "checkpoint")
     if phase == "dcp-save":
-        for step in range(steps // 2):
-            set_gradients(params, step)
-            optimizer.step()
+        steps_run = range(steps // 2)
+    else:
+        state = {"model": model.state_dict(),
+                 "optim": get_optimizer_state_dict(model, optimizer)}
+        dcp.load(state, checkpoint_id=path)
+        model.load_state_dict(state["model"])
+        set_optimizer_state_dict(model, optimizer, state["optim"])
+        steps_run = range(steps // 2, steps)
+    for step in steps_run:
+        set_step_gradients(step)
+        optimizer.step()
+    if phase == "dcp-save":
         dcp.save({"model": model.state_dict(),
                   "optim": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=path)
-        return
-    state = {"model": model.state_dict(), "optim": get_optimizer_state_dict(model, optimizer)}
-    dcp.load(state, checkpoint_id=path)
-    model.load_state_dict(state["model"])
-    set_optimizer_state_dict(model, optimizer, state["optim"])
-    for step in range(steps // 2, steps):
-        set_gradients(params, step)
-        optimizer.step()
+
+
+def one_process_run(algorithm, steps):
+    """The parameters after `steps` steps of the one-process optimizer: the reference."""
     alone = parameters(0)
     reference = make(algorithm, alone, None)
     for step in range(steps):
         set_gradients(alone, step)
         reference.step()
+    return alone
+
+
+def checkpoint(phase, algorithm, steps, out_dir, rank):
+    """dcp-save / dcp-load (see the module's docstring)."""
+    model = holder(parameters(0))
+    params = list(model.parameters())
+    optimizer = make(algorithm, params, dist.group.WORLD)
+    checkpoint_phase(phase, model, optimizer, steps, out_dir,
+                     lambda step: set_gradients(params, step))
+    if phase == "dcp-save":
+        return
+    alone = one_process_run(algorithm, steps)
     report = {"resumed": max(relative_difference(a.detach(), b.detach())
                              for a, b in zip(params, alone))}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
         json.dump(report, f)
 
 
-def main():
+def start_rank():
+    """This rank's process group (Gloo, file:// rendezvous) and arguments: (algorithm, steps,
+    out_dir, rank, world)."""
     # A rank that hangs prints where, and exits, well before the test gives up on it.
     faulthandler.dump_traceback_later(6 * TIMEOUT_S, exit=True)
     algorithm, steps, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    return algorithm, steps, out_dir, rank, world
+
+
+def main():
+    algorithm, steps, out_dir, rank, world = start_rank()
     if algorithm == "killed":
         killed(out_dir, rank)
     if algorithm.startswith("dcp-"):
         phase, algorithm = algorithm.split(":")
-        checkpoint(phase, algorithm, steps, out_dir, rank, world)
+        checkpoint(phase, algorithm, steps, out_dir, rank)
         dist.barrier()
         dist.destroy_process_group()
         return
@@ -180,11 +213,7 @@ def main():
         report["steps"].append(max(relative_difference(a.detach(), b.detach())
                                    for a, b in zip(shared, alone)))
         if step == steps // 2 - 1:  # the one-process run's parameters and state, copied
-            saved = reference.state_dict()
-            saved["state"] = {i: {k: v.clone() if isinstance(v, torch.Tensor) else v
-                                  for k, v in entry.items()}
-                              for i, entry in saved["state"].items()}
-            halfway = ([p.detach().clone() for p in alone], saved)
+            halfway = snapshot(reference, alone)
     report["state"] = state_difference(ours.state_dict(), reference.state_dict())
     # Resume at this world size from the one-process state dict saved halfway.
     values, saved = halfway

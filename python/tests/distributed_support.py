@@ -1,5 +1,5 @@
-"""Ranks as processes for the distributed tests: each runs python/tests/distributed_ranks.py (or a
-command) with RANK, WORLD_SIZE and a file:// rendezvous, importing the muon_cpp the test imported."""
+"""Ranks as processes for the distributed tests: each runs python/tests/distributed_ranks.py (or
+another ranks script) with RANK, WORLD_SIZE and a file:// rendezvous, importing the muon_cpp the test imported."""
 import os
 import pathlib
 import subprocess
@@ -19,13 +19,13 @@ def python_path():
     return os.pathsep.join([package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
 
 
-def run_ranks(tmp_path, world, *args, timeout=240, check=True):
+def run_ranks(tmp_path, world, *args, timeout=240, check=True, script=RANKS_SCRIPT):
     init_file = tmp_path / "rendezvous"
     processes = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), INIT_FILE=str(init_file),
                    OMP_NUM_THREADS="1", PYTHONPATH=python_path())
-        processes.append(subprocess.Popen([sys.executable, str(RANKS_SCRIPT), *map(str, args)],
+        processes.append(subprocess.Popen([sys.executable, str(script), *map(str, args)],
                                           env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
     try:

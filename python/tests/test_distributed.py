@@ -48,8 +48,9 @@ def test_a_process_group_needs_torch_distributed_and_every_group_up_front(tmp_pa
                             rank=0, world_size=1)
     try:
         optimizer = muon_cpp.AdamW([p], process_group=dist.group.WORLD)
-        with pytest.raises(ValueError, match="AdamW: with a process_group, give every parameter "
-                                             "group to the constructor"):
+        with pytest.raises(ValueError, match=r"AdamW: with a process_group or sharded \(DTensor\) "
+                                             "parameters, give every parameter group to the "
+                                             "constructor"):
             optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
         assert len(optimizer.param_groups) == 1
         model = torch.nn.Linear(3, 2)

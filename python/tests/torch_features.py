@@ -1,7 +1,7 @@
 """What the interpreter's torch can do, for the tests that need more than every supported torch has
 (python/CMakeLists.txt asks the same questions to decide which test files CTest runs):
 
-    python3 python/tests/torch_features.py   # prints dcp=<0|1> torchrun=<0|1>
+    python3 python/tests/torch_features.py   # prints dcp=<0|1> fsdp2=<0|1> torchrun=<0|1>
 """
 import torch
 
@@ -10,6 +10,16 @@ def has_dcp_state_dict():
     """torch.distributed.checkpoint.state_dict (get/set_optimizer_state_dict): torch >= 2.2."""
     try:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def has_fsdp2():
+    """FSDP2 (torch.distributed.fsdp.fully_shard) and the public DTensor API: torch >= 2.6."""
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+        from torch.distributed.tensor import DTensor  # noqa: F401
     except ImportError:
         return False
     return True
@@ -31,4 +41,5 @@ def torchrun_can_start():
 
 
 if __name__ == "__main__":
-    print(f"dcp={int(has_dcp_state_dict())} torchrun={int(torchrun_can_start())}")
+    print(f"dcp={int(has_dcp_state_dict())} fsdp2={int(has_fsdp2())} "
+          f"torchrun={int(torchrun_can_start())}")

@@ -1,0 +1,239 @@
+"""Parameters sharded by FSDP2 (``fully_shard``: DTensors placed ``Shard(0)`` on a 1-D device
+mesh) for muon_cpp's optimizers (docs/distributed.md §Python: parameters sharded by FSDP2).
+
+An elementwise algorithm (AdamW, Adam, Lion) updates each rank's rows where they lie: the engine
+is given the local shards, and one rank's rows get exactly what one process would give them. Muon,
+Dion and Lamb need the whole tensor (an orthogonalization, a trust ratio over all of it): each such
+parameter has an owner rank (the data parallelism's plan, muon_cpp._distributed.OwnerPlan) that
+gathers the parameter's and its gradient's rows, updates the whole tensor as one process would,
+keeps its state, and scatters the new rows back to the ranks that hold them."""
+
+import torch
+import torch.distributed as dist
+
+from ._distributed import OwnerPlan, collective, global_rank
+
+
+def _dtensor_type():
+    """torch's DTensor class, or None where this torch has none (1.13)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        try:
+            from torch.distributed._tensor import DTensor
+        except ImportError:
+            return None
+    return DTensor
+
+
+def is_sharded(p):
+    """Whether ``p`` is a DTensor (a parameter FSDP2 sharded)."""
+    if type(p) in (torch.Tensor, torch.nn.Parameter):
+        return False
+    dtensor = _dtensor_type()
+    return dtensor is not None and isinstance(p, dtensor)
+
+
+def local(t):
+    """This rank's rows of the DTensor ``t``: a view of the memory it holds, which writes reach."""
+    with torch.no_grad():
+        return t.to_local()
+
+
+def row_split(total, world, rank):
+    """(first row, row count) of ``rank``'s shard of ``total`` rows, as Shard(0) splits them
+    (torch.chunk: ⌈total / world⌉ rows per rank, the last ranks' fewer or none)."""
+    per = -(-total // world)
+    first = min(total, rank * per)
+    return first, min(total, first + per) - first
+
+
+class ShardedParams:
+    """The parameters of one optimizer, all sharded by FSDP2 on one mesh, and the tensors its
+    engine updates in their place: the local shards (``whole`` False), or (``whole`` True) a whole
+    buffer for each parameter this rank owns and a stand-in of the parameter's shape, holding no
+    memory, for the rest (the engine sees every parameter, so each keeps the position one process
+    gives it: the seed of its stochastic rounding and of Dion's first Q). ``matrices``: whether
+    owners are planned by orthogonalization cost (Muon, Dion) or by size."""
+
+    def __init__(self, params, whole, matrices, process_group, who):
+        self._check(params, who)
+        mesh = params[0].device_mesh
+        self.group = mesh.get_group()
+        if process_group is not None and _ranks(process_group) != _ranks(self.group):
+            raise ValueError(f"{who}: process_group holds ranks {_ranks(process_group)}, the "
+                             f"parameters' device mesh {_ranks(self.group)}; give the mesh's "
+                             "group or None (DTensor parameters bring their group)")
+        self.world = dist.get_world_size(self.group)
+        self.rank = dist.get_rank(self.group)
+        for i, p in enumerate(params):
+            rows = row_split(p.shape[0], self.world, self.rank)[1]
+            if tuple(local(p).shape) != (rows,) + tuple(p.shape[1:]):
+                raise ValueError(f"{who}: parameter {i} of shape {tuple(p.shape)} holds rows of "
+                                 f"shape {tuple(local(p).shape)} on rank {self.rank}; Shard(0) "
+                                 f"over {self.world} ranks gives {rows} rows (torch.chunk's "
+                                 "split), which muon_cpp expects")
+        self._plan = OwnerPlan(params, matrices, self.group) if whole else None
+        self._local = {id(p): local(p) for p in params}
+        self._engine = {}
+        for p in params:
+            held = self._local[id(p)]
+            if self._plan is None:
+                self._engine[id(p)] = held
+            elif self._plan.owns(p):
+                self._engine[id(p)] = torch.empty(p.shape, dtype=p.dtype, device=held.device)
+            else:
+                self._engine[id(p)] = torch.zeros((), dtype=p.dtype,
+                                                  device=held.device).expand(p.shape)
+
+    @staticmethod
+    def _check(params, who):
+        sharded = [is_sharded(p) for p in params]
+        if not all(sharded):
+            raise ValueError(f"{who}: {sum(sharded)} of the {len(params)} parameters are DTensors "
+                             "(FSDP2's fully_shard) and the others plain tensors; shard the whole "
+                             "model (fully_shard on its root too) or give the DTensors an "
+                             "optimizer of their own")
+        mesh = params[0].device_mesh
+        for i, p in enumerate(params):
+            if p.device_mesh != mesh:
+                raise ValueError(f"{who}: parameter {i} lives on another device mesh than "
+                                 "parameter 0; give one optimizer the parameters of one mesh")
+            if mesh.ndim != 1:
+                raise ValueError(f"{who}: parameter {i} lives on a {mesh.ndim}-D device mesh; "
+                                 "muon_cpp takes parameters sharded over a 1-D mesh (fully_shard's "
+                                 "default), not HSDP's 2-D one")
+            if len(p.placements) != 1 or not p.placements[0].is_shard(0):
+                raise ValueError(f"{who}: parameter {i} is placed {tuple(p.placements)}; muon_cpp "
+                                 "takes Shard(0), as fully_shard places parameters")
+
+    def engine_tensor(self, p):
+        """The tensor the engine updates for ``p``."""
+        return self._engine[id(p)]
+
+    def owns(self, p):
+        """Whether this rank updates ``p`` (its rows, or the whole tensor) and keeps its state."""
+        return self._plan is None or self._plan.owns(p)
+
+    @property
+    def owners_hold_state(self):
+        """Whether each parameter's state is on one rank (whole tensors), not spread over all."""
+        return self._plan is not None
+
+    def step(self, params, run):
+        """``run()`` (the engine's step) with the engine's tensors holding the parameters and
+        gradients it needs; then the new rows reach their ranks."""
+        with torch.no_grad():
+            stepped = [p for p in params if p.grad is not None]
+            for p in stepped:
+                self._check_held(p)
+                if self._plan is None:
+                    self.engine_tensor(p).grad = self._rows_of_grad(p)
+                else:
+                    self._gather(p)
+            try:
+                run()
+            finally:
+                for p in stepped:
+                    self.engine_tensor(p).grad = None
+            if self._plan is not None:
+                for p in stepped:
+                    self._scatter(p)
+
+    def _check_held(self, p):
+        now, held = local(p), self._local[id(p)]
+        if now.data_ptr() != held.data_ptr() or now.shape != held.shape:
+            raise RuntimeError("a sharded parameter's local tensor was replaced after the "
+                               "optimizer was built (fully_shard or .to() again?); build the "
+                               "optimizer after the model's last move")
+
+    def _rows_of_grad(self, p):
+        grad = p.grad
+        if is_sharded(grad):
+            if len(grad.placements) != 1 or not grad.placements[0].is_shard(0):
+                raise RuntimeError(f"a gradient is placed {tuple(grad.placements)}; muon_cpp "
+                                   "takes Shard(0) gradients, as FSDP2 reduce-scatters them")
+            return local(grad)
+        raise RuntimeError("a DTensor parameter's .grad is a plain tensor; FSDP2 gives DTensor "
+                           "gradients (Shard(0))")
+
+    def _gather(self, p):
+        """The whole parameter and gradient, from every rank's rows, into the owner's buffer."""
+        owner = self._plan.owner(p)
+        whole = self.engine_tensor(p) if owner == self.rank else None
+        grad_rows = self._rows_of_grad(p)
+        self._gather_rows(local(p), p.shape[0], owner, whole)
+        grad = None if whole is None else torch.empty(p.shape, dtype=grad_rows.dtype,
+                                                      device=whole.device)
+        self._gather_rows(grad_rows, p.shape[0], owner, grad)
+        if whole is not None:
+            whole.grad = grad
+
+    def _gather_rows(self, rows, total, owner, out):
+        padded = self._padded(rows, total)
+        parts = None if out is None else [torch.empty_like(padded) for _ in range(self.world)]
+        collective("the gathering of a sharded parameter to its owner", self.group, dist.gather,
+                   padded, gather_list=parts, dst=global_rank(self.group, owner), group=self.group)
+        if out is not None:
+            out.copy_(torch.cat(parts)[:total])
+
+    def _scatter(self, p):
+        """The owner's new values back into every rank's rows."""
+        owner = self._plan.owner(p)
+        held = self._local[id(p)]
+        total = p.shape[0]
+        per = -(-total // self.world)
+        received = held.new_empty((per,) + tuple(held.shape[1:]))
+        parts = None
+        if owner == self.rank:
+            whole = self.engine_tensor(p)
+            padded = whole.new_zeros((per * self.world,) + tuple(whole.shape[1:]))
+            padded[:total] = whole
+            parts = list(padded.split(per))
+        collective("the scattering of a sharded parameter from its owner", self.group,
+                   dist.scatter, received, scatter_list=parts, src=global_rank(self.group, owner),
+                   group=self.group)
+        held.copy_(received[:held.shape[0]])
+
+    def _padded(self, rows, total):
+        """``rows`` padded with zeros to ⌈total / world⌉ rows, the size every rank sends."""
+        per = -(-total // self.world)
+        padded = rows.new_zeros((per,) + tuple(rows.shape[1:]))
+        padded[:rows.shape[0]] = rows
+        return padded
+
+    def whole_entry(self, p, entry):
+        """``entry``, this rank's state of ``p``, as one process holds it: each tensor of the
+        local rows' shape gathered into the whole parameter's shape (a collective over the mesh);
+        whole tensors' state is already whole."""
+        if self._plan is not None:
+            return entry
+        rows = local(p).shape
+        out = {}
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.shape == rows:
+                padded = self._padded(value, p.shape[0])
+                parts = [torch.empty_like(padded) for _ in range(self.world)]
+                collective("state_dict()'s gathering of sharded state", self.group,
+                           dist.all_gather, parts, padded, group=self.group)
+                value = torch.cat(parts)[:p.shape[0]].cpu()
+            out[key] = value
+        return out
+
+    def local_entry(self, p, entry):
+        """A whole state ``entry`` of ``p`` (one process's, from state_dict()) cut to what this
+        rank keeps: each tensor of the parameter's shape to this rank's rows."""
+        if self._plan is not None:
+            return entry
+        first, count = row_split(p.shape[0], self.world, self.rank)
+        return {key: value[first:first + count].clone()
+                if isinstance(value, torch.Tensor) and value.shape == p.shape else value
+                for key, value in entry.items()}
+
+
+def _ranks(group):
+    """The global ranks of ``group``."""
+    get = getattr(dist, "get_process_group_ranks", None)
+    if get is not None:
+        return list(get(group))
+    return [global_rank(group, r) for r in range(dist.get_world_size(group))]

@@ -1,0 +1,121 @@
+"""muon_cpp's optimizers on parameters sharded by FSDP2 (fully_shard: DTensors, Shard(0); see
+docs/distributed.md §Python: parameters sharded by FSDP2). At 1, 2 and 4 ranks (Gloo on the CPU,
+each rank a process of python/tests/fsdp_ranks.py) the whole parameters after every step, the
+state dict, a sharded run resumed from a one-process state dict, and one resumed from a
+torch.distributed.checkpoint saved at another world size equal an unsharded one-process run.
+CTest registers this file only where the interpreter's torch has FSDP2 (python/CMakeLists.txt)."""
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import muon_cpp
+from distributed_support import ROUND_OFF, run_ranks
+from torch_features import has_fsdp2
+
+pytestmark = pytest.mark.skipif(
+    not has_fsdp2(), reason="FSDP2 (torch.distributed.fsdp.fully_shard) arrived in torch 2.6; "
+                            "this torch is " + torch.__version__ + " (CTest does not run this "
+                            "file then)")
+
+FSDP_RANKS = __import__("pathlib").Path(__file__).with_name("fsdp_ranks.py")
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb", "lion"])
+def test_sharded_parameters_step_as_one_process_does(tmp_path, world, algorithm):
+    """Muon, Dion and Lamb (whole tensors: one owner each, gathered and scattered back) and
+    AdamW and Lion (each rank its own rows) give what one process gives the unsharded tensors."""
+    run_ranks(tmp_path, world, algorithm, 4, tmp_path, script=FSDP_RANKS)
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    if world == 4:  # the (5,) vector leaves the last rank no rows: 2, 2, 1, 0
+        assert [r["rows"][-1] for r in reports] == [[2], [2], [1], [0]]
+    whole = algorithm in ("muon", "dion", "lamb")
+    for i in range(len(reports[0]["owned"])):
+        updaters = sum(r["owned"][i] for r in reports)
+        assert updaters == (1 if whole else world), (i, reports)
+    for report in reports:
+        # Muon's owners batch other sets of same-shape matrices than one process: round-off.
+        assert max(report["steps"]) <= (ROUND_OFF if whole else 0.0), report
+        assert report["state"] <= (ROUND_OFF if whole else 0.0), report
+        assert report["resumed"] <= (ROUND_OFF if whole else 0.0), report
+
+
+@pytest.mark.parametrize("algorithm, saved_at, loaded_at",
+                         [("muon", 2, 4), ("dion", 2, 1), ("adamw", 4, 1), ("lamb", 1, 2),
+                          ("lion", 2, 4)])
+def test_distributed_checkpoint_of_sharded_parameters_resumes_at_another_world_size(
+        tmp_path, algorithm, saved_at, loaded_at):
+    """Half the steps sharded over one world size, saved with torch.distributed.checkpoint
+    (get_optimizer_state_dict of the sharded module); loaded at another (set_optimizer_state_dict)
+    and run to the end: the whole parameters equal a one-process run that never stopped."""
+    run_ranks(tmp_path, saved_at, "dcp-save:" + algorithm, 6, tmp_path, script=FSDP_RANKS)
+    (tmp_path / "rendezvous").unlink(missing_ok=True)
+    run_ranks(tmp_path, loaded_at, "dcp-load:" + algorithm, 6, tmp_path, script=FSDP_RANKS)
+    for rank in range(loaded_at):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert report["resumed"] <= ROUND_OFF, report
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "rendezvous"),
+                            rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def sharded_linear(mesh):
+    from torch.distributed.fsdp import fully_shard
+    model = torch.nn.Linear(4, 3)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def test_sharded_parameters_are_checked_before_anything_is_built(one_rank):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+    mesh = init_device_mesh("cpu", (1,))
+    model = sharded_linear(mesh)
+    plain = torch.nn.Parameter(torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"Muon: 1 of the 2 parameters are DTensors \(FSDP2's "
+                                         r"fully_shard\) and the others plain tensors; shard the "
+                                         "whole model"):
+        muon_cpp.Muon([model.weight, plain])
+    replicated = torch.nn.Parameter(distribute_tensor(torch.zeros(3, 4), mesh, [Replicate()]))
+    with pytest.raises(ValueError, match=r"AdamW: parameter 1 is placed \(Replicate\(\),\); "
+                                         r"muon_cpp takes Shard\(0\)"):
+        muon_cpp.AdamW([model.weight, replicated])
+    mesh2 = init_device_mesh("cpu", (1, 1))
+    flat = torch.nn.Parameter(distribute_tensor(torch.zeros(3, 4), mesh2,
+                                                [Replicate(), Replicate()]))
+    with pytest.raises(ValueError, match="Lion: parameter 0 lives on a 2-D device mesh; muon_cpp "
+                                         "takes parameters sharded over a 1-D mesh"):
+        muon_cpp.Lion([flat])
+    with pytest.raises(ValueError, match="build_optimizer: parameter 'weight' is a DTensor "
+                                         r"\(FSDP2's fully_shard\); the hybrid takes plain "
+                                         "tensors"):
+        muon_cpp.build_optimizer(model, None, 10)
+    optimizer = muon_cpp.AdamW(model.parameters())
+    with pytest.raises(ValueError, match="AdamW: with a process_group or sharded "
+                                         r"\(DTensor\) parameters, give every parameter group"):
+        optimizer.add_param_group({"params": [plain]})
+
+
+def test_a_sharded_parameter_moved_after_the_optimizer_was_built_is_an_error(one_rank):
+    from torch.distributed.device_mesh import init_device_mesh
+    model = sharded_linear(init_device_mesh("cpu", (1,)))
+    optimizer = muon_cpp.Muon([model.weight])
+    before = model.weight.full_tensor().clone()
+    model.weight.to_local().grad = None
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()  # a real FSDP2 step: the weight moves
+    assert not torch.equal(model.weight.full_tensor(), before)
+    with torch.no_grad():  # the rows now in other memory, as a second fully_shard or .to() does
+        model.weight._local_tensor = model.weight._local_tensor.clone()
+    moved = model.weight.full_tensor().clone()
+    with pytest.raises(RuntimeError, match="a sharded parameter's local tensor was replaced "
+                                           "after the optimizer was built"):
+        optimizer.step()
+    assert torch.equal(model.weight.full_tensor(), moved)
