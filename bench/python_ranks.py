@@ -1,11 +1,15 @@
-"""Step time of muon_cpp.Muon over a torch.distributed process group at 1, 2 and 4 ranks, beside
-torch.optim.Muon and muon_cpp.Muon in one process, in one run.
+"""Step time of muon_cpp.Muon over a torch.distributed process group (DDP) and on parameters
+sharded by FSDP2 at 1, 2 and 4 ranks, beside torch.optim.Muon and muon_cpp.Muon in one process,
+in one run.
 
     python3 bench/python_ranks.py [--ranks 1,2,4] [--threads N] [--layers 4] [--width 512]
-                                  [--steps 12] [--ns-dtype bfloat16|float32] [--json FILE]
+                                  [--steps 12] [--ns-dtype bfloat16|float32]
+                                  [--sharding ddp,fsdp2] [--json FILE]
 
-Every rank holds the same GPT-shaped matrices (per layer q, k, v, o of width², a SwiGLU MLP of
-hidden size 4·width) with the same gradients, as after DDP's all-reduce; each world size is a
+Under DDP every rank holds the same GPT-shaped matrices (per layer q, k, v, o of width², a SwiGLU
+MLP of hidden size 4·width) with the same gradients, as after DDP's all-reduce; under FSDP2
+(fully_shard, where torch has it) each rank holds its rows of them and of the same gradients,
+as after FSDP2's reduce-scatter, and each matrix is gathered to its owner. Each world size is a
 fresh set of ranks (processes, Gloo over a file:// rendezvous) that share the machine's --threads
 cores (each rank max(1, threads / ranks) intra-op threads). A step's time is the slowest rank's
 (a barrier before, the largest time over the ranks after), the median over --steps steps after
@@ -67,22 +71,54 @@ def step_times(optimizer, steps, barrier=None):
     return times
 
 
-def rank_main(rank, world, args, init_file, out_dir):
+def sharded(params, world):
+    """Copies of `params` sharded by FSDP2 over `world` ranks, each given its rows of the
+    gradient."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (world,))
+    module = torch.nn.Module()
+    for i, p in enumerate(params):
+        module.register_parameter(f"p{i}", torch.nn.Parameter(p.detach().clone()))
+    fully_shard(module, mesh=mesh)
+    out = list(module.parameters())
+    for shard, p in zip(out, params):
+        shard.grad = distribute_tensor(p.grad, mesh, [Shard(0)])
+    return out
+
+
+def rank_main(rank, world, sharding, args, init_file, out_dir):
     torch.set_num_threads(max(1, args.threads // world))
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))
     params = make_params(matrices(args.layers, args.width))
+    if sharding == "fsdp2":
+        params = sharded(params, world)
+        group = None  # the device mesh's
+    else:
+        group = dist.group.WORLD
     optimizer = muon_cpp.Muon(params, **SETTINGS, ns_dtype=NS_DTYPES[args.ns_dtype],
-                              process_group=dist.group.WORLD)
+                              process_group=group)
     times = step_times(optimizer, args.steps, dist.barrier)
     owned = sum(p.numel() * p.element_size() for p in params if optimizer._owns(p))
+    final = [p.full_tensor() if sharding == "fsdp2" else p for p in params]  # a collective
     if rank == 0:
-        torch.save([p.detach() for p in params], os.path.join(out_dir, f"params{world}.pt"))
+        torch.save([p.detach() for p in final], os.path.join(out_dir, f"params{world}.pt"))
     with open(os.path.join(out_dir, f"rank{rank}_of_{world}.json"), "w", encoding="utf-8") as f:
         json.dump({"median_ms": statistics.median(times), "owned_bytes": owned,
                    "threads": torch.get_num_threads()}, f)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def has_fsdp2():
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+        from torch.distributed.tensor import DTensor  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def cpu_name():
@@ -108,6 +144,9 @@ def main():
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--ns-dtype", choices=sorted(NS_DTYPES), default="bfloat16",
                         help="muon_cpp's Newton–Schulz dtype (torch.optim.Muon's is bfloat16)")
+    parser.add_argument("--sharding", default="ddp,fsdp2",
+                        help="ddp: every rank the whole parameters; fsdp2: fully_shard's rows "
+                             "(skipped where torch has no FSDP2)")
     parser.add_argument("--json")
     args = parser.parse_args()
     shapes = matrices(args.layers, args.width)
@@ -125,29 +164,31 @@ def main():
     rows["muon_cpp.Muon, 1 process"] = statistics.median(step_times(alone, args.steps))
     out_dir = tempfile.mkdtemp()
     results = {"rows": rows, "ranks": {}}
-    for world in [int(n) for n in args.ranks.split(",")]:
-        init_file = os.path.join(out_dir, f"rendezvous{world}")
-        mp.start_processes(rank_main, args=(world, args, init_file, out_dir), nprocs=world,
-                           start_method="spawn")
+    shardings = [s for s in args.sharding.split(",") if s != "fsdp2" or has_fsdp2()]
+    for sharding, world in [(s, int(n)) for s in shardings for n in args.ranks.split(",")]:
+        name = f"{sharding} {world}"
+        init_file = os.path.join(out_dir, f"rendezvous_{sharding}_{world}")
+        mp.start_processes(rank_main, args=(world, sharding, args, init_file, out_dir),
+                           nprocs=world, start_method="spawn")
         reports = [json.load(open(os.path.join(out_dir, f"rank{r}_of_{world}.json"),
                                   encoding="utf-8")) for r in range(world)]
         final = torch.load(os.path.join(out_dir, f"params{world}.pt"))
         worst = max(((a - b.detach()).abs().max() / b.detach().abs().max()).item()
                     for a, b in zip(final, alone_params))
-        rows[f"muon_cpp.Muon, {world} rank{'s' if world > 1 else ''} "
+        rows[f"muon_cpp.Muon, {sharding.upper()}, {world} rank{'s' if world > 1 else ''} "
              f"({reports[0]['threads']} thread{'s' if reports[0]['threads'] > 1 else ''} each)"] \
             = reports[0]["median_ms"]
-        results["ranks"][world] = {"median_ms": reports[0]["median_ms"],
-                                   "owned_mb": [r["owned_bytes"] / 1e6 for r in reports],
-                                   "max_relative_difference": worst}
+        results["ranks"][name] = {"median_ms": reports[0]["median_ms"],
+                                  "owned_mb": [r["owned_bytes"] / 1e6 for r in reports],
+                                  "max_relative_difference": worst}
     base = rows["muon_cpp.Muon, 1 process"]
     peer = rows.get("torch.optim.Muon, 1 process")
-    print(f"{'configuration':48} {'ms/step':>8} {'vs muon_cpp 1 proc':>19} {'vs torch':>9}")
+    print(f"{'configuration':56} {'ms/step':>8} {'vs muon_cpp 1 proc':>19} {'vs torch':>9}")
     for name, ms in rows.items():
         versus_peer = f"{peer / ms:9.2f}" if peer else f"{'n/a':>9}"
-        print(f"{name:48} {ms:8.1f} {base / ms:19.2f} {versus_peer}")
-    for world, r in results["ranks"].items():
-        print(f"{world} rank(s): owned MB per rank {', '.join(f'{m:.1f}' for m in r['owned_mb'])}; "
+        print(f"{name:56} {ms:8.1f} {base / ms:19.2f} {versus_peer}")
+    for name, r in results["ranks"].items():
+        print(f"{name} rank(s): owned MB per rank {', '.join(f'{m:.1f}' for m in r['owned_mb'])}; "
               f"parameters vs one process: {r['max_relative_difference']:.1e} relative")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

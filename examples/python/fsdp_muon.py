@@ -13,6 +13,7 @@ model, up to float32 round-off.
 Rank 0 prints the loss and, with --out, saves the final (whole) parameters there.
 """
 import argparse
+import gc
 
 import torch
 import torch.distributed as dist
@@ -58,6 +59,11 @@ def main():
     whole = [p.full_tensor().detach() for p in model.parameters()]  # a collective
     if rank == 0 and args.out:
         torch.save(whole, args.out)
+    # FSDP2's modules keep Gloo's work objects; freed only at exit, after the group is gone, they
+    # can abort the process ("terminate called without an active exception": torch 2.15, with
+    # torch.optim's optimizers too). Free them while the group lives.
+    del model, muon, adamw, loss
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -8,6 +8,8 @@ parameter has an owner rank (the data parallelism's plan, muon_cpp._distributed.
 gathers the parameter's and its gradient's rows, updates the whole tensor as one process would,
 keeps its state, and scatters the new rows back to the ranks that hold them."""
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -73,7 +75,8 @@ class ShardedParams:
                                  f"shape {tuple(local(p).shape)} on rank {self.rank}; Shard(0) "
                                  f"over {self.world} ranks gives {rows} rows (torch.chunk's "
                                  "split), which muon_cpp expects")
-        self._plan = OwnerPlan(params, matrices, self.group) if whole else None
+        # One rank holds every row: its shards are the whole tensors.
+        self._plan = OwnerPlan(params, matrices, self.group) if whole and self.world > 1 else None
         self._local = {id(p): local(p) for p in params}
         self._engine = {}
         for p in params:
@@ -127,18 +130,21 @@ class ShardedParams:
             stepped = [p for p in params if p.grad is not None]
             for p in stepped:
                 self._check_held(p)
+            by_owner = {}
+            for p in stepped:
                 if self._plan is None:
                     self.engine_tensor(p).grad = self._rows_of_grad(p)
                 else:
-                    self._gather(p)
+                    by_owner.setdefault(self._plan.owner(p), []).append(p)
+            for owner, owned in sorted(by_owner.items()):
+                self._gather(owner, owned)
             try:
                 run()
             finally:
                 for p in stepped:
                     self.engine_tensor(p).grad = None
-            if self._plan is not None:
-                for p in stepped:
-                    self._scatter(p)
+            for owner, owned in sorted(by_owner.items()):
+                self._scatter(owner, owned)
 
     def _check_held(self, p):
         now, held = local(p), self._local[id(p)]
@@ -149,58 +155,74 @@ class ShardedParams:
 
     def _rows_of_grad(self, p):
         grad = p.grad
-        if is_sharded(grad):
-            if len(grad.placements) != 1 or not grad.placements[0].is_shard(0):
-                raise RuntimeError(f"a gradient is placed {tuple(grad.placements)}; muon_cpp "
-                                   "takes Shard(0) gradients, as FSDP2 reduce-scatters them")
-            return local(grad)
-        raise RuntimeError("a DTensor parameter's .grad is a plain tensor; FSDP2 gives DTensor "
-                           "gradients (Shard(0))")
+        if not is_sharded(grad):
+            raise RuntimeError("a DTensor parameter's .grad is a plain tensor; FSDP2 gives "
+                               "DTensor gradients (Shard(0))")
+        if len(grad.placements) != 1 or not grad.placements[0].is_shard(0):
+            raise RuntimeError(f"a gradient is placed {tuple(grad.placements)}; muon_cpp takes "
+                               "Shard(0) gradients, as FSDP2 reduce-scatters them")
+        return local(grad)
 
-    def _gather(self, p):
-        """The whole parameter and gradient, from every rank's rows, into the owner's buffer."""
-        owner = self._plan.owner(p)
-        whole = self.engine_tensor(p) if owner == self.rank else None
-        grad_rows = self._rows_of_grad(p)
-        self._gather_rows(local(p), p.shape[0], owner, whole)
-        grad = None if whole is None else torch.empty(p.shape, dtype=grad_rows.dtype,
-                                                      device=whole.device)
-        self._gather_rows(grad_rows, p.shape[0], owner, grad)
-        if whole is not None:
-            whole.grad = grad
+    def _gather(self, owner, params):
+        """Every rank's rows of ``params`` and of their gradients into ``owner``'s whole copies:
+        one message per rank and dtype."""
+        pieces = []  # (rows here, the whole tensor they go into on the owner or None)
+        for p in params:
+            whole = self.engine_tensor(p) if owner == self.rank else None
+            grad_rows = self._rows_of_grad(p)
+            grad = None if whole is None else torch.empty(p.shape, dtype=grad_rows.dtype,
+                                                          device=whole.device)
+            pieces += [(self._local[id(p)], p.shape, whole), (grad_rows, p.shape, grad)]
+            if whole is not None:
+                whole.grad = grad
+        for same in _by_dtype(pieces):
+            sent = torch.cat([self._padded(rows, shape[0]).reshape(-1) for rows, shape, _ in same])
+            parts = None if owner != self.rank else [torch.empty_like(sent)
+                                                     for _ in range(self.world)]
+            collective("the gathering of sharded parameters to their owner", self.group,
+                       dist.gather, sent, gather_list=parts, dst=global_rank(self.group, owner),
+                       group=self.group)
+            if parts is not None:
+                offset = 0
+                for _, shape, whole in same:
+                    size = self._padded_numel(shape)
+                    rows = [part[offset:offset + size].view(-1, *shape[1:]) for part in parts]
+                    whole.copy_(torch.cat(rows)[:shape[0]])
+                    offset += size
 
-    def _gather_rows(self, rows, total, owner, out):
-        padded = self._padded(rows, total)
-        parts = None if out is None else [torch.empty_like(padded) for _ in range(self.world)]
-        collective("the gathering of a sharded parameter to its owner", self.group, dist.gather,
-                   padded, gather_list=parts, dst=global_rank(self.group, owner), group=self.group)
-        if out is not None:
-            out.copy_(torch.cat(parts)[:total])
-
-    def _scatter(self, p):
-        """The owner's new values back into every rank's rows."""
-        owner = self._plan.owner(p)
-        held = self._local[id(p)]
-        total = p.shape[0]
-        per = -(-total // self.world)
-        received = held.new_empty((per,) + tuple(held.shape[1:]))
-        parts = None
-        if owner == self.rank:
-            whole = self.engine_tensor(p)
-            padded = whole.new_zeros((per * self.world,) + tuple(whole.shape[1:]))
-            padded[:total] = whole
-            parts = list(padded.split(per))
-        collective("the scattering of a sharded parameter from its owner", self.group,
-                   dist.scatter, received, scatter_list=parts, src=global_rank(self.group, owner),
-                   group=self.group)
-        held.copy_(received[:held.shape[0]])
+    def _scatter(self, owner, params):
+        """``owner``'s new values of ``params`` back into every rank's rows: one message per rank
+        and dtype."""
+        pieces = [(self._local[id(p)], p.shape, self.engine_tensor(p)) for p in params]
+        for same in _by_dtype(pieces):
+            received = same[0][0].new_empty(sum(self._padded_numel(shape) for _, shape, _ in same))
+            parts = None
+            if owner == self.rank:
+                parts = [torch.cat([self._padded(whole[first:first + count], shape[0]).reshape(-1)
+                                    for _, shape, whole in same
+                                    for first, count in [row_split(shape[0], self.world, r)]])
+                         for r in range(self.world)]
+            collective("the scattering of sharded parameters from their owner", self.group,
+                       dist.scatter, received, scatter_list=parts,
+                       src=global_rank(self.group, owner), group=self.group)
+            offset = 0
+            for held, shape, _ in same:
+                size = self._padded_numel(shape)
+                held.copy_(received[offset:offset + size].view(-1, *shape[1:])[:held.shape[0]])
+                offset += size
 
     def _padded(self, rows, total):
         """``rows`` padded with zeros to ⌈total / world⌉ rows, the size every rank sends."""
         per = -(-total // self.world)
+        if rows.shape[0] == per:
+            return rows
         padded = rows.new_zeros((per,) + tuple(rows.shape[1:]))
         padded[:rows.shape[0]] = rows
         return padded
+
+    def _padded_numel(self, shape):
+        """The elements of one rank's padded rows of a tensor of ``shape``."""
+        return -(-shape[0] // self.world) * math.prod(shape[1:])
 
     def whole_entry(self, p, entry):
         """``entry``, this rank's state of ``p``, as one process holds it: each tensor of the
@@ -229,6 +251,14 @@ class ShardedParams:
         return {key: value[first:first + count].clone()
                 if isinstance(value, torch.Tensor) and value.shape == p.shape else value
                 for key, value in entry.items()}
+
+
+def _by_dtype(pieces):
+    """``pieces`` (tensor first) in groups of one dtype, in order: what one message can carry."""
+    groups = {}
+    for piece in pieces:
+        groups.setdefault(piece[0].dtype, []).append(piece)
+    return list(groups.values())
 
 
 def _ranks(group):

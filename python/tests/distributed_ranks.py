@@ -96,16 +96,14 @@ def snapshot(optimizer, params):
     return [p.detach().clone() for p in params], saved
 
 
-def killed(out_dir, rank):
+def killed(out_dir, rank, optimizer, set_step_gradients):
     """The last rank exits before its second step; the others report what their step raised and
-    how long it took."""
-    params = parameters(0)
-    optimizer = make("muon", params, dist.group.WORLD)
-    set_gradients(params, 0)
+    how long it took. `set_step_gradients(step)` gives the parameters a step's gradients."""
+    set_step_gradients(0)
     optimizer.step()
+    set_step_gradients(1)  # before the last rank leaves: under FSDP2 it is a collective
     if rank == dist.get_world_size() - 1:
         os._exit(0)
-    set_gradients(params, 1)
     start = time.monotonic()
     try:
         optimizer.step()
@@ -191,7 +189,9 @@ def start_rank():
 def main():
     algorithm, steps, out_dir, rank, world = start_rank()
     if algorithm == "killed":
-        killed(out_dir, rank)
+        params = parameters(0)
+        killed(out_dir, rank, make("muon", params, dist.group.WORLD),
+               lambda step: set_gradients(params, step))
     if algorithm.startswith("dcp-"):
         phase, algorithm = algorithm.split(":")
         checkpoint(phase, algorithm, steps, out_dir, rank)

@@ -4,6 +4,7 @@ INIT_FILE (a file:// rendezvous), as distributed_ranks.py is.
     python fsdp_ranks.py ALGORITHM STEPS OUT_DIR
     python fsdp_ranks.py dcp-save:ALGORITHM STEPS OUT_DIR
     python fsdp_ranks.py dcp-load:ALGORITHM STEPS OUT_DIR
+    python fsdp_ranks.py killed 0 OUT_DIR
 
 The parameters of distributed_ranks.py, held by a module that FSDP2's fully_shard shards over the
 ranks (DTensors, Shard(0); some ranks hold no rows of the smallest), are stepped by ALGORITHM's
@@ -13,8 +14,10 @@ whole parameters after each step, of the state dict, and of a sharded run resume
 one-process state dict halfway. `dcp-save` runs the first half of the steps on the sharded module
 and saves module and optimizer with torch.distributed.checkpoint (get_optimizer_state_dict);
 `dcp-load`, at any world size, loads them (set_optimizer_state_dict), runs the second half and
-writes how far the whole parameters are from the one-process run that never stopped."""
+writes how far the whole parameters are from the one-process run that never stopped. `killed`:
+the last rank exits mid-run and the others write what their next step raised."""
 
+import gc
 import json
 import os
 
@@ -24,7 +27,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Shard, distribute_tensor
 
-from distributed_ranks import (checkpoint_phase, holder, make, one_process_run,
+from distributed_ranks import (checkpoint_phase, holder, killed, make, one_process_run,
                                parameters, relative_difference, set_gradients, snapshot,
                                start_rank, state_difference)
 
@@ -92,6 +95,10 @@ def run(algorithm, steps, mesh):
 def main():
     algorithm, steps, out_dir, rank, world = start_rank()
     mesh = init_device_mesh("cpu", (world,))
+    if algorithm == "killed":
+        params = sharded(parameters(0), mesh)
+        killed(out_dir, rank, make("muon", params, None),
+               lambda step: set_sharded_gradients(params, step, mesh))
     if algorithm.startswith("dcp-"):
         phase, algorithm = algorithm.split(":")
         report = checkpoint(phase, algorithm, steps, out_dir, mesh)
@@ -100,11 +107,12 @@ def main():
     if report is not None:
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
             json.dump(report, f)
+    # The sharded modules (gone with run() and checkpoint(), but in reference cycles) keep Gloo's
+    # work objects; freed at exit, after the group is destroyed, they can abort the process
+    # (examples/python/fsdp_muon.py says more). Freed here, while the group lives.
+    gc.collect()
     dist.barrier()
-    # Leave at once, without destroy_process_group() and the interpreter's teardown: in about one
-    # rank of fifty under pytest (torch 2.15, Gloo, FSDP2's device mesh), a rank that had written
-    # its report ended there with "terminate called without an active exception".
-    os._exit(0)
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ each rank a process of python/tests/fsdp_ranks.py) the whole parameters after ev
 state dict, a sharded run resumed from a one-process state dict, and one resumed from a
 torch.distributed.checkpoint saved at another world size equal an unsharded one-process run.
 CTest registers this file only where the interpreter's torch has FSDP2 (python/CMakeLists.txt)."""
+import gc
 import json
 
 import pytest
@@ -58,11 +59,26 @@ def test_distributed_checkpoint_of_sharded_parameters_resumes_at_another_world_s
         assert report["resumed"] <= ROUND_OFF, report
 
 
+def test_a_sharded_rank_that_exits_mid_run_is_an_error_on_the_others_not_a_hang(tmp_path):
+    """The last of 3 ranks exits after its first step: the next step of the others, gathering
+    rows to an owner, raises a RuntimeError naming the collective and this rank within the group's
+    10 s timeout."""
+    run_ranks(tmp_path, 3, "killed", 0, tmp_path, timeout=120, check=False, script=FSDP_RANKS)
+    for rank in (0, 1):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert report["error"] is not None, report
+        assert "muon_cpp: the gathering of sharded parameters to their owner failed on rank " \
+               f"{rank} of 3" in report["error"], report
+        assert "another rank exited, hung past the process group's timeout" in report["error"]
+        assert report["seconds"] < 10 + 20, report
+
+
 @pytest.fixture
 def one_rank(tmp_path):
     dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "rendezvous"),
                             rank=0, world_size=1)
     yield
+    gc.collect()  # the tests' sharded modules, before their group goes (fsdp_ranks.py says why)
     dist.destroy_process_group()
 
 
