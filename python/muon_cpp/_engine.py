@@ -117,10 +117,10 @@ class _EngineOptimizer(Optimizer):
             packed = {key: value for key, value in group.items() if key != "params"}
             packed["params"] = [index[id(p)] for p in group["params"]]
             groups.append(packed)
-        state = {index[id(p)]: entry for p, entry in self.state.items()}
+        entries = list(self.state.items())
         if self._shards is not None:
-            state = {index[id(p)]: self._shards.whole_entry(p, entry)
-                     for p, entry in self.state.items()}
+            entries = [(p, self._shards.whole_entry(p, entry)) for p, entry in entries]
+        state = {index[id(p)]: entry for p, entry in entries}
         if self._group() is not None and (self._shards is None or self._shards.owners_hold_state):
             state = gather_state(state, self._group())
         return {"state": state, "param_groups": groups}
