@@ -394,12 +394,13 @@ PYBIND11_MODULE(_core, m) {
       [] {
         py::list out;
         for (const auto& p : muon::muon_presets()) {
-          out.append(py::make_tuple(p.name, p.origin, options_to_dict(p.muon)));
+          out.append(py::make_tuple(p.name, p.origin, muon::algorithm_name(*p.options),
+                                    options_to_dict(*p.options)));
         }
         return out;
       },
-      "The Muon presets (muon/presets.h): (name, origin, settings as a param group holds them) "
-      "tuples, in the table's order.");
+      "The presets of the matrices' settings (muon/presets.h): (name, origin, algorithm, settings "
+      "as a param group holds them) tuples, in the table's order.");
   m.def("option_schema", &option_schema, py::arg("algorithm"),
         "The options of a registered algorithm, by name (muon, adamw, ...): (name, default, doc, "
         "range) tuples.");

@@ -157,10 +157,6 @@ py::object to_python(const std::vector<int64_t>& v) {
 py::object to_python(const NorMuonOptions& v) {
   return py::dict(py::arg("beta2") = v.beta2, py::arg("axis") = to_string(v.axis));
 }
-py::object to_python(const DionOptions& v) {
-  return py::dict(py::arg("rank_fraction") = v.rank_fraction,
-                  py::arg("rank_multiple_of") = v.rank_multiple_of, py::arg("epsilon") = v.epsilon);
-}
 template <class E, class = has_enum_names<E>>
 py::object to_python(E v) {
   return py::str(enum_name(v));
@@ -202,26 +198,6 @@ void from_python(const std::string& k, py::handle v, NorMuonOptions& out) {
       out.axis = normuon_axis_from_string(text(k + "['axis']", item.second));
     } else {
       throw Error(k + ": unknown key '" + name + "'; valid keys are beta2, axis");
-    }
-  }
-}
-void from_python(const std::string& k, py::handle v, DionOptions& out) {
-  if (!py::isinstance<py::dict>(v)) {
-    type_error(k, "None or a dict(rank_fraction=..., rank_multiple_of=..., epsilon=...)", v);
-  }
-  out = DionOptions{};
-  for (const auto& item : py::reinterpret_borrow<py::dict>(v)) {
-    const auto name = text(k + " key", item.first);
-    const auto where = k + "['" + name + "']";
-    if (name == "rank_fraction") {
-      out.rank_fraction = number(where, item.second);
-    } else if (name == "rank_multiple_of") {
-      out.rank_multiple_of = integer(where, item.second);
-    } else if (name == "epsilon") {
-      out.epsilon = number(where, item.second);
-    } else {
-      throw Error(k + ": unknown key '" + name +
-                  "'; valid keys are rank_fraction, rank_multiple_of, epsilon");
     }
   }
 }

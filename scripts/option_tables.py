@@ -8,7 +8,7 @@ muon_cpp._core.option_schema and muon_cpp._core.config_schema).
 
 A table stands between the lines ``<!-- options: NAME [yaml] -->`` and ``<!-- end options -->``.
 Without ``yaml``, NAME is a registered algorithm (muon, adamw, ...) and the defaults are Python
-values, or ``presets``: the Muon presets (muon_cpp._core.muon_presets) with what each sets; with ``yaml``, NAME is a config section (muon, adamw, optimizer, shorthand, schedule,
+values, or ``presets``: the presets of the matrices' settings (muon_cpp._core.muon_presets) with what each sets; with ``yaml``, NAME is a config section (muon, adamw, optimizer, shorthand, schedule,
 schedule.tail, momentum_schedule, param_group) and the defaults are written as YAML by the C++
 config writer.
 """
@@ -41,12 +41,13 @@ def python_table(algorithm):
 
 
 def presets_table():
-    defaults = {name: default for name, default, _doc, _range in _core.option_schema("muon")}
-    rows = ["| preset | whose | sets (the other options keep their defaults) |", "|---|---|---|"]
-    for name, origin, settings in _core.muon_presets():
+    rows = ["| preset | whose | algorithm | sets (the other options keep their defaults) |",
+            "|---|---|---|---|"]
+    for name, origin, algorithm, settings in _core.muon_presets():
+        defaults = {key: default for key, default, _doc, _range in _core.option_schema(algorithm)}
         changed = ", ".join(f"`{key}={python_text(value)}`" for key, value in settings.items()
-                            if value != defaults[key])
-        rows.append(f"| `{name}` | {origin} | {changed} |")
+                            if value != defaults[key]) or "its defaults"
+        rows.append(f"| `{name}` | {origin} | {algorithm} | {changed} |")
     return rows
 
 

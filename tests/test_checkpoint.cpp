@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,58 @@ TEST(Checkpoint, TruncatedCorruptAndForeignFilesChangeNothing) {
   load_checkpoint(path, *opt, model.get());
   const auto restored = weights(model);
   for (size_t i = 0; i < restored.size(); ++i) EXPECT_TRUE(at::equal(restored[i], before[i])) << i;
+}
+
+// Rewrites the checkpoint at `path` as versions before Dion was an algorithm wrote it: its
+// parameters' entries said `algorithm: muon` (the state, dion_q included, was the same).
+void write_as_when_dion_was_a_muon_setting(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  auto root = torch::jit::pickle_load(bytes).toGenericDict();
+  auto state = root.at("state").toGenericDict();
+  int rewritten = 0;
+  for (const auto& item : state) {
+    auto entry = item.value().toGenericDict();
+    if (entry.at("algorithm").toStringRef() == "dion") {
+      entry.insert_or_assign("algorithm", std::string("muon"));
+      ++rewritten;
+    }
+  }
+  EXPECT_GT(rewritten, 0);
+  const auto out = torch::jit::pickle_save(c10::IValue(root));
+  std::ofstream(path, std::ios::binary).write(out.data(), static_cast<std::streamsize>(out.size()));
+}
+
+TEST(Checkpoint, DionRunsOfEarlierVersionsResume) {
+  const auto config = OptimConfig::from_yaml("optimizer: {name: dion, dion: {rank_fraction: 0.5}}\n");
+  const int64_t K = 2;
+  at::manual_seed(4);
+  demo::Gpt straight(tiny());
+  auto straight_opt = build_optimizer(*straight, config, 2 * K);
+  for (int64_t s = 0; s < 2 * K; ++s) train_step(straight, *straight_opt, s);
+
+  at::manual_seed(4);
+  demo::Gpt first(tiny());
+  auto first_opt = build_optimizer(*first, config, 2 * K);
+  for (int64_t s = 0; s < K; ++s) train_step(first, *first_opt, s);
+  const auto path = temp_path("muon_ckpt_dion_earlier.pt");
+  save_checkpoint(path, *first_opt, first.get());
+  write_as_when_dion_was_a_muon_setting(path);
+
+  // A Muon hybrid refuses it (its matrices ran Dion), naming what ran them.
+  demo::Gpt other(tiny());
+  auto muon_opt = build_optimizer(*other, OptimConfig::from_yaml("optimizer: muon\n"), 2 * K);
+  expect_error<Error>([&] { load_checkpoint(path, *muon_opt, other.get()); },
+                      {"was optimized by dion, this optimizer runs muon on it"});
+
+  demo::Gpt resumed(tiny());
+  auto resumed_opt = build_optimizer(*resumed, config, 2 * K);
+  load_checkpoint(path, *resumed_opt, resumed.get());
+  for (int64_t s = K; s < 2 * K; ++s) train_step(resumed, *resumed_opt, s);
+  const auto a = weights(straight);
+  const auto b = weights(resumed);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
 }
 
 TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {

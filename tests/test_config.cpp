@@ -128,30 +128,67 @@ optimizer:
   lr: 0.03
   dion: {rank_fraction: 0.25, rank_multiple_of: 8}
 )");
-  const auto& m = first.hybrid.muon;
-  EXPECT_DOUBLE_EQ(m.lr(), 0.03);
-  EXPECT_DOUBLE_EQ(m.weight_decay(), 0.01);  // Dion's default
-  EXPECT_FALSE(m.nesterov());
-  EXPECT_EQ(m.momentum_form(), MomentumForm::sum);
-  EXPECT_EQ(m.adjust_lr(), AdjustLr::spectral);
-  EXPECT_EQ(*m.dion(), (DionOptions{0.25, 8, 1e-8}));
+  const auto* d = first.hybrid.matrices.as<DionOptions>();
+  ASSERT_NE(d, nullptr);
+  EXPECT_DOUBLE_EQ(d->lr(), 0.03);
+  EXPECT_DOUBLE_EQ(d->weight_decay(), 0.01);  // Dion's default
+  EXPECT_EQ(d->adjust_lr(), AdjustLr::spectral);
+  EXPECT_DOUBLE_EQ(d->rank_fraction(), 0.25);
+  EXPECT_EQ(d->rank_multiple_of(), 8);
+  EXPECT_DOUBLE_EQ(d->epsilon(), 1e-8);
   const auto text = first.to_yaml();
   EXPECT_NE(text.find("name: dion"), std::string::npos);
+  EXPECT_NE(text.find("dion:\n    lr: 0.03"), std::string::npos) << text;  // Dion's section
+  EXPECT_EQ(text.find("ns_steps"), std::string::npos) << text;             // and not Muon's
   const auto second = OptimConfig::from_yaml(text);
   EXPECT_EQ(second.to_yaml(), text);
-  EXPECT_EQ(*second.hybrid.muon.dion(), *m.dion());
-  // The option alone, on a Muon whose momentum fits it; `true` takes the defaults.
+  EXPECT_EQ(second.hybrid.matrices.as<DionOptions>()->rank_multiple_of(), 8);
+  // The key alone turns Dion on from Muon's settings, as when it was a Muon option (`true` takes
+  // the rank defaults); the momentum settings such configurations stated are Dion's own.
   const auto plain = OptimConfig::from_yaml(
       "optimizer: {name: muon, nesterov: false, momentum_form: sum, dion: true}\n");
-  EXPECT_EQ(*plain.hybrid.muon.dion(), DionOptions{});
-  EXPECT_DOUBLE_EQ(plain.hybrid.muon.lr(), 0.02);
+  const auto* p = plain.hybrid.matrices.as<DionOptions>();
+  ASSERT_NE(p, nullptr);
+  EXPECT_DOUBLE_EQ(p->rank_fraction(), 1.0);
+  EXPECT_DOUBLE_EQ(p->lr(), 0.02);  // Muon's
+  EXPECT_EQ(p->adjust_lr(), AdjustLr::original);
+}
+
+// Configurations and runs written when Dion was a Muon setting: the muon section holds Dion's
+// settings beside Muon's at their defaults (what to_yaml wrote then), its `dion` key the rank's.
+TEST(Config, DionAsTheMuonSettingOfEarlierVersionsReads) {
+  const auto old = OptimConfig::from_yaml(R"(
+optimizer:
+  name: dion
+  muon: {lr: 0.02, momentum: 0.9, nesterov: false, weight_decay: 0.0, ns_steps: 5,
+         coefficients: quintic, momentum_form: sum, adjust_lr: spectral, normuon: null,
+         state_dtype: float32, dion: {rank_fraction: 0.5, rank_multiple_of: 1, epsilon: 1.0e-8}}
+)");
+  const auto* d = old.hybrid.matrices.as<DionOptions>();
+  ASSERT_NE(d, nullptr);
+  EXPECT_DOUBLE_EQ(d->lr(), 0.02);
+  EXPECT_DOUBLE_EQ(d->momentum(), 0.9);
+  EXPECT_DOUBLE_EQ(d->weight_decay(), 0.0);
+  EXPECT_DOUBLE_EQ(d->rank_fraction(), 0.5);
+  // Under Muon, earlier versions wrote `dion: null` in the muon section.
+  const auto muon = OptimConfig::from_yaml("optimizer: {muon: {lr: 0.03, dion: null}}\n");
+  EXPECT_FALSE(muon.hybrid.matrices);
+  EXPECT_DOUBLE_EQ(muon.hybrid.muon.lr(), 0.03);
+  // A Muon setting Dion would not read, at another value than Muon's default: refused.
+  testing::expect_error<Error>(
+      [] { OptimConfig::from_yaml("optimizer: {name: dion, muon: {ns_steps: 7}}\n"); },
+      {"optimizer.muon.ns_steps: dion (the matrices' algorithm) has no ns_steps"});
+  testing::expect_error<Error>(
+      [] { OptimConfig::from_yaml("optimizer: {name: dion, muon: {nesterov: true}}\n"); },
+      {"optimizer.muon.nesterov: dion (the matrices' algorithm) has no nesterov"});
 }
 
 // The presets are one table (muon/presets.h): torch.optim.Muon's constructor defaults
-// (torch/optim/_muon.py: lr 1e-3, weight_decay 0.1, eps 1e-7) and Dion's, read by dion_options(),
-// the optimizer name dion and `preset:`, whose settings the keys given then override.
+// (torch/optim/_muon.py: lr 1e-3, weight_decay 0.1, eps 1e-7), Dion's (its own defaults) and
+// nanochat's, read by the optimizer name dion and `preset:`, whose settings the keys given then
+// override.
 TEST(Config, PresetsAreOneTableThatTheKeysOverride) {
-  const auto& torch = muon_preset("torch").muon;
+  const auto& torch = muon_preset("torch").muon();
   EXPECT_DOUBLE_EQ(torch.lr(), 1e-3);
   EXPECT_DOUBLE_EQ(torch.weight_decay(), 0.1);
   EXPECT_EQ(torch.ns_eps(), std::optional<double>(1e-7));
@@ -161,15 +198,23 @@ TEST(Config, PresetsAreOneTableThatTheKeysOverride) {
   testing::expect_error<Error>(
       [] { muon_preset("jax"); },
       {"unknown Muon preset 'jax'; valid presets are torch, dion, nanochat"});
+  testing::expect_error<Error>([] { muon_preset("dion").muon(); },
+                               {"the preset dion runs dion, not Muon"});
 
   // A preset sets what differs from the defaults and leaves the rest as it was.
   auto mine = MuonOptions().state_dtype(at::kBFloat16).ns_steps(7);
-  apply_muon_preset(muon_preset("dion").muon, mine);
+  apply_muon_preset(muon_preset("torch").muon(), mine);
   EXPECT_EQ(mine.state_dtype(), at::kBFloat16);
   EXPECT_EQ(mine.ns_steps(), 7);
-  EXPECT_FALSE(mine.nesterov());
-  EXPECT_EQ(*mine.dion(), *dion_options().dion());
-  EXPECT_DOUBLE_EQ(dion_options().lr(), muon_preset("dion").muon.lr());
+  EXPECT_DOUBLE_EQ(mine.lr(), 1e-3);
+  // The preset dion is Dion's defaults, which `preset: {name: dion}` puts on the matrices.
+  const auto dion = OptimConfig::from_yaml("optimizer: {preset: {name: dion}, lr: 0.05}\n");
+  ASSERT_NE(dion.hybrid.matrices.as<DionOptions>(), nullptr);
+  EXPECT_DOUBLE_EQ(dion.hybrid.matrices->get_lr(), 0.05);
+  EXPECT_DOUBLE_EQ(group_settings(dion.hybrid.matrices_options()).at("weight_decay"), 0.01);
+  testing::expect_error<Error>(
+      [] { OptimConfig::from_yaml("optimizer: {name: dion, preset: {name: torch}}\n"); },
+      {"optimizer.preset: the preset torch sets Muon's settings, but the matrices run dion"});
 
   // In a configuration: the preset's settings, then the keys given; param_groups may stand beside
   // a preset that sets no groups.
@@ -189,7 +234,7 @@ optimizer:
   EXPECT_DOUBLE_EQ(overridden.hybrid.muon.lr(), 0.05);
   // nanochat's matrices: the table's entry, scaled by nanochat_preset's settings.
   const auto n = OptimConfig::from_yaml("optimizer: {preset: {name: nanochat}}\n");
-  const auto& table = muon_preset("nanochat").muon;
+  const auto& table = muon_preset("nanochat").muon();
   EXPECT_DOUBLE_EQ(n.hybrid.muon.lr(), table.lr());
   EXPECT_DOUBLE_EQ(n.hybrid.muon.weight_decay(), table.weight_decay());
   EXPECT_EQ(n.hybrid.muon.coefficients(), CoefficientTable::polar_express());
@@ -211,7 +256,7 @@ TEST(Config, OptimizerNamesAreOneList) {
     const auto c = OptimConfig::from_yaml(std::string("optimizer: ") + n.name + "\n");
     EXPECT_EQ(c.name, n.name);
     EXPECT_EQ(c.hybrid.all_adamw, c.name == "adamw");
-    EXPECT_EQ(c.hybrid.muon.dion().has_value(), c.name == "dion");
+    EXPECT_EQ(c.hybrid.matrices.as<DionOptions>() != nullptr, c.name == "dion");
     EXPECT_EQ(c.hybrid.qk_clip_tau,
               c.name == "muonclip" ? std::optional<double>(100.0) : std::nullopt);
     listed += (listed.empty() ? "" : ", ") + std::string(n.name);
@@ -342,8 +387,16 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
       {"optimizer: {name: dion, dion: {rank_fraction: 2}}",
        "optimizer.dion.rank_fraction must be in (0, 1]"},
       {"optimizer: {name: dion, dion: {rank: 2}}", "optimizer.dion.rank: unknown key"},
-      {"optimizer: {dion: true}", "Muon: dion keeps a summed momentum with error feedback"},
-      {"optimizer: {name: dion, normuon: true}", "cannot be combined with normuon"},
+      {"optimizer: {dion: true, nesterov: true}",
+       "optimizer.nesterov: dion (the matrices' algorithm) has no nesterov"},
+      {"optimizer: {name: dion, normuon: true}",
+       "optimizer.normuon: dion (the matrices' algorithm) has no normuon"},
+      {"optimizer: {name: dion, dion: false}",
+       "optimizer.dion: false turns Dion off, but name dion runs it"},
+      {"optimizer: {name: dion, state_dtype: bfloat16}",
+       "optimizer.state_dtype: dion (the matrices' algorithm) has no bfloat16 state"},
+      {"optimizer: {name: dion, muon_plus: true}",
+       "optimizer.muon_plus: dion (the matrices' algorithm) has no Muon+ (post_norm)"},
       {"optimizer: {qk_clip: {tau: 0}}", "optimizer.qk_clip.tau must be > 0"},
       {"optimizer: {name: adamw, qk_clip: {tau: 10}}",
        "optimizer.qk_clip: QK-clip needs name muon or muonclip"},
@@ -428,13 +481,14 @@ TEST(Config, NoKeyIsSilentlyDropped) {
       {"gram_coefficients", {"[[3, -3.2, 1.2]]", "[[2, -1.5, 0.5]]"}},
       {"adjust_lr", {"spectral", "none"}},
       {"normuon", {"true", "false"}},
-      {"dion", {"{rank_fraction: 0.5}", "{rank_fraction: 0.25}"}},
+      {"dion", {"{rank_fraction: 0.5}", "{rank_fraction: 0.25}"}},  // Dion's settings
       {"cautious_weight_decay", {"true", "false"}},
       {"fused", {"true", "false"}},
       {"ns_steps", {"3", "7"}},
   };
   auto keys = config_schema("shorthand");
   keys.push_back({"ns_steps", "muon_ns_steps", "", "sets muon.ns_steps", "", ""});
+  keys.push_back({"dion", "", "", "sets dion.rank_fraction", "", ""});
   int refused = 0, applied = 0;
   for (const char* name : {"muon", "muonclip", "dion", "adamw"}) {
     for (const auto& row : keys) {
@@ -508,10 +562,10 @@ TEST(Config, WhatNameAdamwCannotUseIsRefusedOrAppliedToAdamW) {
        "rest)" +
            tail},
       {"optimizer: {name: dion, ns_steps: 7}",
-       "Muon: dion would not read ns_steps: its update comes from a power iteration and a QR, not "
-       "Newton–Schulz; leave the Newton–Schulz settings at their defaults"},
+       "optimizer.ns_steps: dion (the matrices' algorithm) has no ns_steps; remove it, or choose "
+       "name muon"},
       {"optimizer: {name: dion, muon: {coefficients: polar_express}}",
-       "Muon: dion would not read coefficients"},
+       "optimizer.muon.coefficients: dion (the matrices' algorithm) has no coefficients"},
       {"optimizer: {name: muon, ns_method: plain, gram_restarts: [2]}",
        "Muon: gram_restarts would do nothing: ns_method plain never runs the Gram iteration; "
        "choose gram or automatic, or leave gram_restarts unset"},
@@ -536,14 +590,14 @@ optimizer:
   lion: {fused: false, state_dtype: bfloat16}
 )");
   EXPECT_EQ(first.name, "dion");
-  EXPECT_TRUE(first.hybrid.muon.dion());
+  EXPECT_NE(first.hybrid.matrices.as<DionOptions>(), nullptr);
   ASSERT_TRUE(first.hybrid.others);
   const auto* lion = dynamic_cast<const LionOptions*>(&*first.hybrid.others);
   ASSERT_NE(lion, nullptr);
   EXPECT_DOUBLE_EQ(lion->lr(), 3e-5);
   EXPECT_EQ(lion->betas(), Betas(0.95, 0.98));
   EXPECT_DOUBLE_EQ(lion->weight_decay(), 0.2);
-  EXPECT_DOUBLE_EQ(first.hybrid.muon.weight_decay(), 0.2);
+  EXPECT_DOUBLE_EQ(group_settings(first.hybrid.matrices_options()).at("weight_decay"), 0.2);
   EXPECT_EQ(lion->state_dtype(), at::kBFloat16);
   EXPECT_EQ(lion->fused(), false);
   const auto text = first.to_yaml();

@@ -1,6 +1,6 @@
-// Dion (muon::dion_options, the Muon option `dion`) against a plain implementation of the paper's
-// Algorithm 1 (Ahn et al., arXiv 2504.05295) written here: fp64, one matrix at a time, the power
-// iteration's basis by modified Gram–Schmidt.
+// Dion (muon::Dion, muon::DionOptions) against a plain implementation of the paper's Algorithm 1
+// (Ahn et al., arXiv 2504.05295) written here: fp64, one matrix at a time, the power iteration's
+// basis by modified Gram–Schmidt.
 #include <gtest/gtest.h>
 #include <torch/serialize.h>
 
@@ -8,8 +8,10 @@
 #include <sstream>
 
 #include "helpers.h"
+#include "muon/algorithms.h"
+#include "muon/dion.h"
 #include "muon/error.h"
-#include "muon/muon.h"
+#include "muon/presets.h"
 
 namespace muon {
 namespace {
@@ -59,6 +61,11 @@ struct ReferenceDion {
   }
 };
 
+// Dion's defaults (microsoft/dion's) at rank fraction `fraction`.
+DionOptions rank(double fraction) {
+  return DionOptions().rank_fraction(fraction);
+}
+
 struct Case {
   int64_t rows, cols;
   DionOptions dion;
@@ -66,19 +73,19 @@ struct Case {
 };
 
 TEST(Dion, RankIsTheFractionOfTheShortSideRoundedUpToItsMultiple) {
-  EXPECT_EQ(dion_rank(DionOptions{}, 12, 8), 8);
-  EXPECT_EQ(dion_rank(DionOptions{0.5}, 12, 8), 4);
-  EXPECT_EQ(dion_rank(DionOptions{0.3}, 8, 12), 3);     // ⌈2.4⌉
-  EXPECT_EQ(dion_rank(DionOptions{0.3, 4}, 8, 12), 4);  // ⌈2.4 / 4⌉·4
-  EXPECT_EQ(dion_rank(DionOptions{0.9, 4}, 10, 10), 10);  // 12, capped at the short side
-  EXPECT_EQ(dion_q_shape(DionOptions{0.5}, {3, 8, 12}), (std::vector<int64_t>{3, 8, 4}));
+  EXPECT_EQ(dion_rank(DionOptions(), 12, 8), 8);
+  EXPECT_EQ(dion_rank(rank(0.5), 12, 8), 4);
+  EXPECT_EQ(dion_rank(rank(0.3), 8, 12), 3);                       // ⌈2.4⌉
+  EXPECT_EQ(dion_rank(rank(0.3).rank_multiple_of(4), 8, 12), 4);   // ⌈2.4 / 4⌉·4
+  EXPECT_EQ(dion_rank(rank(0.9).rank_multiple_of(4), 10, 10), 10);  // 12, capped at the short side
+  EXPECT_EQ(dion_q_shape(rank(0.5), {3, 8, 12}), (std::vector<int64_t>{3, 8, 4}));
 }
 
 TEST(Dion, MatchesThePapersAlgorithmOverSeveralSteps) {
-  const std::vector<Case> cases{{12, 8, DionOptions{}, 8},
-                                {12, 8, DionOptions{0.5}, 4},
-                                {8, 12, DionOptions{0.3, 2}, 4},
-                                {10, 10, DionOptions{0.4}, 4}};
+  const std::vector<Case> cases{{12, 8, DionOptions(), 8},
+                                {12, 8, rank(0.5), 4},
+                                {8, 12, rank(0.3).rank_multiple_of(2), 4},
+                                {10, 10, rank(0.4), 4}};
   for (const auto dtype : {at::kDouble, at::kFloat}) {
     for (const auto& fused : testing::kernel_paths()) {
       for (const auto& c : cases) {
@@ -87,8 +94,8 @@ TEST(Dion, MatchesThePapersAlgorithmOverSeveralSteps) {
         auto gen = seeded(7);
         const auto W0 = at::randn({c.rows, c.cols}, gen, at::kDouble);
         auto W = W0.to(dtype).clone();
-        const auto options = dion_options(c.dion).lr(0.05).weight_decay(0.1).fused(fused);
-        Muon opt({W}, options);
+        const auto options = DionOptions(c.dion).lr(0.05).weight_decay(0.1).fused(fused);
+        Dion opt({W}, options);
         ReferenceDion ref{0.05, 0.95, 0.1, at::zeros_like(W0),
                           documented_initial_q({std::min(c.rows, c.cols), c.expected_rank}, 0)};
         auto W_ref = W0.clone();
@@ -100,7 +107,7 @@ TEST(Dion, MatchesThePapersAlgorithmOverSeveralSteps) {
         }
         const double tolerance = dtype == at::kDouble ? 1e-10 : 2e-5;
         EXPECT_LT(testing::max_rel_diff(W, W_ref), tolerance);
-        const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+        const auto& state = static_cast<const DionParamState&>(*opt.state().begin()->second);
         EXPECT_LT(testing::max_rel_diff(state.momentum_buffer(), ref.M), tolerance * 10);
         EXPECT_EQ(state.dion_q().sizes(), ref.Q.sizes());
         EXPECT_EQ(state.dion_q().scalar_type(), dtype);
@@ -113,7 +120,7 @@ TEST(Dion, EachMatrixOfAStackHasItsOwnFactors) {
   auto gen = seeded(3);
   const auto W0 = at::randn({2, 6, 10}, gen, at::kDouble);
   auto W = W0.clone();
-  Muon opt({W}, dion_options(DionOptions{0.5}).lr(0.03));
+  Dion opt({W}, rank(0.5).lr(0.03));
   const auto Q0 = documented_initial_q({2, 6, 3}, 0);
   std::vector<ReferenceDion> refs;
   std::vector<at::Tensor> W_refs;
@@ -134,14 +141,14 @@ TEST(Dion, AtFullRankTheBufferKeepsMuTimesTheSum) {
   // With r = min(rows, cols), P spans B's columns, so P·Rᵀ = P·Pᵀ·B = B and M_t = μ·B_t.
   auto gen = seeded(11);
   auto W = at::randn({9, 5}, gen, at::kDouble);
-  Muon opt({W}, dion_options().momentum(0.8));
+  Dion opt({W}, DionOptions().momentum(0.8));
   auto sum = at::zeros_like(W);
   for (int step = 0; step < 3; ++step) {
     const auto G = at::randn({9, 5}, gen, at::kDouble);
     W.mutable_grad() = G;
     opt.step();
     sum = 0.8 * (sum + G);
-    const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+    const auto& state = static_cast<const DionParamState&>(*opt.state().begin()->second);
     EXPECT_LT(testing::max_rel_diff(state.momentum_buffer(), sum), 1e-12);
   }
 }
@@ -152,7 +159,7 @@ TEST(Dion, TheUpdateHasRankRAndUnitColumnFactors) {
   auto gen = seeded(5);
   const auto W0 = at::randn({16, 12}, gen, at::kDouble);
   auto W = W0.clone();
-  Muon opt({W}, dion_options(DionOptions{0.25}).lr(0.1).weight_decay(0));
+  Dion opt({W}, rank(0.25).lr(0.1).weight_decay(0));
   W.mutable_grad() = at::randn({16, 12}, gen, at::kDouble);
   opt.step();
   const auto O = (W0 - W) / (0.1 * std::sqrt(16.0 / 12.0));
@@ -164,11 +171,11 @@ TEST(Dion, TheUpdateHasRankRAndUnitColumnFactors) {
 
 TEST(Dion, AZeroMomentumOnlyDecaysAndKeepsQ) {
   auto W = at::ones({6, 4}, at::kDouble);
-  Muon opt({W}, dion_options(DionOptions{0.5}).lr(0.1).weight_decay(0.5));
+  Dion opt({W}, rank(0.5).lr(0.1).weight_decay(0.5));
   W.mutable_grad() = at::zeros({6, 4}, at::kDouble);
   opt.step();
   EXPECT_TRUE(at::allclose(W, at::full({6, 4}, 0.95, at::kDouble), 0, 1e-15));
-  const auto& state = static_cast<const MuonParamState&>(*opt.state().begin()->second);
+  const auto& state = static_cast<const DionParamState&>(*opt.state().begin()->second);
   const auto Q0 = documented_initial_q({4, 2}, 0);
   EXPECT_TRUE(at::allclose(state.dion_q(), Q0 / (Q0.norm(2, {0}, true) + 1e-8), 0, 1e-14));
 }
@@ -178,9 +185,9 @@ TEST(Dion, CheckpointsResumeBitForBit) {
   const auto W0 = at::randn({8, 6}, gen);
   std::vector<at::Tensor> grads;
   for (int i = 0; i < 4; ++i) grads.push_back(at::randn({8, 6}, gen));
-  const auto options = dion_options(DionOptions{0.5});
+  const auto options = rank(0.5);
   auto W = W0.clone();
-  Muon straight({W}, options);
+  Dion straight({W}, options);
   for (const auto& g : grads) {
     W.mutable_grad() = g;
     straight.step();
@@ -188,14 +195,14 @@ TEST(Dion, CheckpointsResumeBitForBit) {
   auto V = W0.clone();
   std::stringstream saved;
   {
-    Muon first({V}, options);
+    Dion first({V}, options);
     for (int i = 0; i < 2; ++i) {
       V.mutable_grad() = grads[i];
       first.step();
     }
     torch::save(first, saved);
   }
-  Muon resumed({V}, options);
+  Dion resumed({V}, options);
   torch::load(resumed, saved);
   for (int i = 2; i < 4; ++i) {
     V.mutable_grad() = grads[i];
@@ -204,33 +211,52 @@ TEST(Dion, CheckpointsResumeBitForBit) {
   EXPECT_TRUE(at::equal(V, W));
 }
 
-TEST(Dion, SettingsWithoutMeaningForItAreRefused) {
+TEST(Dion, InvalidSettingsAreRefused) {
   auto W = at::randn({6, 4});
-  const auto dion = dion_options();
-  expect_error<Error>([&] { Muon({W}, MuonOptions().dion(DionOptions{})); },
-                      {"Muon: dion keeps a summed momentum with error feedback",
-                       "set nesterov false and momentum_form sum"});
-  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).momentum_form(MomentumForm::ema)); },
-                      {"set nesterov false and momentum_form sum"});
-  expect_error<Error>([&] { Muon({W}, dion_options(DionOptions{0.0})); },
-                      {"Muon: dion rank_fraction must be in (0, 1], got 0"});
-  expect_error<Error>([&] { Muon({W}, dion_options(DionOptions{1.5})); },
-                      {"Muon: dion rank_fraction must be in (0, 1], got 1.5"});
-  expect_error<Error>([&] { Muon({W}, dion_options(DionOptions{0.5, 0})); },
-                      {"Muon: dion rank_multiple_of must be a whole number >= 1, got 0"});
-  expect_error<Error>([&] { Muon({W}, dion_options(DionOptions{0.5, 1, 0.0})); },
-                      {"Muon: dion epsilon must be > 0, got 0"});
-  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).state_dtype(at::kBFloat16)); },
-                      {"state_dtype bfloat16 is not supported with it"});
-  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).normuon(NorMuonOptions{})); },
-                      {"Muon: dion makes its own orthonormal update; it cannot be combined with "
-                       "normuon"});
-  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).num_heads(2)); },
-                      {"cannot be combined with num_heads / split_sizes"});
-  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).row_equilibration(true)); },
-                      {"cannot be combined with row_equilibration"});
-  expect_error<Error>([&] { Muon({W}, MuonOptions(dion).post_norm(PostNorm::row)); },
-                      {"cannot be combined with post_norm"});
+  expect_error<Error>([&] { Dion({W}, rank(0.0)); }, {"Dion: rank_fraction must be in (0, 1], got 0"});
+  expect_error<Error>([&] { Dion({W}, rank(1.5)); },
+                      {"Dion: rank_fraction must be in (0, 1], got 1.5"});
+  expect_error<Error>([&] { Dion({W}, DionOptions().rank_multiple_of(0)); },
+                      {"Dion: rank_multiple_of must be > 0, got 0"});
+  expect_error<Error>([&] { Dion({W}, DionOptions().epsilon(0)); },
+                      {"Dion: epsilon must be > 0, got 0"});
+  expect_error<Error>([&] { Dion({W}, DionOptions().momentum(1.0)); },
+                      {"Dion: momentum must be in [0, 1), got 1"});
+  expect_error<Error>(
+      [&] {
+        Dion({W}, DionOptions().cautious_weight_decay(true).weight_decay_method(
+                      WeightDecayMethod::l2));
+      },
+      {"Dion: cautious_weight_decay needs a multiplicative weight_decay_method"});
+  expect_error<Error>([&] { Dion({at::randn({6})}, DionOptions()); },
+                      {"Dion: parameter 0 of param group 0 has shape [6]; Dion optimizes matrices"});
+  Dion opt({W}, DionOptions());
+  W.mutable_grad() = at::randn({4, 6});
+  expect_error<Error>([&] { opt.step(); },
+                      {"Dion: parameter 0 of param group 0 has a gradient of shape [4, 6] for a "
+                       "parameter of shape [6, 4]"});
+}
+
+// An algorithm of the registry: its name, kind, defaults (the preset dion's) and state by name, as
+// checkpoints and the hybrid read them.
+TEST(Dion, IsARegisteredMatricesAlgorithm) {
+  const DionOptions defaults;
+  EXPECT_STREQ(algorithm_name(defaults), "dion");
+  EXPECT_EQ(algorithm_kind(defaults), ParamKind::matrices);
+  EXPECT_EQ(algorithm_names_text(ParamKind::matrices), "muon, dion");
+  const auto made = default_options_of("dion", ParamKind::matrices);
+  EXPECT_DOUBLE_EQ(made->get_lr(), 0.01);
+  // microsoft/dion's defaults: lr 0.01, μ 0.95, weight decay 0.01, the √(rows/cols) factor.
+  EXPECT_EQ(group_settings(defaults),
+            (SettingValues{{"lr", 0.01}, {"momentum", 0.95}, {"weight_decay", 0.01}}));
+  EXPECT_EQ(defaults.adjust_lr(), AdjustLr::spectral);
+  EXPECT_STREQ(algorithm_name(*muon_preset("dion").options), "dion");
+  const auto slots = Algorithm<DionOptions>::state_slots(rank(0.5), at::zeros({8, 6}), {8, 6});
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[0].name, "momentum_buffer");
+  EXPECT_EQ(slots[0].shape, (std::vector<int64_t>{8, 6}));
+  EXPECT_EQ(slots[1].name, "dion_q");
+  EXPECT_EQ(slots[1].shape, (std::vector<int64_t>{6, 3}));
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ demo::TrainConfig tiny_run(const std::string& out, int64_t batch_size, const std
   c.model.seq_len = 32;
   c.batch_size = batch_size;
   c.optimizer = demo::demo_optimizer(opt);
-  if (opt == "dion") c.optimizer.hybrid.muon.dion(DionOptions{0.5});
+  if (opt == "dion") c.optimizer.hybrid.matrices.as<DionOptions>()->rank_fraction(0.5);
   c.steps = 24;
   c.log_every = 12;
   c.eval_every = 12;

@@ -47,12 +47,13 @@ const ParameterReport& row_of(const HybridOptimizer& opt, const std::string& nam
   throw std::runtime_error("no report row " + name);
 }
 
-// The hybrid with `others` (empty: AdamW with options.adamw) against the same steps by hand: Muon
-// on the matrices, the others' own optimizer with decay on the embedding and none on the norm
-// weights (the hybrid's no-decay group). Returns the hybrid, for its report.
-template <class Options>
+// The hybrid with `others` (empty: AdamW with options.adamw) against the same steps by hand: the
+// matrices' own optimizer (Muon with options.muon, or `matrices`'), the others' own optimizer with
+// decay on the embedding and none on the norm weights (the hybrid's no-decay group). Returns the
+// hybrid, for its report.
+template <class Options, class Matrices>
 std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options,
-                                                const Options& others) {
+                                                const Options& others, const Matrices& matrices) {
   at::manual_seed(0);
   demo::Gpt ours(tiny());
   demo::Gpt theirs(tiny());
@@ -64,7 +65,7 @@ std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options,
   }
   auto hybrid = std::make_unique<HybridOptimizer>(route(*ours), options);
   const auto routes = route(*theirs);
-  Muon muon(tensors_with_role(routes, Role::muon), options.muon);
+  typename Algorithm<Matrices>::Owner muon(tensors_with_role(routes, Role::muon), matrices);
   std::vector<at::Tensor> decayed, not_decayed;
   for (const auto& r : routes) {
     if (r.role == Role::adamw) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
@@ -88,6 +89,11 @@ std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options,
     EXPECT_TRUE(at::equal(ours->parameters()[i], theirs->parameters()[i])) << i;
   }
   return hybrid;
+}
+template <class Options>
+std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options,
+                                                const Options& others) {
+  return expect_by_hand(options, others, options.muon);
 }
 
 TEST(Hybrid, StepEqualsBothBranchesByHand) {
@@ -114,6 +120,57 @@ TEST(Hybrid, OthersRunAnyElementwiseAlgorithm) {
   expect_others_run(LionOptions(1e-3).weight_decay(0.05).betas({0.9, 0.95}));
   expect_others_run(AdamOptions(1e-2).weight_decay(0.05));
   expect_others_run(LambOptions(1e-2).weight_decay(0.05));
+}
+
+// The partition's matrices on Dion: its own optimizer by hand, the others AdamW or Lion.
+TEST(Hybrid, MatricesRunDion) {
+  for (const auto& fused : testing::kernel_paths()) {
+    SCOPED_TRACE(testing::path_name(fused));
+    const auto dion = DionOptions(0.03).weight_decay(0.1).rank_fraction(0.5).fused(fused);
+    HybridOptions options;
+    options.matrices = dion;
+    const auto adamw = AdamWOptions(0.01).weight_decay(0.05).fused(fused);
+    options.adamw = adamw;
+    const auto hybrid = expect_by_hand(options, adamw, dion);
+    EXPECT_EQ(row_of(*hybrid, "blocks.0.attn.q_proj.weight").algorithm, "dion");
+    options.others = LionOptions(1e-3);
+    expect_by_hand(options, LionOptions(1e-3), dion);
+  }
+}
+
+TEST(Hybrid, MatricesErrors) {
+  demo::Gpt model(tiny());
+  const auto routes = route(*model);
+  HybridOptions options;
+  options.matrices = AdamWOptions();
+  expect_error<Error>([&] { HybridOptimizer(routes, options); },
+                      {"HybridOptions::matrices: 'adamw' does not update matrices as matrices; the "
+                       "routed matrices need one of muon, dion"});
+  options.matrices = DionOptions().rank_fraction(2);
+  expect_error<Error>([&] { HybridOptimizer(routes, options); },
+                      {"HybridOptions::matrices: ", "rank_fraction must be in (0, 1]"});
+  options.matrices = DionOptions();
+  options.all_adamw = true;
+  expect_error<Error>([&] { HybridOptimizer(routes, options); },
+                      {"all_adamw trains every parameter with AdamW (options.adamw), but matrices "
+                       "holds the options of dion; set one of them"});
+  options.all_adamw = false;
+  options.groups = {ParamGroupSpec{"all", {"*"}}};
+  options.groups[0].num_heads = 2;
+  expect_error<Error>([&] { HybridOptimizer(routes, options); },
+                      {"param group 'all': num_heads is set, but dion (the algorithm of its "
+                       "matrices) has no num_heads"});
+  options.groups[0].num_heads.reset();
+  options.groups[0].momentum = 0.8;  // a setting Dion has: its groups take it
+  HybridOptimizer hybrid(routes, options);
+  int dion_groups = 0;
+  for (const auto& g : hybrid.param_groups()) {
+    if (algorithm_name(g.options()) == std::string("dion")) {
+      EXPECT_DOUBLE_EQ(group_settings(g.options()).at("momentum"), 0.8);
+      ++dion_groups;
+    }
+  }
+  EXPECT_GT(dion_groups, 0);
 }
 
 TEST(Hybrid, AlgorithmOptionsHoldTheirTypeByValue) {

@@ -228,7 +228,7 @@ TEST(Lion, RunsAsAGroupOfTheHybridAsOnItsOwn) {
 }
 
 TEST(Registry, VisitsEachAlgorithmOnceAndRefusesOthers) {
-  EXPECT_EQ(algorithm_names_text(), "muon, adamw, adam, lamb, lion");
+  EXPECT_EQ(algorithm_names_text(), "muon, dion, adamw, adam, lamb, lion");
   int count = 0;
   for_each_algorithm([&](auto* tag) {
     using Options = std::remove_pointer_t<decltype(tag)>;
@@ -237,12 +237,13 @@ TEST(Registry, VisitsEachAlgorithmOnceAndRefusesOthers) {
     EXPECT_EQ(algorithm_kind(options), Algorithm<Options>::kind);
     ++count;
   });
-  EXPECT_EQ(count, 5);
+  EXPECT_EQ(count, 6);
   EXPECT_EQ(algorithm_kind(MuonOptions()), ParamKind::matrices);
+  EXPECT_EQ(algorithm_kind(DionOptions()), ParamKind::matrices);
   EXPECT_EQ(algorithm_kind(LionOptions()), ParamKind::any);
   struct Other : torch::optim::OptimizerCloneableOptions<Other> {};
   expect_error<Error>([] { check_group_options(Other()); },
-                      {"options of another optimizer", "muon, adamw, adam, lamb, lion"});
+                      {"options of another optimizer", "muon, dion, adamw, adam, lamb, lion"});
 }
 
 }  // namespace

@@ -241,7 +241,7 @@ TEST(Ownership, AddParamGroupRefusesWhatTheHybridCannotRun) {
         opt.add_param_group({{vector}, std::make_unique<torch::optim::SGDOptions>(0.1)});
       },
       {"param group " + std::to_string(groups), "options of another optimizer",
-       "muon-cpp runs the algorithms muon, adamw"});
+       "muon-cpp runs the algorithms muon, dion, adamw"});
   expect_error<Error>(
       [&] {
         opt.add_param_group({{vector}, std::make_unique<MuonOptions>()});

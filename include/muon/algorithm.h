@@ -19,6 +19,11 @@
 //   make_state(slot, param, options)    the state, created on first use
 //   check_item(param, grad, options, where)
 //   update(options, items)              one step of every item (one parameter group)
+// or, for ParamKind::matrices (rules over (batch..., rows, cols) views, which MatrixOptimizer
+// owns), the same with the parameter's view, and items that carry their own options:
+//   make_state(slot, param, options, view)
+//   check_item(param, grad, options, view, where)
+//   update(items, workspaces)           one step of every item, across groups
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -59,6 +64,17 @@ struct RuleItem {
   at::Tensor grad;   // the parameter's shape
   State* state;      // from the entry's make_state()
   int64_t index;     // its position among the owner's parameters of the rule: seeds bf16 rounding
+};
+
+// One parameter of a matrices update (Muon, Dion).
+template <class Options, class State>
+struct MatrixItem {
+  at::Tensor param;           // updated in place
+  at::Tensor grad;            // the parameter's shape
+  State* state;               // from the entry's make_state()
+  const Options* options;     // its group's
+  std::vector<int64_t> view;  // the (batch..., rows, cols) view it is updated in
+  int64_t index;  // its position among the owner's parameters of the rule: seeds rounding, Dion's Q
 };
 
 // (β1, β2) of the Adam family and its like.

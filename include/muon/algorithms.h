@@ -6,11 +6,14 @@
 
 #include <memory>
 #include <optional>
+#include <cstring>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "muon/adam.h"
+#include "muon/dion.h"
 #include "muon/error.h"
 #include "muon/lion.h"
 #include "muon/muon.h"
@@ -23,13 +26,14 @@ struct AlgorithmList {};
 // clang-format off
 using Algorithms = AlgorithmList<
     MuonOptions,
+    DionOptions,
     AdamWOptions,
     AdamOptions,
     LambOptions,
     LionOptions>;
 // clang-format on
 
-// The registered names, in order: "muon, adamw, adam, lamb, lion".
+// The registered names, in order: "muon, dion, adamw, adam, lamb, lion".
 std::string algorithm_names_text();
 
 namespace detail {
@@ -51,6 +55,13 @@ void for_each_in(F&& f, AlgorithmList<Options...>) {
   (f(static_cast<Options*>(nullptr)), ...);
 }
 
+template <class List>
+struct ItemListsOf;
+template <class... Options>
+struct ItemListsOf<AlgorithmList<Options...>> {
+  using type = std::tuple<std::vector<MatrixItem<Options, typename Algorithm<Options>::State>>...>;
+};
+
 }  // namespace detail
 
 // f(options as their own type, e.g. const AdamWOptions&); throws muon::Error for options of an
@@ -70,6 +81,77 @@ template <class F>
 void for_each_algorithm(F&& f) {
   detail::for_each_in(std::forward<F>(f), Algorithms{});
 }
+
+// Sets the option `name` of `options` (a registered algorithm's, by its schema) to `value` when the
+// algorithm has an option of that name and type T; false when it has none.
+template <class T>
+bool set_option(torch::optim::OptimizerOptions& options, const char* name, const T& value) {
+  bool found = false;
+  visit_algorithm(options, [&](auto& o) {
+    visit_options(o, [&](const OptionInfo& info, auto& field) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, T>) {
+        if (std::strcmp(info.name, name) == 0) {
+          field = value;
+          found = true;
+        }
+      }
+    });
+  });
+  return found;
+}
+
+// Copies into `to` every option it shares with `from` by name and type (Muon's lr, momentum,
+// weight decay, ... into Dion's).
+template <class From, class To>
+void copy_shared_options(const From& from, To& to) {
+  visit_options(to, [&](const OptionInfo& info, auto& field) {
+    visit_options(from, [&](const OptionInfo& other, const auto& value) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::decay_t<decltype(value)>>) {
+        if (std::strcmp(info.name, other.name) == 0) field = value;
+      }
+    });
+  });
+}
+
+// The option `name` of `options` (a registered algorithm's) when it has one of type T.
+template <class T>
+std::optional<T> get_option(const torch::optim::OptimizerOptions& options, const char* name) {
+  std::optional<T> out;
+  visit_algorithm(options, [&](const auto& o) {
+    visit_options(o, [&](const OptionInfo& info, const auto& field) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, T>) {
+        if (std::strcmp(info.name, name) == 0) out = field;
+      }
+    });
+  });
+  return out;
+}
+
+// The items of every matrices algorithm (ParamKind::matrices), gathered across an owner's groups
+// and then updated together, algorithm by algorithm in the registry's order: Muon orthogonalizes
+// same-shape matrices of all groups in one batch.
+class MatrixItemLists {
+ public:
+  template <class Options>
+  std::vector<typename Algorithm<Options>::Item>& of() {
+    return std::get<std::vector<typename Algorithm<Options>::Item>>(lists_);
+  }
+  void update(MuonWorkspaces& workspaces) {
+    for_each_algorithm([&](auto* tag) {
+      using Options = std::remove_pointer_t<decltype(tag)>;
+      if constexpr (Algorithm<Options>::kind == ParamKind::matrices) {
+        const auto& items = of<Options>();
+        if (!items.empty()) Algorithm<Options>::update(items, workspaces);
+      }
+    });
+  }
+
+ private:
+  typename detail::ItemListsOf<Algorithms>::type lists_;
+};
+
+// An algorithm's name as messages begin it: "Muon" for "muon", "Dion" for "dion".
+std::string algorithm_title(const std::string& name);
 
 // The registry's name of the options' algorithm ("muon", "adamw", ...).
 const char* algorithm_name(const torch::optim::OptimizerOptions& options);
@@ -112,6 +194,11 @@ class AlgorithmOptions {
   AlgorithmOptions& operator=(AlgorithmOptions&&) = default;
 
   explicit operator bool() const { return options_ != nullptr; }
+  // The options as `Options`, or null when empty or another algorithm's.
+  template <class Options>
+  Options* as() const {
+    return dynamic_cast<Options*>(options_.get());
+  }
   torch::optim::OptimizerOptions& operator*() const { return *options_; }
   torch::optim::OptimizerOptions* operator->() const { return options_.get(); }
 

@@ -1,12 +1,12 @@
 // muon::HybridOptimizer — one torch::optim::Optimizer over a whole model (docs/design.md, "Hybrid
-// optimizer"): Muon for the matrices routing picks, AdamW — or another elementwise algorithm of the
-// registry — for every other trainable parameter, with parameter groups, global-norm clipping and
-// a policy for non-finite gradients.
+// optimizer"): Muon (or Dion) for the matrices routing picks, AdamW — or another elementwise
+// algorithm of the registry — for every other trainable parameter, with parameter groups,
+// global-norm clipping and a policy for non-finite gradients.
 //
-// Its param_groups() hold one group per (parameter group, role), whose options are MuonOptions or
-// the others' (AdamWOptions by default; a group added later may run any registered algorithm) — the
-// options' type is the algorithm tag, as in optax's `partition` — so libtorch's LRScheduler and
-// set_lr reach every group. It owns every group and all state itself (state(), save/load,
+// Its param_groups() hold one group per (parameter group, role), whose options are the matrices'
+// (MuonOptions by default, or DionOptions) or the others' (AdamWOptions by default; a group added
+// later may run any registered algorithm) — the options' type is the algorithm tag, as in optax's
+// `partition` — so libtorch's LRScheduler and set_lr reach every group. It owns every group and all state itself (state(), save/load,
 // checkpoints read the one copy) and calls the update rules (muon/rules.h) on them.
 //
 // step() reads .grad and never writes it: clipping scales internal copies, and on N ranks the
@@ -65,18 +65,32 @@ struct EnumNames<NonfinitePolicy> {
     std::nullopt, any, "", "constant or cosine (to 0 at the run's end)")
 // clang-format on
 //
-// The partition: the matrices routing picks run Muon (`muon`); every other trainable parameter
-// runs one elementwise algorithm of the registry — AdamW with `adamw` unless `others` holds the
-// options of another (LionOptions, AdamOptions, LambOptions): `h.others = muon::LionOptions(3e-5)`.
+// The partition: the matrices routing picks run Muon with `muon` unless `matrices` holds the
+// options of another matrices algorithm (`h.matrices = muon::DionOptions(0.01)`); every other
+// trainable parameter runs one elementwise algorithm of the registry — AdamW with `adamw` unless
+// `others` holds the options of another (LionOptions, AdamOptions, LambOptions):
+// `h.others = muon::LionOptions(3e-5)`.
 struct HybridOptions {
-  MuonOptions muon;    // base settings of Muon-routed parameters; lr is the base rate
+  MuonOptions muon;    // base settings of the routed matrices when `matrices` is empty; lr is the
+                       // base rate
   AdamWOptions adamw;  // base settings of the other parameters when `others` is empty
   std::vector<ParamGroupSpec> groups;  // empty: one catch-all group "default"
   MUON_HYBRID_FIELDS(MUON_FIELD_MEMBER)
   bool all_adamw = false;             // optimizer `adamw`: every trainable parameter in AdamW
   std::optional<double> qk_clip_tau;  // MuonClip after each step (needs set_qk_clip_source)
   int64_t total_steps = 0;            // the run's length; needed by the schedules
+  AlgorithmOptions matrices;          // the routed matrices' algorithm when not Muon
   AlgorithmOptions others;            // the other parameters' algorithm when not AdamW
+
+  // The options the routed matrices run: `matrices` when set, else `muon`.
+  const torch::optim::OptimizerOptions& matrices_options() const {
+    if (matrices) return *matrices;
+    return muon;
+  }
+  torch::optim::OptimizerOptions& matrices_options() {
+    if (matrices) return *matrices;
+    return muon;
+  }
 
   // The options the other parameters run: `others` when set, else `adamw`.
   const torch::optim::OptimizerOptions& others_options() const {
@@ -138,7 +152,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   at::Tensor step(LossClosure closure = nullptr) override;
 
   // Adds a group after construction. Its options' type picks the algorithm, any of the registry's
-  // (muon/algorithms.h): MuonOptions for Muon (matrices only), AdamWOptions — or none: the
+  // (muon/algorithms.h): MuonOptions for Muon, DionOptions for Dion (matrices only), AdamWOptions — or none: the
   // hybrid's AdamW settings — for AdamW, the options of another elementwise algorithm (AdamOptions,
   // LambOptions, ...) for it. Its parameters are named "param_groups.<group>.<index>" in reports
   // and checkpoints; schedules scale its lr and weight decay like the others'. Throws muon::Error,

@@ -76,25 +76,6 @@ struct NorMuonOptions {
   bool operator==(const NorMuonOptions& o) const { return beta2 == o.beta2 && axis == o.axis; }
 };
 
-// Dion's settings (microsoft/dion's names and defaults): the update's rank is
-// r = min(⌈rank_fraction·min(rows, cols) / rank_multiple_of⌉·rank_multiple_of, rows, cols);
-// epsilon guards the column normalization of R.
-struct DionOptions {
-  double rank_fraction = 1.0;
-  int64_t rank_multiple_of = 1;
-  double epsilon = 1e-8;
-  bool operator==(const DionOptions& o) const {
-    return rank_fraction == o.rank_fraction && rank_multiple_of == o.rank_multiple_of &&
-           epsilon == o.epsilon;
-  }
-};
-
-// The rank of Dion's update of a (rows × cols) matrix.
-int64_t dion_rank(const DionOptions& dion, int64_t rows, int64_t cols);
-// The shape of Dion's right factor Q for matrices in `view` (batch..., rows, cols):
-// (batch..., min(rows, cols), rank).
-std::vector<int64_t> dion_q_shape(const DionOptions& dion, const std::vector<int64_t>& view);
-
 // Muon's settings; their names, defaults, ranges and meanings are the list MUON_MUON_OPTIONS in
 // muon/option_schema.h.
 struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions> {
@@ -122,15 +103,9 @@ struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonPa
   TORCH_ARG(at::Tensor, normuon_second_moment);
   // mantissa_tracking: the low 16 bits of each fp32 weight of a bf16 parameter (int16).
   TORCH_ARG(at::Tensor, mantissa);
-  // Dion's right factor Q (batch..., min(rows, cols), rank), fp32 (fp64 for fp64 parameters);
-  // undefined without Dion.
-  TORCH_ARG(at::Tensor, dion_q);
 };
 
-// Dion's recipe as Muon options: the preset "dion" (muon/presets.h; microsoft/dion's defaults: lr
-// 0.01, μ 0.95, weight decay 0.01, the √(rows/cols) factor; its buffer is the summed,
-// error-corrected momentum, without Nesterov) with these rank settings.
-MuonOptions dion_options(DionOptions dion = {});
+using MuonItem = MatrixItem<MuonOptions, MuonParamState>;
 
 // A parameter of rank ≥ 2 is a batch of matrices over its last two dims: an expert stack
 // (E, rows, cols) is orthogonalized expert by expert. set_matrix_view() reshapes a parameter into
@@ -163,14 +138,19 @@ class MuonWorkspaces {
   std::deque<Entry> entries_;  // a deque: get()'s references stay valid as entries are added
 };
 
-class Muon : public torch::optim::Optimizer, public MatrixViews {
+// The standalone optimizer of a matrices algorithm (ParamKind::matrices): owns groups, state,
+// each parameter's view and the workspaces kept across steps, and calls Algorithm<Options>::update
+// on them (muon::Muon, muon::Dion).
+template <class OptionsType>
+class MatrixOptimizer : public torch::optim::Optimizer, public MatrixViews {
  public:
-  explicit Muon(std::vector<torch::optim::OptimizerParamGroup> param_groups,
-                MuonOptions defaults = {});
-  explicit Muon(std::vector<at::Tensor> params, MuonOptions defaults = {});
+  using Options = OptionsType;
+  explicit MatrixOptimizer(std::vector<torch::optim::OptimizerParamGroup> param_groups,
+                           Options defaults = {});
+  explicit MatrixOptimizer(std::vector<at::Tensor> params, Options defaults = {});
 
-  // torch::optim::Optimizer::add_param_group, keeping the group's own MuonOptions on every
-  // LibTorch (newer ones replace options of types they do not know with the defaults; through a
+  // torch::optim::Optimizer::add_param_group, keeping the group's own options on every LibTorch
+  // (newer ones replace options of types they do not know with the defaults; through a
   // torch::optim::Optimizer& that happens). Checked by the next step().
   void add_param_group(const torch::optim::OptimizerParamGroup& group);
 
@@ -182,14 +162,14 @@ class Muon : public torch::optim::Optimizer, public MatrixViews {
   // gradients), changing nothing: step() calls it before its first write.
   void check_step() const;
 
-  // Orthogonalize `param` (one of this optimizer's) as the (batch..., rows, cols) tensor `view`
-  // (same element count, at least 2 dims).
+  // Update `param` (one of this optimizer's) as the (batch..., rows, cols) tensor `view` (same
+  // element count, at least 2 dims).
   void set_matrix_view(const at::Tensor& param, std::vector<int64_t> view);
-  // The view `param` is orthogonalized in (its own shape unless set).
+  // The view `param` is updated in (its own shape unless set).
   std::vector<int64_t> matrix_view(const at::Tensor& param) const override;
 
-  // torch::save / torch::load: state and each group's lr, weight decay and momentum
-  // (save_optimizer_state in muon/param_state.h).
+  // torch::save / torch::load: state and each group's settings (save_optimizer_state in
+  // muon/param_state.h).
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
@@ -197,6 +177,8 @@ class Muon : public torch::optim::Optimizer, public MatrixViews {
   std::map<const void*, std::vector<int64_t>> views_;
   MuonWorkspaces workspaces_;
 };
+
+using Muon = MatrixOptimizer<MuonOptions>;
 
 // Throws muon::Error unless `options` are valid (lr ≥ 0, momentum in [0, 1), weight_decay ≥ 0,
 // ns_steps ≥ 1, a usable coefficient table, state_dtype Float or BFloat16).
@@ -207,22 +189,23 @@ void check_options(const MuonOptions& options);
 void check_matrix_view(const at::Tensor& param, const std::vector<int64_t>& view,
                        const std::string& who);
 
-// Throws muon::Error unless `p` can be optimized by Muon: a real floating-point tensor of rank ≥ 2.
-// `name` is used in the message.
-void check_muon_param(const at::Tensor& p, const std::string& name = "parameter");
+// Throws muon::Error unless `p` can be optimized by Muon (or the algorithm `who`): a real
+// floating-point tensor of rank ≥ 2. `name` is used in the message.
+void check_muon_param(const at::Tensor& p, const std::string& name = "parameter",
+                      const char* who = "Muon");
 
-// The registry's entry (muon/algorithm.h); the rule is src/optim/muon_rule.cpp (Dion's update
-// dion_rule.cpp).
+// The registry's entry (muon/algorithm.h); the rule is src/optim/muon_rule.cpp.
 template <>
 struct Algorithm<MuonOptions> {
   static constexpr const char* name = "muon";
   static constexpr ParamKind kind = ParamKind::matrices;
   using State = MuonParamState;
   using Owner = Muon;
+  using Item = MuonItem;
 
   static void validate(const MuonOptions& options) { check_options(options); }
-  // momentum_buffer; normuon_second_moment with NorMuon, dion_q with Dion, mantissa with
-  // mantissa_tracking of a bf16 parameter. `view` is the parameter's matrix view.
+  // momentum_buffer; normuon_second_moment with NorMuon, mantissa with mantissa_tracking of a bf16
+  // parameter. `view` is the parameter's matrix view.
   static std::vector<StateSlot> state_slots(const MuonOptions& options, const at::Tensor& param,
                                             const std::vector<int64_t>& view);
   template <class F>
@@ -230,7 +213,6 @@ struct Algorithm<MuonOptions> {
     f("momentum_buffer", s.momentum_buffer());
     f("normuon_second_moment", s.normuon_second_moment());
     f("mantissa", s.mantissa());
-    f("dion_q", s.dion_q());
   }
   static SettingValues settings(const MuonOptions& o) {
     return {{"lr", o.lr()}, {"weight_decay", o.weight_decay()}, {"momentum", o.momentum()}};
@@ -238,6 +220,20 @@ struct Algorithm<MuonOptions> {
   static void set_settings(MuonOptions& o, const SettingValues& v) {
     o.lr(v.at("lr")).weight_decay(v.at("weight_decay")).momentum(v.at("momentum"));
   }
+
+  // The state, created (zeros) on first use; NorMuon's statistic is added when NorMuon is
+  // switched on later.
+  static State& make_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
+                           const at::Tensor& param, const MuonOptions& options,
+                           const std::vector<int64_t>& view);
+  // Throws muon::Error, naming `where` (e.g. "parameter 2 of param group 0"), unless `param` with
+  // gradient `grad` can take a Muon update under `options` in `view` — before anything changes.
+  static void check_item(const at::Tensor& param, const at::Tensor& grad,
+                         const MuonOptions& options, const std::vector<int64_t>& view,
+                         const std::string& where);
+  // One Muon step of every item: matrices of one shape, dtype, device and orthogonalization
+  // setting are orthogonalized together in one batched call, in `workspaces`.
+  static void update(const std::vector<Item>& items, MuonWorkspaces& workspaces);
 };
 
 }  // namespace muon

@@ -30,6 +30,7 @@ enum class Range {
   positive,            // finite, > 0
   unit_interval,       // in [0, 1)
   open_unit_interval,  // in (0, 1)
+  share,               // in (0, 1]
   iteration_count,     // a whole number in [1, 1000]: more iterations would only stall a run
 };
 
@@ -45,6 +46,8 @@ inline const char* range_text(Range range) {
       return "in [0, 1)";
     case Range::open_unit_interval:
       return "in (0, 1)";
+    case Range::share:
+      return "in (0, 1]";
     case Range::iteration_count:
       return "a whole number in [1, 1000]";
   }
@@ -64,6 +67,8 @@ inline bool in_range(Range range, double value) {
       return value >= 0 && value < 1;
     case Range::open_unit_interval:
       return value > 0 && value < 1;
+    case Range::share:
+      return value > 0 && value <= 1;
     case Range::iteration_count:
       return value >= 1 && value <= 1000 && std::floor(value) == value;
   }
@@ -129,15 +134,36 @@ const char* coefficients_option_doc();
   X(double, post_norm_eps, 1e-8, positive, "Muon+'s eps")                                          \
   X(std::optional<NorMuonOptions>, normuon, std::nullopt, any,                                     \
     "NorMuon: unset (off) or {beta2, axis}, a per-row or per-column second moment")                \
-  X(std::optional<DionOptions>, dion, std::nullopt, any,                                           \
-    "Dion: unset (off) or {rank_fraction, rank_multiple_of, epsilon}, a rank-r orthonormal update "\
-    "by power iteration with error feedback instead of Newton–Schulz; needs nesterov false and "   \
-    "momentum_form sum")                                                                           \
   X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
   X(bool, cautious, false, any,                                                                    \
     "cautious mask: keep only the changes that agree in sign with the gradient")                   \
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
     "momentum storage: float32 (float64 for float64 parameters) or bfloat16 (stochastic rounding)") \
+  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
+  X(std::optional<bool>, fused, std::nullopt, any,                                                 \
+    "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")
+
+// Dion's (microsoft/dion's names and defaults; Ahn et al., arXiv 2504.05295): the update's rank
+// is r = min(⌈rank_fraction·min(rows, cols) / rank_multiple_of⌉·rank_multiple_of, rows, cols).
+#define MUON_DION_OPTIONS(X)                                                                       \
+  X(double, lr, 0.01, nonnegative,                                                                 \
+    "base learning rate; each matrix steps by lr × its shape factor (adjust_lr)")                  \
+  X(double, momentum, 0.95, unit_interval,                                                         \
+    "μ: the buffer M ← M + g keeps μ of the part the update took (M −= (1 − μ)·P·Rᵀ)")             \
+  X(double, weight_decay, 0.01, nonnegative,                                                       \
+    "weight decay λ, applied as weight_decay_method says; the shape factor never applies")         \
+  X(WeightDecayMethod, weight_decay_method, WeightDecayMethod::decoupled, any,                     \
+    "decoupled W·(1 − lr·λ), independent W·(1 − λ), l2 g + λ·W before the momentum, "              \
+    "palm W·(1 − lr²·λ)")                                                                          \
+  X(double, rank_fraction, 1.0, share, "the update's rank as a share of min(rows, cols)")          \
+  X(int64_t, rank_multiple_of, 1, positive, "the rank is rounded up to a multiple of this")        \
+  X(double, epsilon, 1e-8, positive, "guards the column normalization of R")                      \
+  X(AdjustLr, adjust_lr, AdjustLr::spectral, any,                                                  \
+    "shape factor: spectral √(rows/cols) (Dion's), original √max(1, rows/cols), "                  \
+    "match_rms_adamw 0.2·√max(rows, cols), none 1")                                                \
+  X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
+  X(bool, cautious, false, any,                                                                    \
+    "cautious mask: keep only the changes that agree in sign with the gradient")                   \
   X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
   X(std::optional<bool>, fused, std::nullopt, any,                                                 \
     "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")

@@ -64,9 +64,9 @@ struct NanochatSettings {
   int64_t d_model = 768;
   double embedding_lr = 0.3;
   double unembedding_lr = 0.008;
-  double matrix_lr = muon_preset("nanochat").muon.lr();  // the matrices' Muon settings: the preset
+  double matrix_lr = muon_preset("nanochat").muon().lr();  // the matrices' Muon settings: the preset
   double scalar_lr = 0.5;
-  double weight_decay = muon_preset("nanochat").muon.weight_decay();
+  double weight_decay = muon_preset("nanochat").muon().weight_decay();
 };
 struct Preset {
   std::vector<ParamGroupSpec> groups;

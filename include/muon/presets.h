@@ -1,21 +1,24 @@
-// Other projects' Muon settings by name, in one table: muon::muon_preset (and dion_options),
-// the configuration's `preset:` and optimizer name `dion`, `muon train --optimizer dion`, and the
+// Other projects' settings for the matrices by name, in one table: muon::muon_preset, the
+// configuration's `preset:` and optimizer name `dion`, `muon train --optimizer dion`, and the
 // Python `Muon(preset=...)` / `Dion` defaults all read it (docs/algorithms.md §Presets).
 //
-//   muon::Muon opt(params, muon::muon_preset("torch").muon.lr(3e-3));
+//   muon::Muon opt(params, muon::MuonOptions(muon::muon_preset("torch").muon()).lr(3e-3));
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "muon/muon.h"
+#include "muon/algorithms.h"
 
 namespace muon {
 
 struct MuonPreset {
   const char* name;
-  const char* origin;  // whose defaults they are (docs, --help)
-  MuonOptions muon;    // the options it does not set are MuonOptions' defaults
+  const char* origin;        // whose defaults they are (docs, --help)
+  AlgorithmOptions options;  // MuonOptions, or DionOptions (dion); what it does not set is the
+                             // algorithm's default
+  // The options of a preset that runs Muon; throws muon::Error naming the preset otherwise.
+  const MuonOptions& muon() const;
 };
 
 // torch (torch.optim.Muon), dion (microsoft/dion's Dion), nanochat (nanochat's matrices), in

@@ -1,6 +1,6 @@
-// The Muon update rule (with NorMuon, Muon+ and Dion) as a function of an explicit list of
-// (parameter, gradient, state, options); the elementwise rules (the Adam family, LAMB, ...) are
-// their registry entries' update() (muon/algorithm.h). They hold no groups
+// The update rules are their registry entries' update() (muon/algorithm.h): Muon's (with NorMuon
+// and Muon+) and Dion's over lists of (parameter, gradient, state, options, view), the elementwise
+// rules (the Adam family, LAMB, Lion) over one group's (parameter, gradient, state). They hold no groups
 // and no torch::optim machinery; the optimizers (muon::Muon, muon::AdamW, ..., the hybrid) own
 // groups and state and hand the rules what to update — on N ranks, only what a rank owns.
 //
@@ -19,38 +19,13 @@
 #include <vector>
 
 #include "muon/adam.h"
+#include "muon/dion.h"
 #include "muon/dtypes.h"
 #include "muon/muon.h"
 
 namespace muon {
 
-// ---- Muon -------------------------------------------------------------------------------------
-
-// One parameter of a Muon update.
-struct MuonItem {
-  at::Tensor param;       // updated in place
-  at::Tensor grad;        // the parameter's shape
-  MuonParamState* state;  // from muon_state()
-  const MuonOptions* options;
-  std::vector<int64_t> view;  // the (batch..., rows, cols) view it is orthogonalized in
-  int64_t index;              // its position among the owner's Muon parameters: seeds bf16 rounding
-};
-
-// Throws muon::Error, naming `where` (e.g. "parameter 2 of param group 0"), unless `param` with
-// gradient `grad` can take a Muon update under `options` in `view` — before anything changes.
-void check_muon_item(const at::Tensor& param, const at::Tensor& grad, const MuonOptions& options,
-                     const std::vector<int64_t>& view, const std::string& where);
-
-// The state in `slot`, created (zeros) on first use; NorMuon's statistic is added when NorMuon is
-// switched on later.
-MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
-                           const at::Tensor& param, const MuonOptions& options,
-                           const std::vector<int64_t>& view);
-
-// One Muon step of every item (checked by check_muon_item): matrices of one shape, dtype, device
-// and orthogonalization setting are orthogonalized together in one batched call; items whose
-// options set `dion` take Dion's update instead, matrix by matrix.
-void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces);
+// ---- Muon ------------------------------------------------------------------------------------
 
 // The orthogonalization settings of `options` for a rows × cols matrix: gram_coefficients (one
 // iteration per row) when set and the matrix is not square, coefficients and ns_steps otherwise

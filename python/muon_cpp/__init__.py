@@ -50,10 +50,12 @@ _TORCH_MUON_KEYWORDS = {"ns_coefficients": "coefficients", "eps": "ns_eps",
                         "gram_newton_schulz_config": "gram_coefficients"}
 
 
-# Other projects' Muon settings by name (torch, dion, nanochat): the C++ table of presets
-# (muon/presets.h), each a full set of Muon settings in our names.
-_MUON_PRESETS = {name: settings for name, _origin, settings in _core.muon_presets()}
-_DION = _MUON_PRESETS["dion"]
+# Other projects' settings for the matrices by name: the C++ table of presets (muon/presets.h),
+# each a full set of one algorithm's settings in our names — torch and nanochat Muon's, dion
+# Dion's (its own defaults).
+_MUON_PRESETS = {name: settings for name, _origin, algorithm, settings in _core.muon_presets()
+                 if algorithm == "muon"}
+_DION = {name: default for name, default, _doc, _range in _core.option_schema("dion")}
 
 
 class Muon(_EngineOptimizer):
@@ -69,10 +71,10 @@ class Muon(_EngineOptimizer):
     param groups and state dicts and stored under our names; its state dicts load and ours load
     into it; ``preset="torch"`` gives its defaults (lr 1e-3, weight_decay 0.1). The positional
     order is ours, not torch's (which has weight_decay second): the drop-in with torch's exact
-    signature is ``muon_cpp.optim.Muon``; docs/python.md §torch.optim.Muon. ``preset="dion"``
-    gives Dion's (see ``Dion``), ``preset="nanochat"`` nanochat's for its matrices (NorMuon,
-    Polar Express coefficients, cautious weight decay 0.28); the presets: docs/algorithms.md
-    §Presets.
+    signature is ``muon_cpp.optim.Muon``; docs/python.md §torch.optim.Muon.
+    ``preset="nanochat"`` gives nanochat's settings for its matrices (NorMuon, Polar Express
+    coefficients, cautious weight decay 0.28); the presets: docs/algorithms.md §Presets. Dion is
+    an algorithm of its own: ``Dion``.
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
@@ -103,18 +105,29 @@ class Muon(_EngineOptimizer):
         return out
 
     def _loaded_group(self, saved):
+        if saved.get("dion", False) is None:  # written when Dion was a Muon setting (off)
+            del saved["dion"]
         return _torch_muon.drop_duplicates(
             saved, _torch_muon.torch_view(saved, _core.coefficient_table), keep="ours")
 
 
-class Dion(Muon):
+# Muon's options that Dion has no counterpart of: a state dict saved when Dion was a Muon setting
+# holds them beside Dion's (at values Dion ran with, or was refused).
+_MUON_ONLY = ({name for name, *_ in _core.option_schema("muon")} - set(_DION)) | {"dion"}
+_DION_INIT = _init_from_schema("dion", positional=0)
+
+
+class Dion(_EngineOptimizer):
     """Dion (Ahn et al., arXiv 2504.05295; docs/design.md §Dion): a rank-r orthonormal update
     from one power iteration per step with error feedback, in microsoft/dion's keywords:
 
     ``Dion(params, lr=0.01, mu=0.95, weight_decay=0.01, *, rank_fraction=1.0,
-    rank_multiple_of=1, epsilon=1e-8, **muon_options)`` — ``Muon(params, preset="dion",
-    dion={...})`` under another name. Param groups and state dicts use Muon's names
-    (``momentum``, ``dion``); the state adds ``dion_q``, the right factor Q.
+    rank_multiple_of=1, epsilon=1e-8, **options)``; ``options`` are Dion's others
+    (weight_decay_method, adjust_lr, cautious, cautious_weight_decay, mantissa_tracking, fused;
+    ``help(muon_cpp.Dion)`` or docs/python.md) and ``process_group``. Param groups and state dicts
+    use Dion's option names (``momentum`` for ``mu``); the state holds ``momentum_buffer`` and
+    ``dion_q``, the right factor Q. State dicts saved when Dion was a Muon setting (groups with a
+    ``dion`` dict beside Muon's keys) load.
 
     microsoft/dion's other keywords are taken by name (its positional order differs: meshes come
     first there): ``qr_method`` ('qr', 'cqr' or 'rcqr'), ``cqr_warmup_steps`` and
@@ -125,19 +138,29 @@ class Dion(Muon):
     give the rest to ``AdamW`` or use ``build_optimizer`` with ``name: dion``).
     """
 
+    _make_engine = staticmethod(_core.Engine.dion)
+    _updates_matrices = True
+    _updates_whole_tensors = True
+
     def __init__(self, params, lr=_DION["lr"], mu=_DION["momentum"],
                  weight_decay=_DION["weight_decay"], *,
-                 rank_fraction=_DION["dion"]["rank_fraction"],
-                 rank_multiple_of=_DION["dion"]["rank_multiple_of"],
-                 epsilon=_DION["dion"]["epsilon"], replicate_mesh=None, outer_shard_mesh=None,
+                 rank_fraction=_DION["rank_fraction"],
+                 rank_multiple_of=_DION["rank_multiple_of"],
+                 epsilon=_DION["epsilon"], replicate_mesh=None, outer_shard_mesh=None,
                  inner_shard_mesh=None, replicate_mesh_grad_sync=True, betas=(0.9, 0.95),
                  power_iters=1, qr_method="rcqr", cqr_warmup_steps=150, rcqr_oversample=1.25,
-                 mixed_precision_config=None, **muon_options):
+                 mixed_precision_config=None, **options):
         _check_dion_keywords(locals())
-        dion = {"rank_fraction": rank_fraction, "rank_multiple_of": rank_multiple_of,
-                "epsilon": epsilon}
-        super().__init__(params, lr=lr, momentum=mu, preset="dion", weight_decay=weight_decay,
-                         dion=dion, **muon_options)
+        _DION_INIT(self, params, lr=lr, momentum=mu, weight_decay=weight_decay,
+                   rank_fraction=rank_fraction, rank_multiple_of=rank_multiple_of,
+                   epsilon=epsilon, **options)
+
+    def _loaded_group(self, saved):
+        rank = saved.get("dion")
+        saved = {key: value for key, value in saved.items() if key not in _MUON_ONLY}
+        if isinstance(rank, dict):
+            saved.update(rank)
+        return saved
 
 
 def _check_dion_keywords(given):

@@ -93,13 +93,13 @@ def torch_view(settings, table_of):
     checked by a step). ``table_of(coefficients)`` gives a table's rows, safety and eps."""
     try:
         return _torch_view(settings, table_of)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):  # float() of a huge int
         return None
 
 
 # Our settings torch.optim.Muon has no counterpart of, at the values that do what it does.
 _AS_TORCH_DOES = {"momentum_form": "ema", "weight_decay_method": "decoupled", "post_norm": "none",
-                  "normuon": None, "dion": None, "row_equilibration": False, "num_heads": None,
+                  "normuon": None, "row_equilibration": False, "num_heads": None,
                   "split_sizes": None, "cautious": False, "cautious_weight_decay": False,
                   "mantissa_tracking": False}
 

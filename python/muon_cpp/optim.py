@@ -18,7 +18,7 @@ __all__ = ["Muon"]
 
 _QUINTIC = _torch_muon.QUINTIC
 # torch.optim.Muon's defaults: the preset "torch" of muon-cpp's table (muon/presets.h).
-_TORCH = {name: settings for name, _origin, settings in _core.muon_presets()}["torch"]
+_TORCH = {name: settings for name, _origin, _algorithm, settings in _core.muon_presets()}["torch"]
 
 
 class Muon(_EngineOptimizer):

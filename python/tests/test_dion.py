@@ -1,5 +1,4 @@
-"""muon_cpp.Dion (and Muon's `dion` option) against Algorithm 1 of the Dion paper (Ahn et al.,
-arXiv 2504.05295), written out here with torch: one matrix at a time in float64, the power
+"""muon_cpp.Dion against Algorithm 1 of the Dion paper (Ahn et al., arXiv 2504.05295), written out here with torch: one matrix at a time in float64, the power
 iteration's basis from torch.linalg.qr (its column signs cancel in P·Qᵀ)."""
 import io
 import math
@@ -68,21 +67,60 @@ def test_dion_equals_the_papers_algorithm(shape, rank_fraction, rank_multiple_of
     assert max_rel_diff(state["momentum_buffer"], reference.momentum) < 10 * tolerance
 
 
-def test_dion_is_muons_preset_and_its_option_round_trips():
+def test_dion_has_its_own_options_with_microsoft_dions_defaults():
     w = torch.nn.Parameter(torch.randn(6, 4))
     optimizer = muon_cpp.Dion([w], rank_fraction=0.5)
     group = optimizer.param_groups[0]
     assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.01, 0.95, 0.01)
-    assert (group["nesterov"], group["momentum_form"], group["adjust_lr"]) == (
-        False, "sum", "spectral")
-    assert group["dion"] == {"rank_fraction": 0.5, "rank_multiple_of": 1, "epsilon": 1e-8}
+    assert (group["adjust_lr"], group["rank_fraction"], group["rank_multiple_of"],
+            group["epsilon"]) == ("spectral", 0.5, 1, 1e-8)
+    assert "nesterov" not in group and "ns_steps" not in group  # Muon's, not Dion's
+    # mu is microsoft/dion's keyword for momentum; the others are Dion's options by name.
     twin = torch.nn.Parameter(w.detach().clone())
-    same = muon_cpp.Muon([twin], preset="dion", dion=dict(rank_fraction=0.5))
+    same = muon_cpp.Dion([twin], 0.01, 0.95, 0.01, rank_fraction=0.5, adjust_lr="spectral")
     for p in (w, twin):
         p.grad = torch.ones_like(p)
     optimizer.step()
     same.step()
     assert torch.equal(w.detach(), twin.detach())
+
+
+def earlier_state_dict(state_dict):
+    """``state_dict`` as muon_cpp.Dion wrote it when Dion was a Muon setting: each group Muon's
+    keys (at the values Dion ran with) with the rank settings in a ``dion`` dict."""
+    old = {"state": state_dict["state"], "param_groups": []}
+    for group in state_dict["param_groups"]:
+        group = dict(group)
+        rank = {key: group.pop(key) for key in ("rank_fraction", "rank_multiple_of", "epsilon")}
+        group.update(nesterov=False, momentum_form="sum", ns_steps=5, coefficients="quintic",
+                     normuon=None, state_dtype=torch.float32, dion=rank)
+        old["param_groups"].append(group)
+    return old
+
+
+def test_state_dicts_of_earlier_versions_load():
+    torch.manual_seed(7)
+    start = torch.randn(8, 6)
+    grads = [g.float() for g in gradients((8, 6), 4, seed=8)]
+    straight = torch.nn.Parameter(start.clone())
+    optimizer = muon_cpp.Dion([straight], lr=0.02, rank_fraction=0.5)
+    for grad in grads:
+        straight.grad = grad
+        optimizer.step()
+    resumed = torch.nn.Parameter(start.clone())
+    first = muon_cpp.Dion([resumed], lr=0.02, rank_fraction=0.5)
+    for grad in grads[:2]:
+        resumed.grad = grad
+        first.step()
+    second = muon_cpp.Dion([resumed])  # the rates and rank come from the state dict
+    second.load_state_dict(earlier_state_dict(first.state_dict()))
+    group = second.param_groups[0]
+    assert (group["lr"], group["rank_fraction"]) == (0.02, 0.5)
+    assert "dion" not in group and "nesterov" not in group
+    for grad in grads[2:]:
+        resumed.grad = grad
+        second.step()
+    assert torch.equal(resumed.detach(), straight.detach())
 
 
 def test_dion_state_dicts_resume_exactly():
@@ -112,12 +150,14 @@ def test_dion_state_dicts_resume_exactly():
 
 def test_dion_settings_are_checked():
     w = torch.nn.Parameter(torch.randn(6, 4))
-    with pytest.raises(ValueError, match=r"dion rank_fraction must be in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"Dion: rank_fraction must be in \(0, 1\], got 1.5"):
         muon_cpp.Dion([w], rank_fraction=1.5)
-    with pytest.raises(ValueError, match="set nesterov false and momentum_form sum"):
+    with pytest.raises(ValueError, match="Dion: rank_multiple_of must be > 0, got 0"):
+        muon_cpp.Dion([w], rank_multiple_of=0)
+    with pytest.raises(TypeError, match="ns_steps"):  # Muon's, not Dion's
+        muon_cpp.Dion([w], ns_steps=5)
+    with pytest.raises(TypeError, match="dion"):  # Dion is no longer a Muon setting
         muon_cpp.Muon([w], dion={})
-    with pytest.raises(ValueError, match="unknown key 'rank'; valid keys are rank_fraction, "
-                                         "rank_multiple_of, epsilon"):
-        muon_cpp.Muon([w], preset="dion", dion={"rank": 2})
-    with pytest.raises(TypeError, match="dion"):
-        muon_cpp.Muon([w], preset="dion", dion=0.5)
+    with pytest.raises(ValueError, match="preset must be None .* or one of 'torch', 'nanochat', "
+                                         "got 'dion'"):
+        muon_cpp.Muon([w], preset="dion")

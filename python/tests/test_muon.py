@@ -243,10 +243,12 @@ def test_the_update_does_not_depend_on_the_gradients_scale(coefficients):
 
 def test_presets_are_the_tables_and_each_sets_what_it_names():
     """Muon(preset=...), Dion's defaults and a configuration's preset read one C++ table
-    (muon/presets.h); nanochat's entry is flaxchat/nanochat's matrix group: NorMuon (beta2 0.9),
+    (muon/presets.h), whose dion entry is Dion's own defaults; nanochat's entry is flaxchat/nanochat's matrix group: NorMuon (beta2 0.9),
     Polar Express coefficients, cautious weight decay 0.28 at lr 0.02."""
-    presets = {name: settings for name, _origin, settings in muon_cpp._core.muon_presets()}
-    assert list(presets) == ["torch", "dion", "nanochat"]
+    table = muon_cpp._core.muon_presets()
+    assert [(name, algorithm) for name, _origin, algorithm, _ in table] == [
+        ("torch", "muon"), ("dion", "dion"), ("nanochat", "muon")]
+    presets = {name: settings for name, _origin, _algorithm, settings in table}
     torch.manual_seed(3)
     ours = torch.nn.Parameter(torch.randn(12, 8, dtype=torch.float64))
     spelled_out = torch.nn.Parameter(ours.detach().clone())

@@ -157,7 +157,7 @@ def test_torch_name_errors():
                                          r"'match_rms_adamw'.*got 'spectral'"):
         muon_cpp.Muon([w], adjust_lr_fn="spectral")
     with pytest.raises(ValueError,
-                       match=r"preset must be None .* or one of 'torch', 'dion', 'nanochat', got 'jax'"):
+                       match=r"preset must be None .* or one of 'torch', 'nanochat', got 'jax'"):
         muon_cpp.Muon([w], preset="jax")
     with pytest.raises(ValueError, match="ns_eps must be > 0"):
         muon_cpp.Muon([w], eps=0.0)

@@ -37,7 +37,13 @@ std::vector<ParamGroupSpec> groups_or_default(const HybridOptions& options) {
 
 // Every option that does not depend on the parameters.
 void check_hybrid_options(const HybridOptions& options) {
-  check_options(options.muon);
+  with_context(options.matrices ? "HybridOptions::matrices" : "HybridOptions::muon", [&] {
+    check_group_options(options.matrices_options());
+    check(algorithm_kind(options.matrices_options()) == ParamKind::matrices, "'",
+          algorithm_name(options.matrices_options()),
+          "' does not update matrices as matrices; the routed matrices need one of ",
+          algorithm_names_text(ParamKind::matrices));
+  });
   with_context(options.others ? "HybridOptions::others" : "HybridOptions::adamw", [&] {
     check_group_options(options.others_options());
     check(algorithm_kind(options.others_options()) == ParamKind::any, "'",
@@ -45,6 +51,10 @@ void check_hybrid_options(const HybridOptions& options) {
           "' updates matrices only; the other parameters need one of ",
           algorithm_names_text(ParamKind::any));
   });
+  check(!options.all_adamw || !options.matrices,
+        "HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but matrices "
+        "holds the options of ",
+        options.matrices ? algorithm_name(*options.matrices) : "", "; set one of them");
   check(!options.all_adamw || !options.others,
         "HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but others "
         "holds the options of ",
@@ -91,6 +101,32 @@ std::unique_ptr<OptimizerOptions> others_group_options(const OptimizerOptions& o
   return options;
 }
 
+// The options of a group of routed matrices: the hybrid's, with the group's rate, decay and
+// momentum, and the rows split into heads (the group's num_heads or split_sizes, else routing's
+// `heads`) — refused where the algorithm has no such setting.
+std::unique_ptr<OptimizerOptions> matrices_group_options(const OptimizerOptions& matrices,
+                                                         const ParamGroupSpec& spec, double lr,
+                                                         double weight_decay, int64_t heads) {
+  auto options = matrices.clone();
+  auto values = group_settings(*options);
+  values["lr"] = lr;
+  values["weight_decay"] = weight_decay;
+  set_group_settings(*options, values);
+  const auto set = [&](const char* key, const auto& value) {
+    check(set_option(*options, key, value), "param group '", spec.name, "': ", key, " is set, but ",
+          algorithm_name(matrices), " (the algorithm of its matrices) has no ", key);
+  };
+  if (spec.momentum) set("momentum", *spec.momentum);
+  if (spec.num_heads) set("num_heads", std::optional<int64_t>(spec.num_heads));
+  if (spec.split_sizes) set("split_sizes", std::optional<std::vector<int64_t>>(spec.split_sizes));
+  if (heads > 0) {
+    check(set_option(*options, "num_heads", std::optional<int64_t>(heads)), "routing split ",
+          "the heads of a matrix of param group '", spec.name, "', but ", algorithm_name(matrices),
+          " (the algorithm of its matrices) updates whole matrices; set routing.split_heads false");
+  }
+  return options;
+}
+
 }  // namespace
 
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
@@ -111,8 +147,7 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
   Plan plan;
   for (const auto& r : routes) {
     const Role role = (options.all_adamw && r.role == Role::muon) ? Role::adamw : r.role;
-    const auto& algorithm =
-        role == Role::muon ? static_cast<const OptimizerOptions&>(options.muon) : others;
+    const auto& algorithm = role == Role::muon ? options.matrices_options() : others;
     ParameterReport row{r.name,
                         r.tensor.sizes().vec(),
                         r.tensor.scalar_type(),
@@ -144,13 +179,7 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
     if (fresh) {
       std::unique_ptr<torch::optim::OptimizerOptions> group_options;
       if (role == Role::muon) {
-        auto o = options.muon;
-        o.lr(row.lr).weight_decay(row.weight_decay);
-        if (spec.momentum) o.momentum(*spec.momentum);
-        if (spec.num_heads) o.num_heads(*spec.num_heads);
-        if (spec.split_sizes) o.split_sizes(*spec.split_sizes);
-        if (heads > 0) o.num_heads(heads);
-        group_options = std::make_unique<MuonOptions>(o);
+        group_options = matrices_group_options(algorithm, spec, row.lr, row.weight_decay, heads);
       } else {
         group_options = others_group_options(others, spec, row.lr, row.weight_decay);
       }

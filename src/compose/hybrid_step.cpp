@@ -52,7 +52,7 @@ void HybridOptimizer::check_step() const {
       visit_algorithm(group.options(), [&](const auto& o) {
         using Entry = Algorithm<std::decay_t<decltype(o)>>;
         if constexpr (Entry::kind == ParamKind::matrices) {
-          check_muon_item(p, p.grad(), o, matrix_view(p), where);
+          Entry::check_item(p, p.grad(), o, matrix_view(p), where);
         } else {
           Entry::check_item(p, p.grad(), o, where);
         }
@@ -135,11 +135,12 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
   if (only != nullptr) {
     for (const auto& p : *only) selected.insert(p.unsafeGetTensorImpl());
   }
-  std::vector<MuonItem> muon_items;  // orthogonalized together across groups
+  MatrixItemLists matrix_items;  // Muon's orthogonalized together across groups
   std::map<std::string, int64_t> next_index;
   for (auto& group : param_groups_) {
     visit_algorithm(group.options(), [&](const auto& o) {
-      using Entry = Algorithm<std::decay_t<decltype(o)>>;
+      using Options = std::decay_t<decltype(o)>;
+      using Entry = Algorithm<Options>;
       std::vector<RuleItem<typename Entry::State>> items;
       for (auto& p : group.params()) {
         const int64_t position = next_index[Entry::name]++;
@@ -149,8 +150,9 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
         auto& slot = state_[compat::param_state_key(p)];
         if constexpr (Entry::kind == ParamKind::matrices) {
           auto view = matrix_view(p);
-          auto& state = muon_state(slot, p, o, view);
-          muon_items.push_back({p, grad->second, &state, &o, std::move(view), position});
+          auto& state = Entry::make_state(slot, p, o, view);
+          matrix_items.of<Options>().push_back(
+              {p, grad->second, &state, &o, std::move(view), position});
         } else {
           items.push_back({p, grad->second, &Entry::make_state(slot, p, o), position});
         }
@@ -160,7 +162,7 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
       }
     });
   }
-  muon_update(muon_items, workspaces_);
+  matrix_items.update(workspaces_);
 }
 
 at::Tensor HybridOptimizer::step(LossClosure closure) {

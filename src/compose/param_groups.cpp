@@ -89,7 +89,7 @@ Preset nanochat_preset(const NanochatSettings& s) {
   matrices.momentum = 0.95;
   matrices.weight_decay = s.weight_decay;
   p.groups.push_back(matrices);
-  p.muon = MuonOptions(muon_preset("nanochat").muon).lr(s.matrix_lr).weight_decay(s.weight_decay);
+  p.muon = MuonOptions(muon_preset("nanochat").muon()).lr(s.matrix_lr).weight_decay(s.weight_decay);
   p.adamw = AdamWOptions(s.embedding_lr * d).eps(1e-10);
   return p;
 }

@@ -1,6 +1,8 @@
 // The registry's lookups (muon/algorithms.h).
 #include "muon/algorithms.h"
 
+#include <cctype>
+
 namespace muon {
 
 namespace {
@@ -16,6 +18,12 @@ std::string names_text(std::optional<ParamKind> kind) {
 }
 
 }  // namespace
+
+std::string algorithm_title(const std::string& name) {
+  std::string title = name;
+  if (!title.empty()) title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
+  return title;
+}
 
 std::string algorithm_names_text() {
   return names_text(std::nullopt);

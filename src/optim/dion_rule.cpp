@@ -5,12 +5,75 @@
 // update is P times the column-normalized R. Formulas in docs/design.md, "Dion".
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "master_weights.h"
+#include "matrix_optimizer.h"
+#include "muon/dion.h"
 #include "muon/dtypes.h"
 #include "muon_parts.h"
 
-namespace muon::detail {
+namespace muon {
+
+int64_t dion_rank(const DionOptions& o, int64_t rows, int64_t cols) {
+  const auto short_side = std::min(rows, cols);
+  const auto multiple = o.rank_multiple_of();
+  const auto wanted = static_cast<int64_t>(std::ceil(
+      o.rank_fraction() * static_cast<double>(short_side) / static_cast<double>(multiple)));
+  return std::min(wanted * multiple, short_side);
+}
+
+std::vector<int64_t> dion_q_shape(const DionOptions& o, const std::vector<int64_t>& view) {
+  const auto rows = view[view.size() - 2];
+  const auto cols = view.back();
+  std::vector<int64_t> shape(view.begin(), view.end() - 2);
+  shape.push_back(std::min(rows, cols));
+  shape.push_back(dion_rank(o, rows, cols));
+  return shape;
+}
+
+void check_options(const DionOptions& o) {
+  check_ranges("Dion", o);
+  check(!(o.cautious_weight_decay() && o.weight_decay_method() == WeightDecayMethod::l2),
+        "Dion: cautious_weight_decay needs a multiplicative weight_decay_method (decoupled, "
+        "independent or palm); l2 adds its decay to the gradient instead");
+}
+
+std::vector<StateSlot> Algorithm<DionOptions>::state_slots(const DionOptions& o,
+                                                           const at::Tensor& p,
+                                                           const std::vector<int64_t>& view) {
+  const auto full = full_precision(p.scalar_type());
+  std::vector<StateSlot> slots{{"momentum_buffer", p.sizes().vec(), full},
+                               {"dion_q", dion_q_shape(o, view), full}};
+  if (detail::tracks_mantissa(o.mantissa_tracking(), p)) {
+    slots.push_back({"mantissa", p.sizes().vec(), at::kShort});
+  }
+  return slots;
+}
+
+DionParamState& Algorithm<DionOptions>::make_state(
+    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& p,
+    const DionOptions& /*options*/, const std::vector<int64_t>& /*view*/) {
+  if (!slot) {
+    auto state = std::make_unique<DionParamState>();
+    state->momentum_buffer(at::zeros(p.sizes(), p.options().dtype(full_precision(p.scalar_type()))));
+    slot = std::move(state);
+  }
+  return static_cast<DionParamState&>(*slot);
+}
+
+// Dion's power iteration and QR run in float32 or float64 whatever the parameter's dtype: no
+// setting of it depends on the device beyond the kernels.
+void Algorithm<DionOptions>::check_item(const at::Tensor& p, const at::Tensor& grad,
+                                        const DionOptions& o, const std::vector<int64_t>& /*view*/,
+                                        const std::string& where) {
+  detail::check_matrix_item("Dion", p, grad, o.fused(), where);
+}
+
+template class MatrixOptimizer<DionOptions>;
+
+namespace detail {
 namespace {
 
 // Seeds Q's first draw: the same on every rank and device for the parameter at `index`.
@@ -25,8 +88,8 @@ bool transposed(const std::vector<int64_t>& view) {
 // Q as the paper starts it: standard normal entries (drawn in fp64 on the CPU, so every device
 // and dtype starts from the same values). A Q of another shape — the rank changed between steps
 // — starts afresh too.
-at::Tensor& right_factor(const MuonItem& item, at::ScalarType dtype) {
-  const auto shape = dion_q_shape(*item.options->dion(), item.view);
+at::Tensor& right_factor(const DionItem& item, at::ScalarType dtype) {
+  const auto shape = dion_q_shape(*item.options, item.view);
   if (!item.state->dion_q().defined() || item.state->dion_q().sizes() != at::IntArrayRef(shape)) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(kDionSeed + item.index);
     const auto q = at::randn(shape, generator, at::TensorOptions().dtype(at::kDouble));
@@ -35,9 +98,9 @@ at::Tensor& right_factor(const MuonItem& item, at::ScalarType dtype) {
   return item.state->dion_q();
 }
 
-void dion_step(const MuonItem& item) {
+void dion_step(const DionItem& item) {
   const auto& o = *item.options;
-  const double epsilon = o.dion()->epsilon;
+  const double epsilon = o.epsilon();
   const auto dtype = full_precision(item.param.scalar_type());
   const auto G = momentum_gradient(item.grad, item.param, o).to(dtype).reshape(item.view);
   auto M = item.state->momentum_buffer().view(item.view);
@@ -60,9 +123,18 @@ void dion_step(const MuonItem& item) {
 }
 
 }  // namespace
+}  // namespace detail
 
-void dion_update(const std::vector<MuonItem>& items) {
-  for (const auto& item : items) dion_step(item);
+void Algorithm<DionOptions>::update(const std::vector<DionItem>& items,
+                                    MuonWorkspaces& /*workspaces*/) {
+  detail::with_master_weights(
+      items,
+      [](const DionItem& item) {
+        return detail::mantissa_of(item.options->mantissa_tracking(), item.param, *item.state);
+      },
+      [](const std::vector<DionItem>& work) {
+        for (const auto& item : work) detail::dion_step(item);
+      });
 }
 
-}  // namespace muon::detail
+}  // namespace muon

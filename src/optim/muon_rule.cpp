@@ -29,35 +29,6 @@ OrthogonalizeOptions orthogonalize_options(const MuonOptions& o, int64_t rows, i
       .gram_restarts(o.gram_restarts());
 }
 
-namespace detail {
-
-at::Tensor momentum_gradient(const at::Tensor& grad, const at::Tensor& p, const MuonOptions& o) {
-  const double l2 = l2_coefficient(o.weight_decay_method(), o.weight_decay());
-  return l2 == 0 ? grad : grad + l2 * p;
-}
-
-void finish_step(const MuonItem& item, const at::Tensor& U_view, double factor) {
-  const auto& o = *item.options;
-  auto p = item.param;
-  const auto U = U_view.reshape(p.sizes());
-  const double decay = 1.0 - decay_fraction(o.weight_decay_method(), o.lr(), o.weight_decay());
-  const double scale = o.lr() * factor;
-  const bool masked = o.cautious();
-  if (detail::runs_fused(o.fused(), p)) {
-    const auto dense_grad = masked ? item.grad.contiguous() : at::Tensor();
-    detail::update_in_place(p, [&](at::Tensor& dense) {
-      fused_apply_update(dense, U.contiguous(), decay, scale, o.cautious_weight_decay(),
-                         masked ? &dense_grad : nullptr);
-    });
-  } else {
-    generic_apply_update(p, U, decay, scale, o.cautious_weight_decay(),
-                         masked ? &item.grad : nullptr);
-  }
-  item.state->step(item.state->step() + 1);
-}
-
-}  // namespace detail
-
 OrthogonalizeWorkspace& MuonWorkspaces::get(int64_t rows, int64_t cols, at::ScalarType dtype,
                                             at::Device device,
                                             const OrthogonalizeOptions& options) {
@@ -71,13 +42,10 @@ OrthogonalizeWorkspace& MuonWorkspaces::get(int64_t rows, int64_t cols, at::Scal
   return entries_.back().workspace;
 }
 
-void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOptions& o,
-                     const std::vector<int64_t>& view, const std::string& where) {
-  check(!grad.is_sparse(), "Muon does not support sparse gradients (", where, ")");
-  check_muon_param(p, where);
-  check(grad.sizes() == p.sizes(), "Muon: ", where, " has a gradient of shape ", grad.sizes(),
-        " for a parameter of shape ", p.sizes());
-  detail::check_kernels(o.fused(), p, "Muon", where);
+void Algorithm<MuonOptions>::check_item(const at::Tensor& p, const at::Tensor& grad,
+                                        const MuonOptions& o, const std::vector<int64_t>& view,
+                                        const std::string& where) {
+  detail::check_matrix_item("Muon", p, grad, o.fused(), where);
   const auto rows = view[view.size() - 2];
   const auto cols = view.back();
   if (o.num_heads()) {
@@ -90,7 +58,6 @@ void check_muon_item(const at::Tensor& p, const at::Tensor& grad, const MuonOpti
     check(total == rows, "Muon: split_sizes ", at::IntArrayRef(sizes), " add up to ", total,
           " rows, but ", where, " has ", rows, " (view ", at::IntArrayRef(view), ")");
   }
-  if (o.dion()) return;  // no Newton–Schulz: the QR of Dion runs in float32 or float64
   // The orthogonalization can run (a bf16 dtype on CPU needs bf16 dot products): checked before
   // anything changes, not in the middle of the step.
   try {
@@ -111,15 +78,14 @@ std::vector<StateSlot> Algorithm<MuonOptions>::state_slots(const MuonOptions& o,
   if (o.normuon()) {
     slots.push_back({"normuon_second_moment", normuon_state_shape(view, o.normuon()->axis), full});
   }
-  if (o.dion()) slots.push_back({"dion_q", dion_q_shape(*o.dion(), view), full});
   if (detail::tracks_mantissa(o.mantissa_tracking(), p))
     slots.push_back({"mantissa", shape, at::kShort});
   return slots;
 }
 
-MuonParamState& muon_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
-                           const at::Tensor& p, const MuonOptions& o,
-                           const std::vector<int64_t>& view) {
+MuonParamState& Algorithm<MuonOptions>::make_state(
+    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& p,
+    const MuonOptions& o, const std::vector<int64_t>& view) {
   if (!slot) {
     auto state = std::make_unique<MuonParamState>();
     const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
@@ -141,7 +107,7 @@ using detail::finish_step;
 using detail::momentum_gradient;
 
 // The row blocks each matrix is orthogonalized in: num_heads equal heads, split_sizes, or the
-// whole matrix (dion's num_heads and split_sizes).
+// whole matrix (microsoft/dion's num_heads and split_sizes).
 std::vector<int64_t> row_blocks(const MuonOptions& o, int64_t rows) {
   if (o.num_heads()) return std::vector<int64_t>(*o.num_heads(), rows / *o.num_heads());
   if (o.split_sizes()) return *o.split_sizes();
@@ -320,18 +286,14 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
 
 }  // namespace
 
-void muon_update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces) {
+void Algorithm<MuonOptions>::update(const std::vector<MuonItem>& items,
+                                    MuonWorkspaces& workspaces) {
   detail::with_master_weights(
       items,
       [](const MuonItem& item) {
         return detail::mantissa_of(item.options->mantissa_tracking(), item.param, *item.state);
       },
-      [&](const std::vector<MuonItem>& work) {
-        std::vector<MuonItem> muon, dion;
-        for (const auto& item : work) (item.options->dion() ? dion : muon).push_back(item);
-        update_batches(muon, workspaces);
-        detail::dion_update(dion);
-      });
+      [&](const std::vector<MuonItem>& work) { update_batches(work, workspaces); });
 }
 
 }  // namespace muon

@@ -11,15 +11,9 @@ std::vector<MuonPreset> make_presets() {
   return {
       // torch.optim.Muon's constructor defaults (PyTorch 2.9+): its eps guards max(‖X‖_F, eps).
       {"torch", "torch.optim.Muon", MuonOptions(1e-3).weight_decay(0.1).ns_eps(1e-7)},
-      // microsoft/dion (Ahn et al., arXiv 2504.05295): the summed, error-corrected momentum
-      // without Nesterov, updates scaled by √(rows/cols).
-      {"dion", "microsoft/dion's Dion",
-       MuonOptions(0.01)
-           .weight_decay(0.01)
-           .nesterov(false)
-           .momentum_form(MomentumForm::sum)
-           .adjust_lr(AdjustLr::spectral)
-           .dion(DionOptions{})},
+      // microsoft/dion (Ahn et al., arXiv 2504.05295): its own algorithm, whose defaults are
+      // dion's.
+      {"dion", "microsoft/dion's Dion", DionOptions()},
       // nanochat's matrix group at d_model 768 (its NorMuon with Polar Express coefficients and
       // cautious weight decay); nanochat_preset() scales it and adds the other groups.
       {"nanochat", "nanochat's Muon",
@@ -42,6 +36,12 @@ std::string muon_preset_names() {
   std::string out;
   for (const auto& p : muon_presets()) out += (out.empty() ? "" : ", ") + std::string(p.name);
   return out;
+}
+
+const MuonOptions& MuonPreset::muon() const {
+  const auto* muon = options.as<MuonOptions>();
+  check(muon != nullptr, "the preset ", name, " runs ", algorithm_name(*options), ", not Muon");
+  return *muon;
 }
 
 const MuonPreset& muon_preset(const std::string& name) {

@@ -273,7 +273,9 @@ LoadPlan plan_load(const c10::IValue& loaded, const std::string& path, HybridOpt
     // AdamW, Adam and Lamb keep the same tensors: the name tells them apart (checkpoints written
     // before the partition have none, and then ran Muon or AdamW, which the role says).
     if (entry.contains("algorithm")) {
-      const auto& saved_by = field(entry, "algorithm", where).toStringRef();
+      std::string saved_by = field(entry, "algorithm", where).toStringRef();
+      // Dion was a Muon setting before it was an algorithm: such entries say muon, hold dion_q.
+      if (saved_by == "muon" && entry.contains("dion_q")) saved_by = "dion";
       check(saved_by == optimizer.algorithm_of(p), where, " was optimized by ", saved_by,
             ", this optimizer runs ", optimizer.algorithm_of(p), " on it");
     }

@@ -38,8 +38,9 @@ void apply_optimizer_name(const std::string& name, HybridOptions& h) {
   const auto& names = optimizer_names();
   check(std::any_of(names.begin(), names.end(), [&](const auto& n) { return name == n.name; }),
         "unknown optimizer '", name, "'; valid optimizers are ", optimizer_name_list());
-  if (name == "dion" && !h.muon.dion()) apply_muon_preset(muon_preset("dion").muon, h.muon);
-  if (name != "dion") h.muon.dion(std::nullopt);
+  const bool dion = h.matrices.as<DionOptions>() != nullptr;
+  if (name == "dion" && !dion) h.matrices = muon_preset("dion").options;
+  if (name != "dion") h.matrices = AlgorithmOptions();
   h.all_adamw = name == "adamw";
   if (name == "muonclip" && !h.qk_clip_tau) h.qk_clip_tau = 100.0;
 }
@@ -47,7 +48,9 @@ void apply_optimizer_name(const std::string& name, HybridOptions& h) {
 namespace {
 
 using detail::kind_of;
+using detail::muon_of;
 using detail::one_of;
+using detail::refuse_for_matrices;
 using detail::refuse_unused_under_adamw;
 using detail::require;
 using detail::Section;
@@ -58,8 +61,13 @@ void read_partition(Section& s, OptimConfig& config) {
   if (const auto matrices = s.text("matrices")) {
     check(!s.has("name"), s.key_path("matrices"),
           ": name sets the matrices' algorithm too; give one of them");
-    check(*matrices == "muon" || *matrices == "dion", s.key_path("matrices"), ": '", *matrices,
-          "' does not orthogonalize matrices; valid are muon, dion");
+    bool known = false;
+    for_each_algorithm([&](auto* tag) {
+      using Entry = Algorithm<std::remove_pointer_t<decltype(tag)>>;
+      known = known || (Entry::kind == ParamKind::matrices && *matrices == Entry::name);
+    });
+    check(known, s.key_path("matrices"), ": '", *matrices,
+          "' does not orthogonalize matrices; valid are ", algorithm_names_text(ParamKind::matrices));
     config.name = *matrices;
   }
   const auto others = s.text("others");
@@ -71,21 +79,28 @@ void read_partition(Section& s, OptimConfig& config) {
   }
 }
 
-// Sets the option `name` of the others' algorithm to `value`; false when it has no such option.
-template <class T>
-bool set_others_option(HybridOptions& h, const char* name, const T& value) {
-  bool found = false;
-  visit_algorithm(h.others_options(), [&](auto& options) {
-    visit_options(options, [&](const OptionInfo& info, auto& field) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, T>) {
-        if (std::strcmp(info.name, name) == 0) {
-          field = value;
-          found = true;
-        }
-      }
-    });
-  });
-  return found;
+// The `dion` key — true, false or null, or Dion's settings {rank_fraction, ...} — at the top of
+// the optimizer section or in its muon section: a configuration written when Dion was a Muon
+// setting turns Dion on with it. Dion's options start from Muon's shared ones (lr, momentum, weight
+// decay, ...) as the configuration has them so far; its settings are read with the sections.
+void read_dion_switch(Section& s, OptimConfig& config) {
+  auto& h = config.hybrid;
+  const auto muon_section = s.find("muon");
+  for (auto [key, node] : {std::pair{std::string("dion"), s.find("dion")},
+                           std::pair{std::string("muon.dion"),
+                                     muon_section && muon_section.IsMap() ? muon_section["dion"]
+                                                                          : YAML::Node()}}) {
+    if (!node || node.IsNull()) continue;
+    if (h.all_adamw) refuse_unused_under_adamw(s, key, "Dion's settings");
+    const bool on = !node.IsScalar() || Section::as_bool(node, s.key_path(key));
+    check(on || config.name != "dion", s.key_path(key),
+          ": false turns Dion off, but name dion runs it; choose name muon");
+    if (on && muon_of(h) != nullptr) {
+      DionOptions dion;
+      copy_shared_options(*muon_of(h), dion);
+      h.matrices = dion;
+    }
+  }
 }
 
 void read_rates(Section& s, OptimConfig& config) {
@@ -94,7 +109,8 @@ void read_rates(Section& s, OptimConfig& config) {
   auto& others = h.others_options();
   // Unset keys keep the options' own defaults (muon/option_schema.h); `lr` is AdamW's under
   // name adamw.
-  const double lr = s.number("lr").value_or(muon_family ? h.muon.lr() : others.get_lr());
+  auto& matrices = h.matrices_options();
+  const double lr = s.number("lr").value_or(muon_family ? matrices.get_lr() : others.get_lr());
   require(lr > 0, s.key_path("lr"), "> 0", lr);
   if (!muon_family && s.has("lr") && s.has("adamw_lr")) {
     refuse_unused_under_adamw(s, "lr",
@@ -103,7 +119,7 @@ void read_rates(Section& s, OptimConfig& config) {
   }
   const double adamw_lr = s.number("adamw_lr").value_or(muon_family ? others.get_lr() : lr);
   require(adamw_lr > 0, s.key_path("adamw_lr"), "> 0", adamw_lr);
-  h.muon.lr(lr);
+  matrices.set_lr(lr);
   others.set_lr(adamw_lr);
 }
 
@@ -115,7 +131,9 @@ void read_ns_steps(Section& s, HybridOptions& h) {
   if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
     require(in_range(Range::iteration_count, *v), s.key_path("ns_steps"),
             range_text(Range::iteration_count), *v);
-    h.muon.ns_steps(static_cast<int64_t>(*v));
+    if (!set_option(h.matrices_options(), "ns_steps", static_cast<int64_t>(*v))) {
+      refuse_for_matrices(s, s.has("ns_steps") ? "ns_steps" : "muon_ns_steps", h, "ns_steps");
+    }
   }
 }
 
@@ -123,28 +141,36 @@ void read_ns_steps(Section& s, HybridOptions& h) {
 void read_muon_plus(Section& s, OptimConfig& config, const std::optional<bool>& root_muon_plus) {
   const bool muon_family = config.name != "adamw";
   auto& h = config.hybrid;
+  if (muon_of(h) == nullptr) {  // Muon+ normalizes Muon's orthogonalized update
+    for (const char* key : {"muon_plus", "muon_norm_eps"}) {
+      if (s.has(key)) refuse_for_matrices(s, key, h, "Muon+ (post_norm)");
+    }
+    if (root_muon_plus.value_or(false)) refuse_for_matrices(s, "muon_plus", h, "Muon+ (post_norm)");
+    return;
+  }
+  auto& muon = *muon_of(h);
   const auto plus = s.find("muon_plus");
   std::optional<bool> plus_on;
   if (plus && plus.IsMap()) {
     Section p(plus, s.key_path("muon_plus"));
-    h.muon.post_norm(PostNorm::row_col);
+    muon.post_norm(PostNorm::row_col);
     if (const auto mode = p.text("mode")) {
-      h.muon.post_norm(one_of<PostNorm>(p.key_path("mode"), *mode, post_norm_from_string));
+      muon.post_norm(one_of<PostNorm>(p.key_path("mode"), *mode, post_norm_from_string));
     }
-    if (const auto eps = p.number("eps")) h.muon.post_norm_eps(*eps);
+    if (const auto eps = p.number("eps")) muon.post_norm_eps(*eps);
     p.finish();
-    plus_on = h.muon.post_norm() != PostNorm::none;
+    plus_on = muon.post_norm() != PostNorm::none;
   } else if (plus && !plus.IsNull()) {
     plus_on = Section::as_bool(plus, s.key_path("muon_plus"));
-    if (*plus_on) h.muon.post_norm(PostNorm::row_col);
+    if (*plus_on) muon.post_norm(PostNorm::row_col);
   }
-  if (const auto eps = s.number("muon_norm_eps")) h.muon.post_norm_eps(*eps);
-  require(h.muon.post_norm_eps() > 0, s.key_path("muon_norm_eps"), "> 0", h.muon.post_norm_eps());
+  if (const auto eps = s.number("muon_norm_eps")) muon.post_norm_eps(*eps);
+  require(muon.post_norm_eps() > 0, s.key_path("muon_norm_eps"), "> 0", muon.post_norm_eps());
   if (root_muon_plus) {
     check(!plus_on || *plus_on == *root_muon_plus, "muon_plus: the root value ",
           *root_muon_plus ? "true" : "false", " conflicts with optimizer.muon_plus ",
           plus_on.value_or(false) ? "true" : "false", "; set it in one place");
-    if (*root_muon_plus && !plus_on) h.muon.post_norm(PostNorm::row_col);
+    if (*root_muon_plus && !plus_on) muon.post_norm(PostNorm::row_col);
     plus_on = *root_muon_plus;
   }
   check(!plus_on.value_or(false) || muon_family, s.key_path("muon_plus"),
@@ -163,8 +189,8 @@ void read_masking_and_storage(Section& s, OptimConfig& config,
     cautious = root_cautious;
   }
   config.cautious = cautious.value_or(false);
-  h.muon.cautious(config.cautious);
-  const bool others_cautious = set_others_option(h, "cautious", config.cautious);
+  set_option(h.matrices_options(), "cautious", config.cautious);  // Muon and Dion have it
+  const bool others_cautious = set_option(h.others_options(), "cautious", config.cautious);
   check(others_cautious || !config.cautious, s.key_path("cautious"), ": ",
         algorithm_name(h.others_options()),
         " (the others' algorithm) has no cautious masking; remove it, or choose others adamw");
@@ -173,8 +199,11 @@ void read_masking_and_storage(Section& s, OptimConfig& config,
     check(*v == "float32" || *v == "bfloat16", s.key_path("state_dtype"),
           ": expected float32 or bfloat16, got '", *v, "'");
     const auto dtype = *v == "bfloat16" ? at::kBFloat16 : at::kFloat;
-    h.muon.state_dtype(dtype);
-    set_others_option(h, "state_dtype", dtype);  // every elementwise algorithm has one
+    // Dion keeps its momentum in full precision: float32 is what it does, bfloat16 refused.
+    if (!set_option(h.matrices_options(), "state_dtype", dtype) && dtype != at::kFloat) {
+      refuse_for_matrices(s, "state_dtype", h, "bfloat16 state (its momentum is float32)");
+    }
+    set_option(h.others_options(), "state_dtype", dtype);  // every elementwise algorithm has one
   }
 }
 
@@ -222,6 +251,7 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   auto& h = config.hybrid;  // the name's and the preset's settings first: the keys override them
   read_partition(s, config);
   with_context(s.key_path("name"), [&] { apply_optimizer_name(config.name, h); });
+  read_dion_switch(s, config);
   read_groups_or_preset(s, config);
   read_rates(s, config);
   detail::read_shorthands(s, h);
@@ -235,7 +265,7 @@ void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& r
   detail::read_option_sections(s, h);
   read_scaling(s, config);
   s.finish();
-  check_options(h.muon);
+  check_group_options(h.matrices_options());
   with_context(s.key_path(algorithm_name(h.others_options())),
                [&] { check_group_options(h.others_options()); });
 }

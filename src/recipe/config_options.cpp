@@ -4,12 +4,15 @@
 // root-level shorthands, and config_schema for the docs and tests.
 #include "muon/internal/schema_yaml.h"
 
+#include <set>
+#include <string>
+
 namespace muon::detail {
 namespace {
 
 // The root-level shorthands of the optimizer section: `key` (or `alias`) sets the option
-// `option` of MuonOptions and/or of the others' algorithm (AdamW unless `others` says), with that
-// option's type and range.
+// `option` of the matrices' algorithm (Muon unless Dion) and/or of the others' (AdamW unless
+// `others` says), with that option's type and range.
 struct Shorthand {
   const char* key;
   const char* alias;
@@ -34,7 +37,6 @@ constexpr Shorthand kShorthands[] = {
     {"gram_coefficients", "", "gram_coefficients", true, false},
     {"adjust_lr", "", "adjust_lr", true, false},
     {"normuon", "", "normuon", true, false},
-    {"dion", "", "dion", true, false},
     {"cautious_weight_decay", "", "cautious_weight_decay", true, false},
     {"fused", "", "fused", true, true},
 };
@@ -50,6 +52,19 @@ bool read_shorthand(Section& s, const Shorthand& sh, Options& options) {
     if (n) read_field(info, n, s.key_path(sh.key), value);
   });
   return has_option;
+}
+
+// Muon settings whose value Dion always has — its momentum is summed, without Nesterov — which
+// configurations written when Dion was a Muon setting state: under Dion they are read and must
+// have that value.
+bool is_dions_momentum_key(const std::string& option) {
+  return option == "nesterov" || option == "momentum_form";
+}
+bool states_dions_momentum(const std::string& option, const YAML::Node& n,
+                           const std::string& path) {
+  if (option == "nesterov") return !Section::as_bool(n, path);
+  if (option == "momentum_form") return n.IsScalar() && n.Scalar() == "sum";
+  return false;
 }
 
 // One row of config_schema per field of `defaults`, the default written as YAML.
@@ -69,11 +84,27 @@ std::vector<ConfigKey> rows_of(const S& defaults, bool with_kinds = false) {
 
 }  // namespace
 
+MuonOptions* muon_of(HybridOptions& h) {
+  return h.matrices ? h.matrices.as<MuonOptions>() : &h.muon;
+}
+
+void refuse_for_matrices(const Section& s, const std::string& key, const HybridOptions& h,
+                         const std::string& option) {
+  throw Error(s.key_path(key) + ": " + algorithm_name(h.matrices_options()) +
+              " (the matrices' algorithm) has no " + option + "; remove it, or choose name muon");
+}
+
 void read_shorthands(Section& s, HybridOptions& h) {
   auto read_others = [&](const Shorthand& sh) {
     return visit_algorithm(h.others_options(),
                            [&](auto& options) { return read_shorthand(s, sh, options); });
   };
+  auto read_matrices = [&](const Shorthand& sh) {
+    return visit_algorithm(h.matrices_options(),
+                           [&](auto& options) { return read_shorthand(s, sh, options); });
+  };
+  const std::string matrices = algorithm_name(h.matrices_options());
+  const std::string matrices_title = algorithm_title(matrices);
   for (const auto& sh : kShorthands) {
     const char* given = s.has(sh.key) ? sh.key : *sh.alias && s.has(sh.alias) ? sh.alias : "";
     if (h.all_adamw && !sh.others) {
@@ -84,13 +115,17 @@ void read_shorthands(Section& s, HybridOptions& h) {
       }
       continue;
     }
-    const bool by_muon = sh.muon && read_shorthand(s, sh, h.muon);
+    const bool by_muon = sh.muon && read_matrices(sh);
+    if (sh.muon && !sh.others && !by_muon && *given &&
+        !states_dions_momentum(sh.option, s.find(given), s.key_path(given))) {
+      refuse_for_matrices(s, given, h, sh.option);
+    }
     const bool by_others = sh.others && read_others(sh);
     // Meant for both, read by one, would silently miss the other: refused.
     check(!*given || !sh.others || by_others, s.key_path(given), ": ",
           algorithm_name(h.others_options()), " (the others' algorithm) has no ", sh.option,
-          by_muon ? std::string("; set Muon's alone in the muon section (muon: {") + sh.option +
-                        ": ...})"
+          by_muon ? "; set " + matrices_title + "'s alone in the " + matrices + " section (" +
+                        matrices + ": {" + sh.option + ": ...})"
                   : std::string("; remove it"));
   }
 }
@@ -114,10 +149,65 @@ void read_section(Section& s, const char* key, Options& options) {
     section.finish();
   }
 }
+
+// The section `key` when it is a mapping — `dion: {rank_fraction: 0.25}` — and nothing when it is
+// true or false (`dion: true` switches Dion on: read_dion_switch).
+template <class Options>
+void read_settings_map(Section& s, const char* key, Options& options) {
+  if (const auto n = s.find(key); n && n.IsMap()) read_section(s, key, options);
+}
+
+// The muon section under Dion, as configurations and runs written when Dion was a Muon setting
+// have it: Dion's settings, its `dion` key Dion's too. A Muon setting Dion lacks is accepted at
+// Muon's default (what those versions wrote) or at the value Dion always has, refused otherwise.
+void read_muon_section_as_dion(Section& s, HybridOptions& h) {
+  const auto n = s.find("muon");
+  if (!n || n.IsNull()) return;
+  Section section(n, s.key_path("muon"));
+  std::set<std::string> own;
+  visit_algorithm(h.matrices_options(), [&](auto& options) {
+    read_fields(section, options);
+    read_settings_map(section, "dion", options);
+    visit_options(options, [&](const OptionInfo& info, const auto&) { own.insert(info.name); });
+  });
+  MuonOptions defaults;
+  visit_options(defaults, [&](const OptionInfo& info, auto& value) {
+    const auto given = own.count(info.name) == 0 ? section.find(info.name) : YAML::Node();
+    if (!given) return;
+    const auto path = section.key_path(info.name);
+    auto read = value;
+    read_field(info, given, path, read);
+    const bool fits = is_dions_momentum_key(info.name) ? states_dions_momentum(info.name, given, path)
+                                                        : read == value;
+    if (!fits) {
+      refuse_for_matrices(section, info.name, h, info.name);
+    }
+  });
+  section.finish();
+}
+
+// The muon section under Muon; its `dion` key, which earlier versions wrote there, is null or
+// false (true switched to Dion: read_dion_switch).
+void read_muon_section(Section& s, MuonOptions& muon) {
+  if (const auto n = s.find("muon"); n && !n.IsNull()) {
+    Section section(n, s.key_path("muon"));
+    read_fields(section, muon);
+    section.find("dion");
+    section.finish();
+  }
+}
+
 }  // namespace
 
 void read_option_sections(Section& s, HybridOptions& h) {
-  read_section(s, "muon", h.muon);
+  if (auto* muon = muon_of(h)) {
+    read_muon_section(s, *muon);
+  } else {
+    read_muon_section_as_dion(s, h);
+  }
+  visit_algorithm(h.matrices_options(), [&](auto& options) {
+    if (muon_of(h) == nullptr) read_settings_map(s, algorithm_name(options), options);
+  });
   const std::string others = algorithm_name(h.others_options());
   for_each_algorithm([&](auto* tag) {
     using Options = std::remove_pointer_t<decltype(tag)>;
@@ -139,8 +229,9 @@ ParamGroupSpec read_group(const YAML::Node& n, const std::string& path) {
 
 void emit_hybrid(YAML::Emitter& out, const HybridOptions& h) {
   if (!h.all_adamw) {  // under name adamw no parameter is Muon's
-    out << YAML::Key << "muon" << YAML::Value;
-    emit_fields(out, h.muon);
+    const std::string matrices = algorithm_name(h.matrices_options());
+    out << YAML::Key << matrices << YAML::Value;
+    visit_algorithm(h.matrices_options(), [&](const auto& options) { emit_fields(out, options); });
   }
   const std::string others = algorithm_name(h.others_options());
   if (h.others) out << YAML::Key << "others" << YAML::Value << others;

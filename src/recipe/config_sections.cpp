@@ -42,7 +42,7 @@ CoefficientTable read_table(const YAML::Node& n, const std::string& path) {
 namespace {
 
 // preset: {name: nanochat, ...}: its groups and its Muon and AdamW settings.
-void read_nanochat_preset(Section& p, HybridOptions& h) {
+void read_nanochat_preset(Section& p, HybridOptions& h, MuonOptions& muon) {
   NanochatSettings n;
   if (const auto v = p.integer("d_model")) n.d_model = *v;
   for (auto [key, field] : {std::pair{"embedding_lr", &n.embedding_lr},
@@ -62,7 +62,7 @@ void read_nanochat_preset(Section& p, HybridOptions& h) {
   const auto built = nanochat_preset(n);
   h.groups = built.groups;
   // The recipe's algorithm settings; storage, clipping and the rest stay as configured.
-  h.muon.lr(built.muon.lr())
+  muon.lr(built.muon.lr())
       .momentum(built.muon.momentum())
       .coefficients(built.muon.coefficients())
       .normuon(built.muon.normuon())
@@ -109,6 +109,11 @@ void read_groups_or_preset(Section& s, OptimConfig& config) {
                                       "AdamW's for the rest)"
                                     : "the " + config.preset + " preset (Muon's settings)");
     }
+    auto* muon = muon_of(h);
+    const bool sets_muon = config.preset == "nanochat" || entry->options.as<MuonOptions>();
+    check(!sets_muon || muon != nullptr, s.key_path("preset"), ": the preset ", config.preset,
+          " sets Muon's settings, but the matrices run ", algorithm_name(h.matrices_options()),
+          "; choose name muon, or remove the preset");
     if (config.preset == "nanochat") {
       check(!h.others, s.key_path("preset"),
             ": the nanochat preset is AdamW's recipe for the "
@@ -116,9 +121,11 @@ void read_groups_or_preset(Section& s, OptimConfig& config) {
             algorithm_name(h.others_options()),
             "'s; remove others, or give param_groups of your "
             "own");
-      read_nanochat_preset(p, h);
+      read_nanochat_preset(p, h, *muon);
+    } else if (sets_muon) {
+      apply_muon_preset(entry->muon(), *muon);
     } else {
-      apply_muon_preset(entry->muon, h.muon);
+      h.matrices = entry->options;  // dion: the matrices run it, from its preset
     }
   }
   p.finish();
@@ -150,18 +157,20 @@ void read_scaling(Section& s, OptimConfig& config) {
     sc.finish();
     require(rules.batch_tokens > 0, sc.key_path("batch_tokens"), "> 0", rules.batch_tokens);
     require(rules.d_model > 0, sc.key_path("d_model"), "> 0", static_cast<double>(rules.d_model));
-    h.muon.lr(h.muon.lr() * rules.lr_multiplier());
-    h.muon.weight_decay(h.muon.weight_decay() * rules.weight_decay_multiplier());
+    auto matrices = group_settings(h.matrices_options());
+    matrices["lr"] *= rules.lr_multiplier();
+    matrices["weight_decay"] *= rules.weight_decay_multiplier();
+    set_group_settings(h.matrices_options(), matrices);
     auto others = group_settings(h.others_options());
     others["lr"] *= rules.adamw_lr_multiplier();
     others["weight_decay"] *= rules.weight_decay_multiplier();
     set_group_settings(h.others_options(), others);
     std::ostringstream note;
-    note << "scaling: Muon lr x " << rules.lr_multiplier() << " (sqrt(B/2^19)), "
+    note << "scaling: " << algorithm_name(h.matrices_options()) << " lr x " << rules.lr_multiplier() << " (sqrt(B/2^19)), "
          << algorithm_name(h.others_options()) << " lr x " << rules.adamw_lr_multiplier()
          << " (also (d_model/768)^-0.5), weight decay x " << rules.weight_decay_multiplier()
-         << " -> lr " << h.muon.lr() << ", adamw_lr " << others["lr"] << ", weight_decay "
-         << h.muon.weight_decay();
+         << " -> lr " << matrices["lr"] << ", adamw_lr " << others["lr"] << ", weight_decay "
+         << matrices["weight_decay"];
     config.notes.push_back(note.str());
   }
 }

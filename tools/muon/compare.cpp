@@ -35,11 +35,12 @@ CompareEntry compare_entry(const std::string& spec) {
 
 namespace {
 
-// Every rate of `config` × m: the base rates of both algorithms (Muon's and the others') and the
+// Every rate of `config` × m: the base rates of both algorithms (the matrices' and the others')
+// and the
 // groups' absolute ones.
 OptimConfig scaled(OptimConfig config, double m) {
   auto& h = config.hybrid;
-  h.muon.lr(h.muon.lr() * m);
+  h.matrices_options().set_lr(h.matrices_options().get_lr() * m);
   h.others_options().set_lr(h.others_options().get_lr() * m);
   for (auto& g : h.groups) {
     if (g.lr) *g.lr *= m;

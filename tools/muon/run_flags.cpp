@@ -177,12 +177,18 @@ void check_describes(const TrainConfig& stored, const TrainConfig& described,
 // The base rate at update `step` of a run of `steps` under `config`'s schedule.
 double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
   const auto& h = config.hybrid;
-  const double peak = h.all_adamw ? h.others_options().get_lr() : h.muon.lr();
+  const double peak = h.all_adamw ? h.others_options().get_lr() : h.matrices_options().get_lr();
   return h.schedule ? peak * h.schedule->multiplier(step, steps, peak) : peak;
 }
 
-// --optimizer: a name of optimizer_names(); dion starts from Dion's preset at the run's rates and
-// storage.
+// The run's state storage: the matrices' (Dion's is float32), or under adamw the others'.
+at::ScalarType state_dtype_of(const HybridOptions& h) {
+  const auto& options = h.all_adamw ? h.others_options() : h.matrices_options();
+  return get_option<at::ScalarType>(options, "state_dtype").value_or(at::kFloat);
+}
+
+// --optimizer: a name of optimizer_names(); one whose matrices run another algorithm (dion) starts
+// from that algorithm's preset at the run's rates and storage.
 RunFlag optimizer_flag(CLI::App& train, std::string& optimizer) {
   std::string names_doc;
   std::vector<std::string> names;
@@ -204,11 +210,20 @@ RunFlag optimizer_flag(CLI::App& train, std::string& optimizer) {
                   "configuration's others is ",
                   others ? algorithm_name(*others) : "",
                   "; choose --optimizer muon or dion, or remove others from the configuration");
-            auto& muon = c.optimizer.hybrid.muon;
-            const auto run = muon;
-            apply_optimizer_name(optimizer, c.optimizer.hybrid);
-            if (optimizer == "dion" && !run.dion()) {
-              muon.lr(run.lr()).weight_decay(run.weight_decay()).state_dtype(run.state_dtype());
+            auto& h = c.optimizer.hybrid;
+            const std::string before = algorithm_name(h.matrices_options());
+            const auto run = group_settings(h.matrices_options());
+            const auto dtype = get_option<at::ScalarType>(h.matrices_options(), "state_dtype");
+            apply_optimizer_name(optimizer, h);
+            if (algorithm_name(h.matrices_options()) != before) {  // the run's rates and storage
+              auto settings = group_settings(h.matrices_options());
+              settings["lr"] = run.at("lr");
+              settings["weight_decay"] = run.at("weight_decay");
+              set_group_settings(h.matrices_options(), settings);
+              check(!dtype || set_option(h.matrices_options(), "state_dtype", *dtype) ||
+                        *dtype == at::kFloat,
+                    "train: --optimizer ", optimizer, " keeps its momentum in float32; drop "
+                    "--state-dtype bfloat16 (or the configuration's state_dtype)");
             }
             c.optimizer.name = optimizer;
           },
@@ -241,10 +256,10 @@ RunFlag others_flag(CLI::App& train, std::string& others) {
                   "train: --others would do nothing: optimizer adamw trains every "
                   "parameter with AdamW; choose --optimizer muon or dion");
             if (algorithm_name(h.others_options()) == others) return;  // keeps its settings
-            const auto dtype = h.muon.state_dtype();
+            const auto dtype = state_dtype_of(h);
             h.others = AlgorithmOptions();
             if (others != "adamw") h.others = AlgorithmOptions(default_options_of(others));
-            visit_algorithm(h.others_options(), [dtype](auto& o) { o.state_dtype(dtype); });
+            set_option(h.others_options(), "state_dtype", dtype);
           },
           [](const TrainConfig& c) {
             return std::string(algorithm_name(c.optimizer.hybrid.others_options()));
@@ -300,11 +315,15 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
                    [&state_dtype](TrainConfig& c) {
                      const auto t = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
                      auto& h = c.optimizer.hybrid;
-                     h.muon.state_dtype(t);
-                     visit_algorithm(h.others_options(), [t](auto& o) { o.state_dtype(t); });
+                     check(set_option(h.matrices_options(), "state_dtype", t) ||
+                               t == at::kFloat || h.all_adamw,
+                           "train: ", algorithm_name(h.matrices_options()),
+                           " keeps its momentum in float32; --state-dtype bfloat16 stores "
+                           "the other tensors' state only with --optimizer muon or adamw");
+                     set_option(h.others_options(), "state_dtype", t);
                    },
                    [](const TrainConfig& c) {
-                     return std::string(c.optimizer.hybrid.muon.state_dtype() == at::kBFloat16
+                     return std::string(state_dtype_of(c.optimizer.hybrid) == at::kBFloat16
                                             ? "bfloat16"
                                             : "float32");
                    }});
@@ -316,9 +335,11 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
                      check(!c.optimizer.hybrid.all_adamw,
                            "train: --muon-lr would do nothing: optimizer adamw trains every "
                            "parameter with AdamW, at --adamw-lr");
-                     c.optimizer.hybrid.muon.lr(muon_lr);
+                     c.optimizer.hybrid.matrices_options().set_lr(muon_lr);
                    },
-                   [](const TrainConfig& c) { return text_of(c.optimizer.hybrid.muon.lr()); }});
+                   [](const TrainConfig& c) {
+                     return text_of(c.optimizer.hybrid.matrices_options().get_lr());
+                   }});
   auto* alr = train
                   .add_option("--adamw-lr", adamw_lr,
                               "peak learning rate of the other tensors (AdamW's, or the "

@@ -269,7 +269,7 @@ void TrainingRun::log_start() {
     other_tensors += row.role == Role::adamw;
   }
   log_ << "muon train: " << config_.model.n_layers << " layers, d_model " << config_.model.d_model
-       << ", " << muon_tensors << " " << algorithm_name(optimizer_->options().muon) << " matrices, "
+       << ", " << muon_tensors << " " << algorithm_name(optimizer_->options().matrices_options()) << " matrices, "
        << other_tensors << " " << algorithm_name(optimizer_->options().others_options())
        << " tensors; " << data_.train_bytes() << " training bytes, " << at::get_num_threads()
        << " threads" << (world_ > 1 ? ", " + std::to_string(world_) + " ranks" : "") << "\n";

@@ -28,18 +28,25 @@ ParamGroupSpec read_group(const YAML::Node& n, const std::string& path);
 // nanochat, excludes param_groups). Read before the other keys, which override a preset's settings.
 void read_groups_or_preset(Section& s, OptimConfig& config);
 // The root-level shorthands of `s` (weight_decay, betas, momentum, ...): each sets its option of
-// MuonOptions and/or AdamWOptions. Under name adamw (h.all_adamw) a Muon key sets AdamW's option
+// the matrices' algorithm (Muon, Dion) and/or the others' (AdamW unless `others` says). Under name adamw (h.all_adamw) a Muon key sets AdamW's option
 // of the same name, or is refused when AdamW has none.
 void read_shorthands(Section& s, HybridOptions& h);
+// The matrices' Muon options, or null when they run another algorithm (Dion).
+MuonOptions* muon_of(HybridOptions& h);
+// Throws "<key>: dion (the matrices' algorithm) has no <option>; ...": a Muon setting under Dion.
+[[noreturn]] void refuse_for_matrices(const Section& s, const std::string& key,
+                                      const HybridOptions& h, const std::string& option);
 // Throws "<key>: <what> would do nothing: name adamw trains every parameter with AdamW ...".
 [[noreturn]] void refuse_unused_under_adamw(const Section& s, const std::string& key,
                                             const std::string& what);
 // The hybrid's own keys of `s` (grad_clip, nonfinite and the schedules), by their schema.
 void read_hybrid_fields(Section& s, HybridOptions& h);
-// `muon` and `adamw` of `s`: any option of MuonOptions / AdamWOptions by its schema name
-// (muon/option_schema.h), over what the shorthand keys set.
+// The sections of the algorithms that run — `muon` (or `dion`) and `adamw` (or the others') — of
+// `s`: any option by its schema name (muon/option_schema.h), over what the shorthand keys set.
+// Under Dion the `muon` section, written when Dion was a Muon setting, holds Dion's settings.
 void read_option_sections(Section& s, HybridOptions& h);
-// The sections muon and adamw in full, the hybrid's own keys and the groups, for to_yaml.
+// The sections of the algorithms that run in full, the hybrid's own keys and the groups, for
+// to_yaml.
 void emit_hybrid(YAML::Emitter& out, const HybridOptions& h);
 // `routing` of `s`.
 void read_routing(Section& s, OptimConfig& config);

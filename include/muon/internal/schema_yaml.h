@@ -118,32 +118,6 @@ inline void read_value(const YAML::Node& n, const std::string& path,
   }
   out = o;
 }
-// true (the defaults), false or null (off), or {rank_fraction, rank_multiple_of, epsilon}.
-inline void read_value(const YAML::Node& n, const std::string& path,
-                       std::optional<DionOptions>& out) {
-  if (n.IsNull() || (n.IsScalar() && !Section::as_bool(n, path))) {
-    out = std::nullopt;
-    return;
-  }
-  DionOptions o;
-  if (n.IsMap()) {
-    Section s(n, path);
-    if (const auto f = s.number("rank_fraction")) {
-      require(*f > 0 && *f <= 1, s.key_path("rank_fraction"), "in (0, 1]", *f);
-      o.rank_fraction = *f;
-    }
-    if (const auto m = s.integer("rank_multiple_of")) {
-      require(*m >= 1, s.key_path("rank_multiple_of"), ">= 1", static_cast<double>(*m));
-      o.rank_multiple_of = *m;
-    }
-    if (const auto e = s.number("epsilon")) {
-      require(std::isfinite(*e) && *e > 0, s.key_path("epsilon"), "> 0", *e);
-      o.epsilon = *e;
-    }
-    s.finish();
-  }
-  out = o;
-}
 inline void read_value(const YAML::Node& n, const std::string& path, WeightDecaySchedule& out) {
   const auto name = n.IsScalar() ? n.Scalar() : kind_of(n);
   check(name == "constant" || name == "cosine", path, ": expected constant or cosine, got '", name,
@@ -311,14 +285,6 @@ inline void emit_value(YAML::Emitter& out, const NorMuonOptions& n) {
   out << YAML::Flow << YAML::BeginMap << YAML::Key << "beta2" << YAML::Value;
   emit_value(out, n.beta2);
   out << YAML::Key << "axis" << YAML::Value << to_string(n.axis) << YAML::EndMap;
-}
-inline void emit_value(YAML::Emitter& out, const DionOptions& d) {
-  out << YAML::Flow << YAML::BeginMap << YAML::Key << "rank_fraction" << YAML::Value;
-  emit_value(out, d.rank_fraction);
-  out << YAML::Key << "rank_multiple_of" << YAML::Value << d.rank_multiple_of;
-  out << YAML::Key << "epsilon" << YAML::Value;
-  emit_value(out, d.epsilon);
-  out << YAML::EndMap;
 }
 inline void emit_value(YAML::Emitter& out, const WeightDecaySchedule& w) {
   out << (w.cosine ? "cosine" : "constant");
