@@ -1,6 +1,8 @@
 // muon_cpp._core: the compiled half of the Python module. The classes Python code sees are
 // torch.optim.Optimizer subclasses in muon_cpp/__init__.py; each owns an Engine (one of our C++
-// optimizers) and pushes its param_groups' settings into it before every step.
+// optimizers) and pushes its param_groups' settings into it before every step. One file of ~420
+// lines on purpose: the Engine and the bindings that expose it read as one piece; the value
+// conversions are values.cpp.
 //
 // Errors: muon::Error from constructors and configs → ValueError (pybind11 maps
 // std::invalid_argument), wrong Python types → TypeError, problems found while stepping (sparse
@@ -95,8 +97,9 @@ int64_t step_count(const std::string& key, const at::Tensor& t) {
 class Engine {
  public:
   explicit Engine(std::unique_ptr<torch::optim::Optimizer> optimizer)
-      : optimizer_(std::move(optimizer)),
-        hybrid_(dynamic_cast<HybridOptimizer*>(optimizer_.get())) {}
+      : optimizer_(std::move(optimizer)) {}
+  explicit Engine(std::unique_ptr<HybridOptimizer> hybrid)
+      : hybrid_(hybrid.get()), optimizer_(std::move(hybrid)) {}
 
   // groups: [(params, options dict)], options starting from `Options`' defaults.
   template <class Optim, class Options>
@@ -256,8 +259,8 @@ class Engine {
     for (size_t i = 0; i < groups.size(); ++i) groups[i].set_options(std::move(previous[i]));
   }
 
+  HybridOptimizer* hybrid_ = nullptr;  // the optimizer, when it is the hybrid (set first)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  HybridOptimizer* hybrid_;
   std::unique_ptr<PythonQkClipSource> qk_source_;
 };
 

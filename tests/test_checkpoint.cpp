@@ -55,6 +55,28 @@ std::vector<at::Tensor> weights(demo::Gpt& model) {
   return out;
 }
 
+// A model initialized under seed `seed` and its optimizer for a run of `total` steps under
+// `config`, trained for the steps before `steps`.
+struct Trained {
+  demo::Gpt model;
+  std::unique_ptr<HybridOptimizer> opt;
+};
+Trained trained(const OptimConfig& config, uint64_t seed, int64_t steps, int64_t total) {
+  at::manual_seed(seed);
+  demo::Gpt model(tiny());
+  auto opt = build_optimizer(*model, config, total);
+  for (int64_t s = 0; s < steps; ++s) train_step(model, *opt, s);
+  return {model, std::move(opt)};
+}
+
+// Trains `run` from step `from` to `to` and expects the weights of `straight`, bit for bit.
+void expect_continues_as(Trained& run, int64_t from, int64_t to, Trained& straight) {
+  for (int64_t s = from; s < to; ++s) train_step(run.model, *run.opt, s);
+  const auto a = weights(straight.model);
+  const auto b = weights(run.model);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
+}
+
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / name).string();
 }
@@ -64,29 +86,17 @@ TEST(Checkpoint, ResumeIsBitExactForFp32AndBf16State) {
     SCOPED_TRACE(dtype);
     const auto config = config_with(dtype);
     const int64_t K = 3;
-    at::manual_seed(1);
-    demo::Gpt straight(tiny());
-    auto straight_opt = build_optimizer(*straight, config, 2 * K);
-    for (int64_t s = 0; s < 2 * K; ++s) train_step(straight, *straight_opt, s);
-
-    at::manual_seed(1);
-    demo::Gpt first(tiny());
-    auto first_opt = build_optimizer(*first, config, 2 * K);
-    for (int64_t s = 0; s < K; ++s) train_step(first, *first_opt, s);
+    auto straight = trained(config, 1, 2 * K, 2 * K);
+    auto first = trained(config, 1, K, 2 * K);
     const auto path = temp_path(std::string("muon_ckpt_") + dtype + ".pt");
-    save_checkpoint(path, *first_opt, first.get(), config.to_yaml());
+    save_checkpoint(path, *first.opt, first.model.get(), config.to_yaml());
 
-    at::manual_seed(99);  // a differently initialized model: the checkpoint restores it
-    demo::Gpt resumed(tiny());
-    auto resumed_opt = build_optimizer(*resumed, config, 2 * K);
-    const auto info = load_checkpoint(path, *resumed_opt, resumed.get());
+    // A differently initialized model: the checkpoint restores it.
+    auto resumed = trained(config, 99, 0, 2 * K);
+    const auto info = load_checkpoint(path, *resumed.opt, resumed.model.get());
     EXPECT_EQ(info.step_count, K);
     EXPECT_EQ(info.config_yaml, config.to_yaml());
-    for (int64_t s = K; s < 2 * K; ++s) train_step(resumed, *resumed_opt, s);
-
-    const auto a = weights(straight);
-    const auto b = weights(resumed);
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
+    expect_continues_as(resumed, K, 2 * K, straight);
   }
 }
 
@@ -169,32 +179,20 @@ void write_as_when_dion_was_a_muon_setting(const std::string& path) {
 TEST(Checkpoint, DionRunsOfEarlierVersionsResume) {
   const auto config = OptimConfig::from_yaml("optimizer: {name: dion, dion: {rank_fraction: 0.5}}\n");
   const int64_t K = 2;
-  at::manual_seed(4);
-  demo::Gpt straight(tiny());
-  auto straight_opt = build_optimizer(*straight, config, 2 * K);
-  for (int64_t s = 0; s < 2 * K; ++s) train_step(straight, *straight_opt, s);
-
-  at::manual_seed(4);
-  demo::Gpt first(tiny());
-  auto first_opt = build_optimizer(*first, config, 2 * K);
-  for (int64_t s = 0; s < K; ++s) train_step(first, *first_opt, s);
+  auto straight = trained(config, 4, 2 * K, 2 * K);
+  auto first = trained(config, 4, K, 2 * K);
   const auto path = temp_path("muon_ckpt_dion_earlier.pt");
-  save_checkpoint(path, *first_opt, first.get());
+  save_checkpoint(path, *first.opt, first.model.get());
   write_as_when_dion_was_a_muon_setting(path);
 
   // A Muon hybrid refuses it (its matrices ran Dion), naming what ran them.
-  demo::Gpt other(tiny());
-  auto muon_opt = build_optimizer(*other, OptimConfig::from_yaml("optimizer: muon\n"), 2 * K);
-  expect_error<Error>([&] { load_checkpoint(path, *muon_opt, other.get()); },
+  auto muon = trained(OptimConfig::from_yaml("optimizer: muon\n"), 5, 0, 2 * K);
+  expect_error<Error>([&] { load_checkpoint(path, *muon.opt, muon.model.get()); },
                       {"was optimized by dion, this optimizer runs muon on it"});
 
-  demo::Gpt resumed(tiny());
-  auto resumed_opt = build_optimizer(*resumed, config, 2 * K);
-  load_checkpoint(path, *resumed_opt, resumed.get());
-  for (int64_t s = K; s < 2 * K; ++s) train_step(resumed, *resumed_opt, s);
-  const auto a = weights(straight);
-  const auto b = weights(resumed);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
+  auto resumed = trained(config, 5, 0, 2 * K);
+  load_checkpoint(path, *resumed.opt, resumed.model.get());
+  expect_continues_as(resumed, K, 2 * K, straight);
 }
 
 TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {

@@ -29,8 +29,7 @@ namespace muon {
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
     "momentum storage: float32 (float64 for float64 parameters) or bfloat16 (stochastic rounding)") \
   X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
-  X(std::optional<bool>, fused, std::nullopt, any,                                                 \
-    "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")
+  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
 // clang-format on
 
 struct LionOptions : public torch::optim::OptimizerCloneableOptions<LionOptions> {

@@ -91,17 +91,28 @@ const char* coefficients_option_doc();
 #define MUON_MANTISSA_DOC                                                                          \
   "bfloat16 parameters: keep the low 16 bits of each fp32 weight in the state tensor mantissa, "   \
   "so updates act on the exact fp32 value (modded-nanogpt); other dtypes are unaffected"
+#define MUON_FUSED_DOC                                                                             \
+  "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form"
+#define MUON_CAUTIOUS_DOC                                                                          \
+  "cautious mask: keep only the changes that agree in sign with the gradient"
+// The settings Muon and Dion share: each matrix's rate and its decay.
+#define MUON_MATRIX_LR_DOC                                                                         \
+  "base learning rate; each matrix steps by lr × its shape factor (adjust_lr)"
+#define MUON_MATRIX_DECAY_DOC                                                                      \
+  "weight decay λ, applied as weight_decay_method says; the shape factor never applies"
+#define MUON_MATRIX_DECAY_METHOD_DOC                                                               \
+  "decoupled W·(1 − lr·λ), independent W·(1 − λ), l2 g + λ·W before the momentum, "                \
+  "palm W·(1 − lr²·λ)"
 
 #define MUON_MUON_OPTIONS(X)                                                                       \
   X(double, lr, 0.02, nonnegative,                                                                 \
-    "base learning rate; each matrix steps by lr × its shape factor (adjust_lr)")                  \
+    MUON_MATRIX_LR_DOC)                                                                            \
   X(double, momentum, 0.95, unit_interval, "momentum coefficient β of the buffer")                 \
   X(bool, nesterov, true, any, "orthogonalize the Nesterov look-ahead instead of the buffer")      \
   X(double, weight_decay, 0.0, nonnegative,                                                        \
-    "weight decay λ, applied as weight_decay_method says; the shape factor never applies")         \
+    MUON_MATRIX_DECAY_DOC)                                                                         \
   X(WeightDecayMethod, weight_decay_method, WeightDecayMethod::decoupled, any,                     \
-    "decoupled W·(1 − lr·λ), independent W·(1 − λ), l2 g + λ·W before the momentum, "              \
-    "palm W·(1 − lr²·λ)")                                                                          \
+    MUON_MATRIX_DECAY_METHOD_DOC)                                                                  \
   X(int64_t, ns_steps, 5, iteration_count, "Newton–Schulz iterations")                            \
   X(CoefficientTable, coefficients, CoefficientTable::quintic(), any,                              \
     ::muon::coefficients_option_doc())                                                             \
@@ -135,26 +146,23 @@ const char* coefficients_option_doc();
   X(std::optional<NorMuonOptions>, normuon, std::nullopt, any,                                     \
     "NorMuon: unset (off) or {beta2, axis}, a per-row or per-column second moment")                \
   X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
-  X(bool, cautious, false, any,                                                                    \
-    "cautious mask: keep only the changes that agree in sign with the gradient")                   \
+  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC)                                                 \
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
     "momentum storage: float32 (float64 for float64 parameters) or bfloat16 (stochastic rounding)") \
   X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
-  X(std::optional<bool>, fused, std::nullopt, any,                                                 \
-    "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")
+  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
 
 // Dion's (microsoft/dion's names and defaults; Ahn et al., arXiv 2504.05295): the update's rank
 // is r = min(⌈rank_fraction·min(rows, cols) / rank_multiple_of⌉·rank_multiple_of, rows, cols).
 #define MUON_DION_OPTIONS(X)                                                                       \
   X(double, lr, 0.01, nonnegative,                                                                 \
-    "base learning rate; each matrix steps by lr × its shape factor (adjust_lr)")                  \
+    MUON_MATRIX_LR_DOC)                                                                            \
   X(double, momentum, 0.95, unit_interval,                                                         \
     "μ: the buffer M ← M + g keeps μ of the part the update took (M −= (1 − μ)·P·Rᵀ)")             \
   X(double, weight_decay, 0.01, nonnegative,                                                       \
-    "weight decay λ, applied as weight_decay_method says; the shape factor never applies")         \
+    MUON_MATRIX_DECAY_DOC)                                                                         \
   X(WeightDecayMethod, weight_decay_method, WeightDecayMethod::decoupled, any,                     \
-    "decoupled W·(1 − lr·λ), independent W·(1 − λ), l2 g + λ·W before the momentum, "              \
-    "palm W·(1 − lr²·λ)")                                                                          \
+    MUON_MATRIX_DECAY_METHOD_DOC)                                                                  \
   X(double, rank_fraction, 1.0, share, "the update's rank as a share of min(rows, cols)")          \
   X(int64_t, rank_multiple_of, 1, positive, "the rank is rounded up to a multiple of this")        \
   X(double, epsilon, 1e-8, positive, "guards the column normalization of R")                      \
@@ -162,11 +170,9 @@ const char* coefficients_option_doc();
     "shape factor: spectral √(rows/cols) (Dion's), original √max(1, rows/cols), "                  \
     "match_rms_adamw 0.2·√max(rows, cols), none 1")                                                \
   X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
-  X(bool, cautious, false, any,                                                                    \
-    "cautious mask: keep only the changes that agree in sign with the gradient")                   \
+  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC)                                                 \
   X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
-  X(std::optional<bool>, fused, std::nullopt, any,                                                 \
-    "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")
+  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
 
 #define MUON_ADAM_OPTIONS(X)                                                                       \
   X(double, lr, 1e-3, nonnegative, "learning rate")                                                \
@@ -181,10 +187,8 @@ const char* coefficients_option_doc();
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
     "moment storage: float32 (float64 for float64 parameters) or bfloat16 (not for LAMB)")         \
   X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
-  X(bool, cautious, false, any,                                                                    \
-    "cautious mask: keep only the changes that agree in sign with the gradient; not for LAMB")     \
-  X(std::optional<bool>, fused, std::nullopt, any,                                                 \
-    "kernels: unset picks per device (fused on CPU), true fused only, false the ATen form")
+  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC "; not for LAMB")                               \
+  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
 // clang-format on
 
 // Throws "<who>: <name> must be <range>, got <value>" for the first numeric option of `options`

@@ -24,6 +24,7 @@ import os
 import torch
 
 from . import _core, _torch_muon
+from ._dion import Dion
 from ._distributed import check_group
 from ._engine import AMSGRAD, USE_ADDMM, _EngineOptimizer
 from ._sharded import is_sharded
@@ -51,11 +52,10 @@ _TORCH_MUON_KEYWORDS = {"ns_coefficients": "coefficients", "eps": "ns_eps",
 
 
 # Other projects' settings for the matrices by name: the C++ table of presets (muon/presets.h),
-# each a full set of one algorithm's settings in our names — torch and nanochat Muon's, dion
-# Dion's (its own defaults).
+# each a full set of one algorithm's settings in our names — torch and nanochat Muon's (dion's are
+# Dion's own defaults).
 _MUON_PRESETS = {name: settings for name, _origin, algorithm, settings in _core.muon_presets()
                  if algorithm == "muon"}
-_DION = {name: default for name, default, _doc, _range in _core.option_schema("dion")}
 
 
 class Muon(_EngineOptimizer):
@@ -109,86 +109,6 @@ class Muon(_EngineOptimizer):
             del saved["dion"]
         return _torch_muon.drop_duplicates(
             saved, _torch_muon.torch_view(saved, _core.coefficient_table), keep="ours")
-
-
-# Muon's options that Dion has no counterpart of: a state dict saved when Dion was a Muon setting
-# holds them beside Dion's (at values Dion ran with, or was refused).
-_MUON_ONLY = ({name for name, *_ in _core.option_schema("muon")} - set(_DION)) | {"dion"}
-_DION_INIT = _init_from_schema("dion", positional=0)
-
-
-class Dion(_EngineOptimizer):
-    """Dion (Ahn et al., arXiv 2504.05295; docs/design.md §Dion): a rank-r orthonormal update
-    from one power iteration per step with error feedback, in microsoft/dion's keywords:
-
-    ``Dion(params, lr=0.01, mu=0.95, weight_decay=0.01, *, rank_fraction=1.0,
-    rank_multiple_of=1, epsilon=1e-8, **options)``; ``options`` are Dion's others
-    (weight_decay_method, adjust_lr, cautious, cautious_weight_decay, mantissa_tracking, fused;
-    ``help(muon_cpp.Dion)`` or docs/python.md) and ``process_group``. Param groups and state dicts
-    use Dion's option names (``momentum`` for ``mu``); the state holds ``momentum_buffer`` and
-    ``dion_q``, the right factor Q. State dicts saved when Dion was a Muon setting (groups with a
-    ``dion`` dict beside Muon's keys) load.
-
-    microsoft/dion's other keywords are taken by name (its positional order differs: meshes come
-    first there): ``qr_method`` ('qr', 'cqr' or 'rcqr'), ``cqr_warmup_steps`` and
-    ``rcqr_oversample`` choose how dion computes the QR; the orthonormal basis is the same in
-    exact arithmetic (column signs cancel in P·Rᵀ and the update), and muon-cpp computes it by
-    Householder QR. ``power_iters`` must be 1, the meshes and ``mixed_precision_config`` None
-    and ``betas`` dion's default (they set its AdamW/Lion groups; this class trains matrices only:
-    give the rest to ``AdamW`` or use ``build_optimizer`` with ``name: dion``).
-    """
-
-    _make_engine = staticmethod(_core.Engine.dion)
-    _updates_matrices = True
-    _updates_whole_tensors = True
-
-    def __init__(self, params, lr=_DION["lr"], mu=_DION["momentum"],
-                 weight_decay=_DION["weight_decay"], *,
-                 rank_fraction=_DION["rank_fraction"],
-                 rank_multiple_of=_DION["rank_multiple_of"],
-                 epsilon=_DION["epsilon"], replicate_mesh=None, outer_shard_mesh=None,
-                 inner_shard_mesh=None, replicate_mesh_grad_sync=True, betas=(0.9, 0.95),
-                 power_iters=1, qr_method="rcqr", cqr_warmup_steps=150, rcqr_oversample=1.25,
-                 mixed_precision_config=None, **options):
-        _check_dion_keywords(locals())
-        _DION_INIT(self, params, lr=lr, momentum=mu, weight_decay=weight_decay,
-                   rank_fraction=rank_fraction, rank_multiple_of=rank_multiple_of,
-                   epsilon=epsilon, **options)
-
-    def _loaded_group(self, saved):
-        rank = saved.get("dion")
-        saved = {key: value for key, value in saved.items() if key not in _MUON_ONLY}
-        if isinstance(rank, dict):
-            saved.update(rank)
-        return saved
-
-
-def _check_dion_keywords(given):
-    """microsoft/dion's keywords that muon_cpp.Dion takes only where they change nothing here."""
-    for mesh in ("replicate_mesh", "outer_shard_mesh", "inner_shard_mesh"):
-        if given[mesh] is not None:
-            raise ValueError(f"Dion: {mesh} must be None: muon-cpp's Dion does not shard over "
-                             "device meshes")
-    if not isinstance(given["replicate_mesh_grad_sync"], bool):
-        raise TypeError("Dion: replicate_mesh_grad_sync must be a bool")
-    if given["mixed_precision_config"] is not None:
-        raise ValueError("Dion: mixed_precision_config must be None: Dion's momentum and Q stay "
-                         "in float32 (float64 for float64 parameters)")
-    if given["power_iters"] != 1 or isinstance(given["power_iters"], bool):
-        raise ValueError(f"Dion: power_iters must be 1 (one power iteration per step, the "
-                         f"paper's Algorithm 1), got {given['power_iters']!r}")
-    if given["qr_method"] not in ("qr", "cqr", "rcqr"):
-        raise ValueError(f"Dion: qr_method must be 'qr', 'cqr' or 'rcqr', got "
-                         f"{given['qr_method']!r}")
-    if tuple(given["betas"]) != (0.9, 0.95):
-        raise ValueError(f"Dion: betas {tuple(given['betas'])} would do nothing: they are "
-                         "microsoft/dion's AdamW/Lion betas for non-matrix parameters, and this "
-                         "class trains matrices only; give those to muon_cpp.AdamW(betas=...) or "
-                         "use build_optimizer with name: dion and betas")
-    for name, least in (("cqr_warmup_steps", 0), ("rcqr_oversample", 1)):
-        value = given[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= least:
-            raise ValueError(f"Dion: {name} must be a number >= {least}, got {value!r}")
 
 
 class AdamW(_EngineOptimizer):

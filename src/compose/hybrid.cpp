@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "data_parallel.h"
+#include "hybrid_plan.h"
 #include "muon/algorithms.h"
 #include "muon/compat.h"
 #include "muon/error.h"
@@ -28,106 +29,10 @@ struct HybridOptimizer::Plan {
   std::vector<std::optional<LrSchedule>> group_schedules;
 };
 
-namespace {
-
-std::vector<ParamGroupSpec> groups_or_default(const HybridOptions& options) {
-  if (!options.groups.empty()) return options.groups;
-  return {ParamGroupSpec{"default", {"*"}}};
-}
-
-// Every option that does not depend on the parameters.
-void check_hybrid_options(const HybridOptions& options) {
-  with_context(options.matrices ? "HybridOptions::matrices" : "HybridOptions::muon", [&] {
-    check_group_options(options.matrices_options());
-    check(algorithm_kind(options.matrices_options()) == ParamKind::matrices, "'",
-          algorithm_name(options.matrices_options()),
-          "' does not update matrices as matrices; the routed matrices need one of ",
-          algorithm_names_text(ParamKind::matrices));
-  });
-  with_context(options.others ? "HybridOptions::others" : "HybridOptions::adamw", [&] {
-    check_group_options(options.others_options());
-    check(algorithm_kind(options.others_options()) == ParamKind::any, "'",
-          algorithm_name(options.others_options()),
-          "' updates matrices only; the other parameters need one of ",
-          algorithm_names_text(ParamKind::any));
-  });
-  check(!options.all_adamw || !options.matrices,
-        "HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but matrices "
-        "holds the options of ",
-        options.matrices ? algorithm_name(*options.matrices) : "", "; set one of them");
-  check(!options.all_adamw || !options.others,
-        "HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but others "
-        "holds the options of ",
-        options.others ? algorithm_name(*options.others) : "", "; set one of them");
-  if (options.qk_clip_tau) {
-    check(std::isfinite(*options.qk_clip_tau) && *options.qk_clip_tau > 0,
-          "qk_clip: tau must be > 0, got ", *options.qk_clip_tau);
-  }
-  const bool scheduled =
-      options.schedule || options.momentum_schedule || options.weight_decay_schedule;
-  check(!scheduled || options.total_steps > 0,
-        "schedules need total_steps > 0 (the run's length), got ", options.total_steps);
-  if (options.schedule) options.schedule->check(options.total_steps);
-  if (options.momentum_schedule) options.momentum_schedule->check();
-  for (const auto& g : options.groups) {
-    if (g.schedule) g.schedule->check(std::max<int64_t>(options.total_steps, 1));
-  }
-  if (options.max_grad_norm) {
-    check(std::isfinite(*options.max_grad_norm) && *options.max_grad_norm > 0,
-          "max_grad_norm must be > 0, got ", *options.max_grad_norm);
-  }
-}
-
-// The options of a group of the other parameters: the hybrid's, with the group's rate, decay and
-// any betas or eps of its spec — refused where the algorithm has no such setting.
-std::unique_ptr<OptimizerOptions> others_group_options(const OptimizerOptions& others,
-                                                       const ParamGroupSpec& spec, double lr,
-                                                       double weight_decay) {
-  auto options = others.clone();
-  auto values = group_settings(*options);
-  values["lr"] = lr;
-  values["weight_decay"] = weight_decay;
-  auto set = [&](const char* key, const char* setting, double value) {
-    check(values.count(setting) != 0, "param group '", spec.name, "': ", key, " is set, but ",
-          algorithm_name(others), " (the algorithm of its non-Muon parameters) has no ", key);
-    values[setting] = value;
-  };
-  if (spec.betas) {
-    set("betas", "beta1", std::get<0>(*spec.betas));
-    set("betas", "beta2", std::get<1>(*spec.betas));
-  }
-  if (spec.eps) set("eps", "eps", *spec.eps);
-  set_group_settings(*options, values);
-  return options;
-}
-
-// The options of a group of routed matrices: the hybrid's, with the group's rate, decay and
-// momentum, and the rows split into heads (the group's num_heads or split_sizes, else routing's
-// `heads`) — refused where the algorithm has no such setting.
-std::unique_ptr<OptimizerOptions> matrices_group_options(const OptimizerOptions& matrices,
-                                                         const ParamGroupSpec& spec, double lr,
-                                                         double weight_decay, int64_t heads) {
-  auto options = matrices.clone();
-  auto values = group_settings(*options);
-  values["lr"] = lr;
-  values["weight_decay"] = weight_decay;
-  set_group_settings(*options, values);
-  const auto set = [&](const char* key, const auto& value) {
-    check(set_option(*options, key, value), "param group '", spec.name, "': ", key, " is set, but ",
-          algorithm_name(matrices), " (the algorithm of its matrices) has no ", key);
-  };
-  if (spec.momentum) set("momentum", *spec.momentum);
-  if (spec.num_heads) set("num_heads", std::optional<int64_t>(spec.num_heads));
-  if (spec.split_sizes) set("split_sizes", std::optional<std::vector<int64_t>>(spec.split_sizes));
-  if (heads > 0) {
-    check(set_option(*options, "num_heads", std::optional<int64_t>(heads)), "routing split ",
-          "the heads of a matrix of param group '", spec.name, "', but ", algorithm_name(matrices),
-          " (the algorithm of its matrices) updates whole matrices; set routing.split_heads false");
-  }
-  return options;
-}
-
-}  // namespace
+using detail::check_hybrid_options;
+using detail::groups_or_default;
+using detail::matrices_group_options;
+using detail::others_group_options;
 
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
                                  MuonOptions muon_options, AdamWOptions adamw_options)

@@ -67,6 +67,8 @@ struct ParsedFlags {
 
 // Registers the run's flags on `train`.
 std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values);
+// Registers the flags that set the optimizer's fields (optimizer_flags.cpp); add_run_flags calls it.
+std::vector<RunFlag> optimizer_flags(CLI::App& train, ParsedFlags& values);
 
 // The run to train: fresh (the embedded default or `config_path`, then every flag given) or, when
 // invocation.resume_dir is set, the checkpoint's run. Resuming, the command line — `config_path`
