@@ -391,5 +391,23 @@ TEST(Distributed, EnvironmentVariablesAreChecked) {
   EXPECT_EQ(Communicator::from_environment(1000ms)->world_size(), 1);
 }
 
+// `muon train --nproc`'s report of a failed run names the failure that caused the others: a rank
+// whose collective lost its peer (exit 3) or that the launcher killed past the grace (137) is
+// not the cause when another failed on its own, whatever order they were reaped in.
+TEST(Distributed, TheLauncherNamesTheFailureThatCausedTheOthers) {
+  using demo::failure_cause;
+  using demo::RankFailure;
+  const auto cause = [](std::vector<RankFailure> failures) {
+    const auto& f = failure_cause(failures);
+    return std::pair{f.rank, f.code};
+  };
+  EXPECT_EQ(cause({{1, 3}, {0, 2}}), std::pair(0, 2));
+  EXPECT_EQ(cause({{1, 137}, {2, 3}, {0, 1}}), std::pair(0, 1));
+  EXPECT_EQ(cause({{0, 2}, {1, 2}}), std::pair(0, 2));   // the first of two of their own
+  EXPECT_EQ(cause({{1, 3}, {0, 3}}), std::pair(1, 3));   // every one lost a peer: the first
+  EXPECT_EQ(cause({{2, 137}, {0, 3}}), std::pair(2, 137));
+  testing::expect_error<Error>([] { failure_cause({}); }, {"failure_cause: no failures"});
+}
+
 }  // namespace
 }  // namespace muon

@@ -22,6 +22,24 @@ namespace muon::demo {
 namespace {
 
 constexpr int kInterrupted = 128 + SIGINT;  // muon train's exit code after a signal
+constexpr int kLostCollective = 3;  // muon train's exit code for a failed collective (main.cpp)
+constexpr int kKilled = 128 + SIGKILL;
+
+// "the run failed on rank 0 of 2 (exit code 2); rank 1 failed after it (exit code 3)".
+void report_failures(const std::vector<RankFailure>& failures, int nproc) {
+  const auto& root = failure_cause(failures);
+  std::cerr << "muon train: the run failed on rank " << root.rank << " of " << nproc
+            << " (exit code " << root.code << ")";
+  for (const auto& f : failures) {
+    if (&f == &root) continue;
+    std::cerr << "; rank " << f.rank << " failed after it (exit code " << f.code
+              << (f.code == kLostCollective ? ": a collective lost its peer"
+                  : f.code == kKilled       ? ": killed by the launcher"
+                                            : "")
+              << ")";
+  }
+  std::cerr << '\n';
+}
 
 int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -62,6 +80,14 @@ extern "C" void count_signal(int) {
 
 }  // namespace
 
+const RankFailure& failure_cause(const std::vector<RankFailure>& failures) {
+  check(!failures.empty(), "failure_cause: no failures");
+  const auto own = std::find_if(failures.begin(), failures.end(), [](const RankFailure& f) {
+    return f.code != kLostCollective && f.code != kKilled;
+  });
+  return own != failures.end() ? *own : failures.front();
+}
+
 int free_local_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   check(fd >= 0, "launch: cannot open a socket");
@@ -95,7 +121,8 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
     running[pid] = rank;
   }
   using Clock = std::chrono::steady_clock;
-  int result = 0;
+  int result = 0;  // 0, or kInterrupted when a rank stopped on a signal
+  std::vector<RankFailure> failures;
   Clock::time_point deadline = Clock::time_point::max();
   while (!running.empty()) {
     for (; forwarded < signals_received; ++forwarded) {
@@ -108,12 +135,15 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
       running.erase(pid);
       const int code = exit_code(status);
       if (code == kInterrupted) {  // stopped by a signal after its checkpoint: not a failure
-        if (result == 0) result = code;
-      } else if (code != 0 && (result == 0 || result == kInterrupted)) {
-        std::cerr << "muon train: rank " << rank << " of " << nproc << " failed (exit code " << code
-                  << "); waiting up to " << grace.count() / 1000.0 << " s for the others\n";
         result = code;
-        deadline = Clock::now() + grace;
+      } else if (code != 0) {
+        if (failures.empty()) {
+          std::cerr << "muon train: rank " << rank << " of " << nproc << " failed (exit code "
+                    << code << "); waiting up to " << grace.count() / 1000.0
+                    << " s for the others\n";
+          deadline = Clock::now() + grace;
+        }
+        failures.push_back({rank, code});
       }
       continue;
     }
@@ -128,7 +158,9 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
   }
   ::sigaction(SIGINT, &previous_int, nullptr);
   ::sigaction(SIGTERM, &previous_term, nullptr);
-  return result;
+  if (failures.empty()) return result;
+  report_failures(failures, nproc);
+  return failure_cause(failures).code;
 }
 
 std::vector<std::string> without_option(const std::vector<std::string>& args,

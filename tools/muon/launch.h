@@ -10,10 +10,22 @@ namespace muon::demo {
 // Runs `args` (argv of this program, --nproc removed) as `nproc` child processes with RANK,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set, and
 // waits for them. When one fails, the others get `grace` to fail on their own (their collectives
-// time out) before they are killed. Returns 0 when every rank succeeded, else the first failure's
-// exit code (128 + signal for a killed rank).
+// time out) before they are killed. Returns 0 when every rank succeeded, else the exit code of the
+// failure that caused the others (128 + signal for a killed rank): the first that is not a failed
+// collective (exit 3, a rank that lost its peer), else the first — named on stderr with the
+// failures that followed it.
 int launch_local_ranks(int nproc, const std::vector<std::string>& args,
                        std::chrono::milliseconds grace);
+
+// A rank's exit code other than 0, in the order the launcher reaped it.
+struct RankFailure {
+  int rank;
+  int code;
+};
+// The failure that caused the others: a rank whose collective failed (exit 3) usually lost its
+// peer to another rank's error, and may be reaped first, and a rank the launcher killed (128 +
+// SIGKILL) only outlived the grace; so the first failure of another kind, else the first.
+const RankFailure& failure_cause(const std::vector<RankFailure>& failures);
 
 // A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick for port 0).
 int free_local_port();
