@@ -148,34 +148,82 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
 
 // ---- a whole Muon step vs the same math in plain ATen ----
 
+// The matrices of `layers` GPT blocks at `width`: q, k, v, o (width²), the MLP's up and gate
+// (4·width × width) and down (width × 4·width).
+std::vector<std::vector<int64_t>> gpt_matrix_shapes(int64_t layers, int64_t width) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int i = 0; i < 4; ++i) shapes.push_back({width, width});
+    shapes.push_back({4 * width, width});
+    shapes.push_back({4 * width, width});
+    shapes.push_back({width, 4 * width});
+  }
+  return shapes;
+}
+
+// The largest difference of one step's update `mine` (parameters after it) from the reference's
+// (`theirs`), relative to the reference update's largest entry; `before` holds the parameters
+// both started from.
+double worst_update_difference(const std::vector<at::Tensor>& mine,
+                               const std::vector<at::Tensor>& theirs,
+                               const std::vector<at::Tensor>& before) {
+  double worst = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto theirs_delta = theirs[i].detach() - before[i];
+    const auto mine_delta = mine[i].detach() - before[i];
+    worst = std::max(
+        worst, ((mine_delta - theirs_delta).abs().max() / theirs_delta.abs().max()).item<double>());
+  }
+  return worst;
+}
+
+// The Muon step's table: plain ATen, muon::Muon (and bf16 Newton–Schulz when `bf16`), Dion.
+void log_muon_step(const BenchConfig& config, const BenchReport::MuonStep& r, bool bf16,
+                   std::ostream& log) {
+  char line[768];
+  std::snprintf(line, sizeof line,
+                "\n## Muon step: %lld matrices (%lld layers at width %lld, %.1fM parameters)\n\n"
+                "| implementation | ms/step | speed-up | largest difference of one step's update "
+                "from plain ATen's, relative to its largest entry |\n|---|---|---|---|\n"
+                "| plain ATen (torch.optim.Muon's math; at its best, %d LibTorch threads) | %.0f | "
+                "1.00x | |\n"
+                "| muon::Muon | %.0f | %.2fx | %.1e |\n",
+                static_cast<long long>(r.matrices), static_cast<long long>(config.muon_layers),
+                static_cast<long long>(config.muon_width), r.parameters / 1e6, r.plain_threads,
+                r.plain_ms, r.ours_ms, r.speedup, r.max_rel_diff);
+  log << line;
+  if (bf16) {
+    std::snprintf(line, sizeof line, "| muon::Muon, bf16 Newton–Schulz | %.0f | %.2fx | %.1e |\n",
+                  r.bf16_ms, r.bf16_speedup, r.bf16_max_rel_diff);
+    log << line;
+  }
+  for (const auto& [fraction, ms] : {std::pair{"1", r.dion_ms}, std::pair{"1/4", r.dion_quarter_ms}}) {
+    std::snprintf(line, sizeof line,
+                  "| muon::Dion, rank_fraction %s (another update) | %.0f | %.2fx | — |\n",
+                  fraction, ms, r.plain_ms / ms);
+    log << line;
+  }
+  if (!bf16) log << "\n(no bf16 row: " << detail::bf16_products_unavailable_reason() << ")\n";
+  log << std::flush;
+}
 
 void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostream& log) {
-  const int64_t w = config.muon_width;
-  std::vector<std::vector<int64_t>> shapes;
-  for (int64_t l = 0; l < config.muon_layers; ++l) {
-    for (int i = 0; i < 4; ++i) shapes.push_back({w, w});
-    shapes.push_back({4 * w, w});
-    shapes.push_back({4 * w, w});
-    shapes.push_back({w, 4 * w});
-  }
+  const auto shapes = gpt_matrix_shapes(config.muon_layers, config.muon_width);
   std::vector<at::Tensor> ours, ours16, dion, dion_quarter, theirs, buffers;
   const auto copy = [](const at::Tensor& p, const at::Tensor& g) {
     auto c = p.clone().requires_grad_(true);
     c.mutable_grad() = g.clone();
     return c;
   };
+  auto& r = report.muon_step;
   for (const auto& s : shapes) {
     const auto p = at::randn(s).mul_(0.02);
     const auto g = at::randn(s);
-    ours.push_back(copy(p, g));
-    ours16.push_back(copy(p, g));
-    dion.push_back(copy(p, g));
-    dion_quarter.push_back(copy(p, g));
-    theirs.push_back(copy(p, g));
+    for (auto* list : {&ours, &ours16, &dion, &dion_quarter, &theirs}) list->push_back(copy(p, g));
     buffers.push_back(at::zeros(s));
-    report.muon_step.parameters += p.numel();
+    r.parameters += p.numel();
   }
-  report.muon_step.matrices = static_cast<int64_t>(shapes.size());
+  r.matrices = static_cast<int64_t>(shapes.size());
   std::vector<at::Tensor> before;
   for (const auto& p : ours) before.push_back(p.detach().clone());
   const auto options = MuonOptions(0.02).weight_decay(0.01);
@@ -193,20 +241,8 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
   };
   const double first_plain = seconds(plain_step);
   const double first_bf16 = bf16 ? seconds([&] { opt16.step(); }) : 0.0;
-  const auto worst_difference = [&](const std::vector<at::Tensor>& mine) {
-    double worst = 0;
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const auto theirs_delta = theirs[i].detach() - before[i];
-      const auto mine_delta = mine[i].detach() - before[i];
-      worst = std::max(
-          worst,
-          ((mine_delta - theirs_delta).abs().max() / theirs_delta.abs().max()).item<double>());
-    }
-    return worst;
-  };
-  auto& r = report.muon_step;
-  r.max_rel_diff = worst_difference(ours);
-  if (bf16) r.bf16_max_rel_diff = worst_difference(ours16);
+  r.max_rel_diff = worst_update_difference(ours, theirs, before);
+  if (bf16) r.bf16_max_rel_diff = worst_update_difference(ours16, theirs, before);
   // Alternating steps, so that all see the same phases of a noisy machine.
   double ours_s = first_ours, plain_s = first_plain, plain_one_s = 1e300, bf16_s = first_bf16;
   double dion_s = seconds([&] { opt_dion.step(); });
@@ -220,39 +256,16 @@ void bench_muon_step(const BenchConfig& config, BenchReport& report, std::ostrea
     if (bf16) bf16_s = std::min(bf16_s, seconds([&] { opt16.step(); }));
   }
   r.plain_threads = plain_one_s < plain_s ? 1 : report.threads;
-  plain_s = std::min(plain_s, plain_one_s);
+  r.plain_ms = 1e3 * std::min(plain_s, plain_one_s);
   r.ours_ms = 1e3 * ours_s;
-  r.plain_ms = 1e3 * plain_s;
   r.speedup = r.plain_ms / r.ours_ms;
-  char line[768];
-  std::snprintf(line, sizeof line,
-                "\n## Muon step: %lld matrices (%lld layers at width %lld, %.1fM parameters)\n\n"
-                "| implementation | ms/step | speed-up | largest difference of one step's update "
-                "from plain ATen's, relative to its largest entry |\n|---|---|---|---|\n"
-                "| plain ATen (torch.optim.Muon's math; at its best, %d LibTorch threads) | %.0f | "
-                "1.00x | |\n"
-                "| muon::Muon | %.0f | %.2fx | %.1e |\n",
-                static_cast<long long>(r.matrices), static_cast<long long>(config.muon_layers),
-                static_cast<long long>(w), r.parameters / 1e6, r.plain_threads, r.plain_ms,
-                r.ours_ms, r.speedup, r.max_rel_diff);
-  log << line;
   if (bf16) {
     r.bf16_ms = 1e3 * bf16_s;
     r.bf16_speedup = r.plain_ms / r.bf16_ms;
-    std::snprintf(line, sizeof line, "| muon::Muon, bf16 Newton–Schulz | %.0f | %.2fx | %.1e |\n",
-                  r.bf16_ms, r.bf16_speedup, r.bf16_max_rel_diff);
-    log << line;
   }
   r.dion_ms = 1e3 * dion_s;
   r.dion_quarter_ms = 1e3 * dion_quarter_s;
-  for (const auto& [fraction, ms] : {std::pair{"1", r.dion_ms}, std::pair{"1/4", r.dion_quarter_ms}}) {
-    std::snprintf(line, sizeof line,
-                  "| muon::Dion, rank_fraction %s (another update) | %.0f | %.2fx | — |\n",
-                  fraction, ms, r.plain_ms / ms);
-    log << line;
-  }
-  if (!bf16) log << "\n(no bf16 row: " << detail::bf16_products_unavailable_reason() << ")\n";
-  log << std::flush;
+  log_muon_step(config, r, bf16, log);
 }
 
 std::string openblas_environment() {
