@@ -193,6 +193,15 @@ TEST(Checkpoint, DionRunsOfEarlierVersionsResume) {
   auto resumed = trained(config, 5, 0, 2 * K);
   load_checkpoint(path, *resumed.opt, resumed.model.get());
   expect_continues_as(resumed, K, 2 * K, straight);
+
+  // Saved before the first step: no entry holds state (nor dion_q), and each says muon.
+  auto fresh = trained(config, 4, 0, 2 * K);
+  const auto early = temp_path("muon_ckpt_dion_earlier_fresh.pt");
+  save_checkpoint(early, *fresh.opt, fresh.model.get());
+  write_as_when_dion_was_a_muon_setting(early);
+  auto restarted = trained(config, 6, 0, 2 * K);
+  load_checkpoint(early, *restarted.opt, restarted.model.get());
+  expect_continues_as(restarted, 0, 2 * K, straight);
 }
 
 TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {

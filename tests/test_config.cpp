@@ -170,6 +170,18 @@ optimizer:
   EXPECT_DOUBLE_EQ(d->momentum(), 0.9);
   EXPECT_DOUBLE_EQ(d->weight_decay(), 0.0);
   EXPECT_DOUBLE_EQ(d->rank_fraction(), 0.5);
+  // At the top of the section too: what says what Dion does reads, naming nothing.
+  const auto top = OptimConfig::from_yaml(
+      "optimizer: {name: dion, ns_steps: 5, coefficients: quintic, row_equilibration: false, "
+      "muon_plus: false, muon_norm_eps: 1.0e-8, normuon: null, ns_eps: null, gram_restarts: null, "
+      "nesterov: false, momentum_form: sum, state_dtype: float32}\n");
+  EXPECT_EQ(top.to_yaml(), OptimConfig::from_yaml("optimizer: dion\n").to_yaml());
+  testing::expect_error<Error>(
+      [] { OptimConfig::from_yaml("optimizer: {name: dion, coefficients: polar_express}\n"); },
+      {"optimizer.coefficients: dion (the matrices' algorithm) has no coefficients"});
+  testing::expect_error<Error>(
+      [] { OptimConfig::from_yaml("optimizer: {name: dion, muon_plus: {mode: row}}\n"); },
+      {"optimizer.muon_plus: dion (the matrices' algorithm) has no Muon+ (post_norm)"});
   // Under Muon, earlier versions wrote `dion: null` in the muon section.
   const auto muon = OptimConfig::from_yaml("optimizer: {muon: {lr: 0.03, dion: null}}\n");
   EXPECT_FALSE(muon.hybrid.matrices);

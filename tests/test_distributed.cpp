@@ -392,8 +392,9 @@ TEST(Distributed, EnvironmentVariablesAreChecked) {
 }
 
 // `muon train --nproc`'s report of a failed run names the failure that caused the others: a rank
-// whose collective lost its peer (exit 3) or that the launcher killed past the grace (137) is
-// not the cause when another failed on its own, whatever order they were reaped in.
+// whose collective lost its peer (exit 3) or that the launcher killed past the grace is not the
+// cause when another failed on its own, whatever order they were reaped in; a rank killed by
+// something else (the kernel's OOM killer: 137 too) is.
 TEST(Distributed, TheLauncherNamesTheFailureThatCausedTheOthers) {
   using demo::failure_cause;
   using demo::RankFailure;
@@ -402,10 +403,11 @@ TEST(Distributed, TheLauncherNamesTheFailureThatCausedTheOthers) {
     return std::pair{f.rank, f.code};
   };
   EXPECT_EQ(cause({{1, 3}, {0, 2}}), std::pair(0, 2));
-  EXPECT_EQ(cause({{1, 137}, {2, 3}, {0, 1}}), std::pair(0, 1));
-  EXPECT_EQ(cause({{0, 2}, {1, 2}}), std::pair(0, 2));   // the first of two of their own
-  EXPECT_EQ(cause({{1, 3}, {0, 3}}), std::pair(1, 3));   // every one lost a peer: the first
-  EXPECT_EQ(cause({{2, 137}, {0, 3}}), std::pair(2, 137));
+  EXPECT_EQ(cause({{1, 137, true}, {2, 3}, {0, 1}}), std::pair(0, 1));
+  EXPECT_EQ(cause({{1, 137}, {0, 2}}), std::pair(1, 137));  // killed, not by the launcher
+  EXPECT_EQ(cause({{0, 2}, {1, 2}}), std::pair(0, 2));       // the first of two of their own
+  EXPECT_EQ(cause({{1, 3}, {0, 3}}), std::pair(1, 3));       // every one lost a peer: the first
+  EXPECT_EQ(cause({{2, 137, true}, {0, 3}}), std::pair(2, 137));
   testing::expect_error<Error>([] { failure_cause({}); }, {"failure_cause: no failures"});
 }
 

@@ -222,6 +222,13 @@ TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
       },
       {"model.n_layers: 2 in the run, 3 from --layers; optimizer.muon.lr: 0.02 in the run, "
        "0.05 from --muon-lr"});
+  // --muon-lr sets the matrices' rate whichever algorithm they run: under Dion, dion's section.
+  testing::expect_error<Error>(
+      [&] {
+        resolve({"--optimizer", "dion", "--muon-lr", "0.05"});
+      },
+      {"optimizer.dion.lr: (absent) in the run, 0.05 from --muon-lr",
+       "optimizer.name: muon in the run, dion from --optimizer"});
   // A key only one of the two runs has is a difference too: the others' algorithm and the
   // section of the one that no longer trains anything.
   testing::expect_error<Error>(

@@ -56,6 +56,8 @@ _TORCH_MUON_KEYWORDS = {"ns_coefficients": "coefficients", "eps": "ns_eps",
 # Dion's own defaults).
 _MUON_PRESETS = {name: settings for name, _origin, algorithm, settings in _core.muon_presets()
                  if algorithm == "muon"}
+_PRESETS_ELSEWHERE = {name: f"muon_cpp.{algorithm.capitalize()}"
+                      for name, _origin, algorithm, _ in _core.muon_presets() if algorithm != "muon"}
 
 
 class Muon(_EngineOptimizer):
@@ -82,7 +84,7 @@ class Muon(_EngineOptimizer):
     _updates_whole_tensors = True
     _own_torch_flags = USE_ADDMM
     __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
-                                 presets=_MUON_PRESETS,
+                                 presets=_MUON_PRESETS, presets_elsewhere=_PRESETS_ELSEWHERE,
                                  own_flags=USE_ADDMM)
 
     def _from_torch_names(self, settings):
@@ -105,7 +107,10 @@ class Muon(_EngineOptimizer):
         return out
 
     def _loaded_group(self, saved):
-        if saved.get("dion", False) is None:  # written when Dion was a Muon setting (off)
+        if "dion" in saved:  # written when Dion was a Muon setting
+            if saved["dion"] is not None:
+                raise ValueError("this state dict ran Dion (its groups hold the Muon setting "
+                                 "'dion' of earlier versions): load it into muon_cpp.Dion")
             del saved["dion"]
         return _torch_muon.drop_duplicates(
             saved, _torch_muon.torch_view(saved, _core.coefficient_table), keep="ours")

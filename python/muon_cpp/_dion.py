@@ -9,7 +9,10 @@ _DION = {name: default for name, default, _doc, _range in _core.option_schema("d
 
 # Muon's options that Dion has no counterpart of: a state dict saved when Dion was a Muon setting
 # holds them beside Dion's (at values Dion ran with, or was refused).
-_MUON_ONLY = ({name for name, *_ in _core.option_schema("muon")} - set(_DION)) | {"dion"}
+_MUON_DEFAULTS = {name: default for name, default, _doc, _range in _core.option_schema("muon")}
+_MUON_ONLY = (set(_MUON_DEFAULTS) - set(_DION)) | {"dion"}
+# Dion's momentum is summed, without Nesterov: these values of Muon's settings say so.
+_DIONS_MOMENTUM = {"nesterov": False, "momentum_form": "sum"}
 _DION_INIT = init_from_schema("dion", positional=0)
 
 
@@ -20,7 +23,8 @@ class Dion(_EngineOptimizer):
     ``Dion(params, lr=0.01, mu=0.95, weight_decay=0.01, *, rank_fraction=1.0,
     rank_multiple_of=1, epsilon=1e-8, **options)``; ``options`` are Dion's others
     (weight_decay_method, adjust_lr, cautious, cautious_weight_decay, mantissa_tracking, fused;
-    ``help(muon_cpp.Dion)`` or docs/python.md) and ``process_group``. Param groups and state dicts
+    docs/python.md) and ``process_group``; Muon's keywords are accepted where they say what Dion
+    does (``nesterov=False``, ``momentum_form='sum'``, Muon's defaults) and refused otherwise. Param groups and state dicts
     use Dion's option names (``momentum`` for ``mu``); the state holds ``momentum_buffer`` and
     ``dion_q``, the right factor Q. State dicts saved when Dion was a Muon setting (groups with a
     ``dion`` dict beside Muon's keys) load.
@@ -49,7 +53,7 @@ class Dion(_EngineOptimizer):
         _check_dion_keywords(locals())
         _DION_INIT(self, params, lr=lr, momentum=mu, weight_decay=weight_decay,
                    rank_fraction=rank_fraction, rank_multiple_of=rank_multiple_of,
-                   epsilon=epsilon, **options)
+                   epsilon=epsilon, **_without_muon_keywords(options))
 
     def _loaded_group(self, saved):
         rank = saved.get("dion")
@@ -57,6 +61,21 @@ class Dion(_EngineOptimizer):
         if isinstance(rank, dict):
             saved.update(rank)
         return saved
+
+
+def _without_muon_keywords(options):
+    """``options`` without Muon's keywords that say what Dion does (muon_cpp.Dion passed Muon's
+    keywords on when Dion was a Muon setting): Muon's default, or for ``nesterov`` and
+    ``momentum_form`` Dion's own momentum. Any other value of one is a ValueError."""
+    kept = dict(options)
+    for name in set(kept) & (_MUON_ONLY - {"dion"}):
+        does = _DIONS_MOMENTUM.get(name, _MUON_DEFAULTS[name])
+        if kept[name] != does:
+            raise ValueError(f"Dion: {name}={kept[name]!r} would do nothing: {name} is Muon's "
+                             f"setting, not Dion's; only {does!r}, which says what Dion does, is "
+                             "accepted")
+        del kept[name]
+    return kept
 
 
 def _check_dion_keywords(given):

@@ -7,14 +7,16 @@ from . import _core
 from ._engine import TORCH_IMPLEMENTATION_FLAGS, _EngineOptimizer
 
 
-def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flags=None):
+def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flags=None,
+                     presets_elsewhere=None):
     """An __init__(self, params, <options>) whose keywords, defaults and order are the C++
     option schema's (muon/option_schema.h): the first ``positional`` options may also be given
     by position, as in torch.optim; the rest are keyword-only. After them come torch.optim's
     implementation flags and the class's ``own_flags`` (_engine.AMSGRAD, ...), ``aliases``
     (torch.optim's name → ours) and, with ``presets`` (name → defaults under our names), a
     keyword ``preset``. With a preset (another library's defaults) options are taken by keyword
-    only, since that library's positional order may differ from ours."""
+    only, since that library's positional order may differ from ours. ``presets_elsewhere``: the
+    presets of another class (name → that class), which the error for such a name points to."""
     options = _core.option_schema(algorithm)
     aliases = aliases or {}
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
@@ -45,7 +47,7 @@ def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flag
                             + (" (the drop-in with torch.optim.Muon's order is "
                                "muon_cpp.optim.Muon)" if given["preset"] == "torch" else ""))
         settings = {name: default for name, default, _doc, _range in options}
-        settings.update(_preset(presets, given.pop("preset", None)))
+        settings.update(_preset(presets, given.pop("preset", None), presets_elsewhere or {}))
         for theirs, ours in aliases.items():
             if theirs in given and ours in given:
                 raise ValueError(f"{type(self).__name__}: give {ours} or {theirs} "
@@ -79,12 +81,13 @@ _PROCESS_GROUP_DOC = (
     "(docs/distributed.md)")
 
 
-def _preset(presets, name):
+def _preset(presets, name, elsewhere):
     """The defaults preset ``name`` sets ({} for None: the schema's own)."""
     if name is None:
         return {}
     if not presets or name not in presets:
         valid = ", ".join(repr(n) for n in presets or {})
+        hint = f" (the preset {name!r} is {elsewhere[name]}'s defaults)" if name in elsewhere else ""
         raise ValueError(f"preset must be None (muon-cpp's defaults) or one of {valid}, "
-                         f"got {name!r}")
+                         f"got {name!r}{hint}")
     return dict(presets[name])

@@ -75,9 +75,13 @@ def test_dion_has_its_own_options_with_microsoft_dions_defaults():
     assert (group["adjust_lr"], group["rank_fraction"], group["rank_multiple_of"],
             group["epsilon"]) == ("spectral", 0.5, 1, 1e-8)
     assert "nesterov" not in group and "ns_steps" not in group  # Muon's, not Dion's
-    # mu is microsoft/dion's keyword for momentum; the others are Dion's options by name.
+    # mu is microsoft/dion's keyword for momentum; the others are Dion's options by name, and
+    # Muon's where they say what Dion does (as when Dion was a Muon setting, which took them).
     twin = torch.nn.Parameter(w.detach().clone())
-    same = muon_cpp.Dion([twin], 0.01, 0.95, 0.01, rank_fraction=0.5, adjust_lr="spectral")
+    same = muon_cpp.Dion([twin], 0.01, 0.95, 0.01, rank_fraction=0.5, adjust_lr="spectral",
+                         nesterov=False, momentum_form="sum", ns_steps=5,
+                         state_dtype=torch.float32)
+    assert "nesterov" not in same.param_groups[0]
     for p in (w, twin):
         p.grad = torch.ones_like(p)
     optimizer.step()
@@ -148,16 +152,36 @@ def test_dion_state_dicts_resume_exactly():
     assert torch.equal(resumed.detach(), straight.detach())
 
 
+def test_a_state_dict_that_ran_dion_names_muon_cpp_dion():
+    """A state dict of muon_cpp.Muon(preset="dion") of earlier versions loads into muon_cpp.Dion
+    (test_state_dicts_of_earlier_versions_load), and into Muon it is refused saying so."""
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    dion = muon_cpp.Dion([w], rank_fraction=0.5)
+    w.grad = torch.ones_like(w)
+    dion.step()
+    muon = muon_cpp.Muon([w])
+    before = muon.state_dict()
+    with pytest.raises(ValueError, match=r"this state dict ran Dion \(its groups hold the Muon "
+                                         r"setting 'dion' of earlier versions\): load it into "
+                                         r"muon_cpp.Dion"):
+        muon.load_state_dict(earlier_state_dict(dion.state_dict()))
+    assert muon.state_dict()["param_groups"] == before["param_groups"]
+
+
 def test_dion_settings_are_checked():
     w = torch.nn.Parameter(torch.randn(6, 4))
     with pytest.raises(ValueError, match=r"Dion: rank_fraction must be in \(0, 1\], got 1.5"):
         muon_cpp.Dion([w], rank_fraction=1.5)
     with pytest.raises(ValueError, match="Dion: rank_multiple_of must be > 0, got 0"):
         muon_cpp.Dion([w], rank_multiple_of=0)
-    with pytest.raises(TypeError, match="ns_steps"):  # Muon's, not Dion's
-        muon_cpp.Dion([w], ns_steps=5)
+    with pytest.raises(ValueError, match=r"Dion: ns_steps=7 would do nothing: ns_steps is "
+                                         r"Muon's setting, not Dion's; only 5, which says"):
+        muon_cpp.Dion([w], ns_steps=7)
+    with pytest.raises(ValueError, match="Dion: nesterov=True would do nothing"):
+        muon_cpp.Dion([w], nesterov=True)
     with pytest.raises(TypeError, match="dion"):  # Dion is no longer a Muon setting
         muon_cpp.Muon([w], dion={})
-    with pytest.raises(ValueError, match="preset must be None .* or one of 'torch', 'nanochat', "
-                                         "got 'dion'"):
+    with pytest.raises(ValueError, match=r"preset must be None .* or one of 'torch', 'nanochat', "
+                                         r"got 'dion' \(the preset 'dion' is muon_cpp.Dion's "
+                                         r"defaults\)"):
         muon_cpp.Muon([w], preset="dion")

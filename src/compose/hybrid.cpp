@@ -117,7 +117,7 @@ HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
   warn_when_muon_gets_nothing();
 }
 
-// A hybrid whose Muon gets no parameter is a routing surprise more often than a choice (a CNN's
+// A hybrid whose matrices' algorithm (Muon, Dion) gets no parameter is a routing surprise more often than a choice (a CNN's
 // rank-4 kernels under higher_rank 'adamw'): said on stderr, as the library's other warnings.
 void HybridOptimizer::warn_when_muon_gets_nothing() const {
   if (options_.all_adamw) return;
@@ -129,7 +129,9 @@ void HybridOptimizer::warn_when_muon_gets_nothing() const {
     if (r.role == Role::adamw && r.shape.size() > 2 && higher_rank == nullptr) higher_rank = &r;
   }
   if (!trainable) return;
-  std::cerr << "muon: warning: no parameter is routed to Muon; every trainable one goes to "
+  std::cerr << "muon: warning: no parameter is routed to "
+            << algorithm_title(algorithm_name(options_.matrices_options()))
+            << "; every trainable one goes to "
             << algorithm_name(options_.others_options());
   if (higher_rank != nullptr) {
     std::cerr << " (" << higher_rank->name << " " << at::IntArrayRef(higher_rank->shape)
@@ -149,10 +151,11 @@ void HybridOptimizer::check_group(size_t g, const std::string& who) const {
   with_context(detail::concat(who, ": param group ", g),
                [&] { check_group_options(group.options()); });
   const bool matrices = algorithm_kind(group.options()) == ParamKind::matrices;
+  const auto title = algorithm_title(algorithm_name(group.options()));
   for (size_t i = 0; i < group.params().size(); ++i) {
     const auto& p = group.params()[i];
     const auto where = detail::concat("parameter ", i, " of param group ", g);
-    if (matrices) check_muon_param(p, where);
+    if (matrices) check_muon_param(p, where, title.c_str());
     for (size_t other = 0; other < param_groups_.size(); ++other) {
       for (size_t j = 0; j < param_groups_[other].params().size(); ++j) {
         check((other == g && j == i) || !param_groups_[other].params()[j].is_same(p), who, ": ",

@@ -274,8 +274,12 @@ LoadPlan plan_load(const c10::IValue& loaded, const std::string& path, HybridOpt
     // before the partition have none, and then ran Muon or AdamW, which the role says).
     if (entry.contains("algorithm")) {
       std::string saved_by = field(entry, "algorithm", where).toStringRef();
-      // Dion was a Muon setting before it was an algorithm: such entries say muon, hold dion_q.
-      if (saved_by == "muon" && entry.contains("dion_q")) saved_by = "dion";
+      // Dion was a Muon setting before it was an algorithm: such entries say muon and hold dion_q
+      // (or, without state yet, nothing that tells them apart: no state to misread either).
+      const bool stateless = !field(entry, "has_state", where).toBool();
+      const bool ran_dion =
+          entry.contains("dion_q") || (stateless && optimizer.algorithm_of(p) == std::string("dion"));
+      if (saved_by == "muon" && ran_dion) saved_by = "dion";
       check(saved_by == optimizer.algorithm_of(p), where, " was optimized by ", saved_by,
             ", this optimizer runs ", optimizer.algorithm_of(p), " on it");
     }

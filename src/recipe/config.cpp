@@ -131,7 +131,9 @@ void read_ns_steps(Section& s, HybridOptions& h) {
   if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
     require(in_range(Range::iteration_count, *v), s.key_path("ns_steps"),
             range_text(Range::iteration_count), *v);
-    if (!set_option(h.matrices_options(), "ns_steps", static_cast<int64_t>(*v))) {
+    const auto steps = static_cast<int64_t>(*v);
+    if (!set_option(h.matrices_options(), "ns_steps", steps) &&
+        steps != MuonOptions().ns_steps()) {  // Muon's default says what Dion does
       refuse_for_matrices(s, s.has("ns_steps") ? "ns_steps" : "muon_ns_steps", h, "ns_steps");
     }
   }
@@ -141,14 +143,9 @@ void read_ns_steps(Section& s, HybridOptions& h) {
 void read_muon_plus(Section& s, OptimConfig& config, const std::optional<bool>& root_muon_plus) {
   const bool muon_family = config.name != "adamw";
   auto& h = config.hybrid;
-  if (muon_of(h) == nullptr) {  // Muon+ normalizes Muon's orthogonalized update
-    for (const char* key : {"muon_plus", "muon_norm_eps"}) {
-      if (s.has(key)) refuse_for_matrices(s, key, h, "Muon+ (post_norm)");
-    }
-    if (root_muon_plus.value_or(false)) refuse_for_matrices(s, "muon_plus", h, "Muon+ (post_norm)");
-    return;
-  }
-  auto& muon = *muon_of(h);
+  // Muon+ normalizes Muon's orthogonalized update: under Dion the keys may only say it is off.
+  MuonOptions unused;
+  auto& muon = muon_of(h) != nullptr ? *muon_of(h) : unused;
   const auto plus = s.find("muon_plus");
   std::optional<bool> plus_on;
   if (plus && plus.IsMap()) {
@@ -175,6 +172,12 @@ void read_muon_plus(Section& s, OptimConfig& config, const std::optional<bool>& 
   }
   check(!plus_on.value_or(false) || muon_family, s.key_path("muon_plus"),
         ": Muon+ needs name muon or muonclip, not '", config.name, "'");
+  for (const char* option : {"post_norm", "post_norm_eps"}) {
+    if (&muon == &unused && !detail::says_what_dion_does(unused, option)) {
+      refuse_for_matrices(s, s.has("muon_plus") ? "muon_plus" : "muon_norm_eps", h,
+                          "Muon+ (post_norm)");
+    }
+  }
 }
 
 // Cautious masking (nested or at the root: they must agree) and the state dtype of both.

@@ -54,17 +54,19 @@ bool read_shorthand(Section& s, const Shorthand& sh, Options& options) {
   return has_option;
 }
 
-// Muon settings whose value Dion always has — its momentum is summed, without Nesterov — which
-// configurations written when Dion was a Muon setting state: under Dion they are read and must
-// have that value.
-bool is_dions_momentum_key(const std::string& option) {
-  return option == "nesterov" || option == "momentum_form";
-}
-bool states_dions_momentum(const std::string& option, const YAML::Node& n,
-                           const std::string& path) {
-  if (option == "nesterov") return !Section::as_bool(n, path);
-  if (option == "momentum_form") return n.IsScalar() && n.Scalar() == "sum";
-  return false;
+// The YAML text of option `name` of `o`.
+template <class Options>
+std::string option_text(const Options& o, const std::string& name) {
+  std::string out;
+  visit_options(o, [&](const OptionInfo& info, const auto& value) {
+    if (name != info.name) return;
+    YAML::Emitter text;
+    text.SetNullFormat(YAML::LowerNull);
+    text << YAML::Flow;
+    emit_value(text, value);
+    out = text.c_str();
+  });
+  return out;
 }
 
 // One row of config_schema per field of `defaults`, the default written as YAML.
@@ -83,6 +85,12 @@ std::vector<ConfigKey> rows_of(const S& defaults, bool with_kinds = false) {
 }
 
 }  // namespace
+
+bool says_what_dion_does(const MuonOptions& read, const std::string& option) {
+  if (option == "nesterov") return !read.nesterov();
+  if (option == "momentum_form") return read.momentum_form() == MomentumForm::sum;
+  return option_text(read, option) == option_text(MuonOptions(), option);
+}
 
 MuonOptions* muon_of(HybridOptions& h) {
   return h.matrices ? h.matrices.as<MuonOptions>() : &h.muon;
@@ -116,9 +124,12 @@ void read_shorthands(Section& s, HybridOptions& h) {
       continue;
     }
     const bool by_muon = sh.muon && read_matrices(sh);
-    if (sh.muon && !sh.others && !by_muon && *given &&
-        !states_dions_momentum(sh.option, s.find(given), s.key_path(given))) {
-      refuse_for_matrices(s, given, h, sh.option);
+    if (sh.muon && !sh.others && !by_muon) {  // a Muon setting the matrices' algorithm lacks
+      MuonOptions read;
+      read_shorthand(s, sh, read);
+      if (*given && !says_what_dion_does(read, sh.option)) {
+        refuse_for_matrices(s, given, h, sh.option);
+      }
     }
     const bool by_others = sh.others && read_others(sh);
     // Meant for both, read by one, would silently miss the other: refused.
@@ -158,8 +169,8 @@ void read_settings_map(Section& s, const char* key, Options& options) {
 }
 
 // The muon section under Dion, as configurations and runs written when Dion was a Muon setting
-// have it: Dion's settings, its `dion` key Dion's too. A Muon setting Dion lacks is accepted at
-// Muon's default (what those versions wrote) or at the value Dion always has, refused otherwise.
+// have it: Dion's settings, its `dion` key Dion's too; a Muon setting Dion lacks is accepted when
+// it says what Dion does (says_what_dion_does), refused otherwise.
 void read_muon_section_as_dion(Section& s, HybridOptions& h) {
   const auto n = s.find("muon");
   if (!n || n.IsNull()) return;
@@ -170,16 +181,11 @@ void read_muon_section_as_dion(Section& s, HybridOptions& h) {
     read_settings_map(section, "dion", options);
     visit_options(options, [&](const OptionInfo& info, const auto&) { own.insert(info.name); });
   });
-  MuonOptions defaults;
-  visit_options(defaults, [&](const OptionInfo& info, auto& value) {
-    const auto given = own.count(info.name) == 0 ? section.find(info.name) : YAML::Node();
-    if (!given) return;
-    const auto path = section.key_path(info.name);
-    auto read = value;
-    read_field(info, given, path, read);
-    const bool fits = is_dions_momentum_key(info.name) ? states_dions_momentum(info.name, given, path)
-                                                        : read == value;
-    if (!fits) {
+  MuonOptions read;
+  read_fields(section, read);
+  visit_options(read, [&](const OptionInfo& info, const auto&) {
+    if (own.count(info.name) == 0 && section.has(info.name) &&
+        !says_what_dion_does(read, info.name)) {
       refuse_for_matrices(section, info.name, h, info.name);
     }
   });

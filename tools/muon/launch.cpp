@@ -14,6 +14,7 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "muon/error.h"
@@ -23,7 +24,6 @@ namespace {
 
 constexpr int kInterrupted = 128 + SIGINT;  // muon train's exit code after a signal
 constexpr int kLostCollective = 3;  // muon train's exit code for a failed collective (main.cpp)
-constexpr int kKilled = 128 + SIGKILL;
 
 // "the run failed on rank 0 of 2 (exit code 2); rank 1 failed after it (exit code 3)".
 void report_failures(const std::vector<RankFailure>& failures, int nproc) {
@@ -33,9 +33,9 @@ void report_failures(const std::vector<RankFailure>& failures, int nproc) {
   for (const auto& f : failures) {
     if (&f == &root) continue;
     std::cerr << "; rank " << f.rank << " failed after it (exit code " << f.code
-              << (f.code == kLostCollective ? ": a collective lost its peer"
-                  : f.code == kKilled       ? ": killed by the launcher"
-                                            : "")
+              << (f.killed_by_launcher        ? ": killed by the launcher"
+                  : f.code == kLostCollective ? ": a collective lost its peer"
+                                              : "")
               << ")";
   }
   std::cerr << '\n';
@@ -83,7 +83,7 @@ extern "C" void count_signal(int) {
 const RankFailure& failure_cause(const std::vector<RankFailure>& failures) {
   check(!failures.empty(), "failure_cause: no failures");
   const auto own = std::find_if(failures.begin(), failures.end(), [](const RankFailure& f) {
-    return f.code != kLostCollective && f.code != kKilled;
+    return f.code != kLostCollective && !f.killed_by_launcher;
   });
   return own != failures.end() ? *own : failures.front();
 }
@@ -123,6 +123,7 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
   using Clock = std::chrono::steady_clock;
   int result = 0;  // 0, or kInterrupted when a rank stopped on a signal
   std::vector<RankFailure> failures;
+  std::set<pid_t> killed;  // by the launcher, past the grace
   Clock::time_point deadline = Clock::time_point::max();
   while (!running.empty()) {
     for (; forwarded < signals_received; ++forwarded) {
@@ -143,7 +144,7 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
                     << " s for the others\n";
           deadline = Clock::now() + grace;
         }
-        failures.push_back({rank, code});
+        failures.push_back({rank, code, killed.count(pid) != 0});
       }
       continue;
     }
@@ -151,6 +152,7 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
       for (const auto& [child, rank] : running) {
         std::cerr << "muon train: killing rank " << rank << ", still running after the failure\n";
         ::kill(child, SIGKILL);
+        killed.insert(child);
       }
       deadline = Clock::time_point::max();
     }

@@ -11,9 +11,8 @@ namespace muon::demo {
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set, and
 // waits for them. When one fails, the others get `grace` to fail on their own (their collectives
 // time out) before they are killed. Returns 0 when every rank succeeded, else the exit code of the
-// failure that caused the others (128 + signal for a killed rank): the first that is not a failed
-// collective (exit 3, a rank that lost its peer), else the first — named on stderr with the
-// failures that followed it.
+// failure that caused the others (128 + signal for a killed rank): failure_cause() — named on
+// stderr with the failures that followed it.
 int launch_local_ranks(int nproc, const std::vector<std::string>& args,
                        std::chrono::milliseconds grace);
 
@@ -21,10 +20,11 @@ int launch_local_ranks(int nproc, const std::vector<std::string>& args,
 struct RankFailure {
   int rank;
   int code;
+  bool killed_by_launcher = false;  // still running past the grace after another's failure
 };
 // The failure that caused the others: a rank whose collective failed (exit 3) usually lost its
-// peer to another rank's error, and may be reaped first, and a rank the launcher killed (128 +
-// SIGKILL) only outlived the grace; so the first failure of another kind, else the first.
+// peer to another rank's error, and may be reaped first, and a rank the launcher killed only
+// outlived the grace; so the first failure of another kind, else the first.
 const RankFailure& failure_cause(const std::vector<RankFailure>& failures);
 
 // A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick for port 0).

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "muon/algorithms.h"
 #include "muon/error.h"
 #include "muon/internal/number_text.h"
 #include "muon/internal/yaml_section.h"
@@ -142,11 +143,19 @@ std::map<std::string, std::string> leaves(const TrainConfig& config) {
 void check_describes(const TrainConfig& stored, const TrainConfig& described,
                      const std::vector<RunFlag>& flags, const std::string& config_path,
                      const std::string& dir) {
+  // A flag of the matrices' settings (optimizer.muon.*) sets the section of the algorithm they run.
+  const std::string matrices = algorithm_name(described.optimizer.hybrid.matrices_options());
+  const auto key_of = [&](const RunFlag& flag) {
+    const std::string muon = "optimizer.muon.";
+    return flag.key.rfind(muon, 0) == 0
+               ? "optimizer." + matrices + "." + flag.key.substr(muon.size())
+               : flag.key;
+  };
   std::map<std::string, const RunFlag*> given;  // key → the flag given for it
   std::vector<std::string> may_change;
   for (const auto& flag : flags) {
-    if (flag.safe_on_resume) may_change.push_back(flag.key);
-    if (flag.option->count() > 0) given[flag.key] = &flag;
+    if (flag.safe_on_resume) may_change.push_back(key_of(flag));
+    if (flag.option->count() > 0) given[key_of(flag)] = &flag;
   }
   const auto theirs = leaves(stored), ours = leaves(described);
   auto keys = ours;  // every key of either run: one may hold a section the other lacks

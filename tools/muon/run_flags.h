@@ -16,7 +16,7 @@ namespace muon::demo {
 
 struct RunFlag {
   std::string name;     // "--layers"
-  std::string key;      // "model.n_layers"
+  std::string key;      // "model.n_layers"; optimizer.muon.* is the matrices' section (dion's)
   bool safe_on_resume;  // a resumed run may change it (intervals, the run's length)
   CLI::Option* option;
   std::function<void(TrainConfig&)> apply;               // the parsed value into a config

@@ -33,6 +33,10 @@ void read_groups_or_preset(Section& s, OptimConfig& config);
 void read_shorthands(Section& s, HybridOptions& h);
 // The matrices' Muon options, or null when they run another algorithm (Dion).
 MuonOptions* muon_of(HybridOptions& h);
+// Whether Muon's option `option` as `read` holds it says what Dion does anyway — configurations
+// written when Dion was a Muon setting state such options: at Muon's default (to_yaml wrote them
+// all), and for nesterov and momentum_form at Dion's own momentum (summed, without Nesterov).
+bool says_what_dion_does(const MuonOptions& read, const std::string& option);
 // Throws "<key>: dion (the matrices' algorithm) has no <option>; ...": a Muon setting under Dion.
 [[noreturn]] void refuse_for_matrices(const Section& s, const std::string& key,
                                       const HybridOptions& h, const std::string& option);

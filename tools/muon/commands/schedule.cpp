@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "command.h"
+#include "muon/algorithms.h"
 #include "metrics.h"
 #include "plot.h"
 #include "train.h"
@@ -17,11 +18,14 @@ void print_schedule(const OptimConfig& c, int64_t steps, int64_t every,
                     const std::string& svg_path) {
   const auto& h = c.hybrid;
   if (h.schedule) h.schedule->check(steps);
+  const auto& matrices = h.matrices_options();  // Muon's, or Dion's
+  const double peak = matrices.get_lr();
+  const double base_momentum = group_settings(matrices).at("momentum");
   const auto lr = [&](int64_t t) {
-    return h.schedule ? h.schedule->multiplier(t, steps, h.muon.lr()) : 1.0;
+    return h.schedule ? h.schedule->multiplier(t, steps, peak) : 1.0;
   };
   const auto momentum = [&](int64_t t) {
-    return h.momentum_schedule ? h.momentum_schedule->value(t, steps) : h.muon.momentum();
+    return h.momentum_schedule ? h.momentum_schedule->value(t, steps) : base_momentum;
   };
   const auto wd = [&](int64_t t) {
     return h.weight_decay_schedule ? h.weight_decay_schedule->multiplier(t, steps) : 1.0;
