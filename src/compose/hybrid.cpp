@@ -34,9 +34,20 @@ using detail::groups_or_default;
 using detail::matrices_group_options;
 using detail::others_group_options;
 
+namespace {
+
+HybridOptions with_algorithms(MuonOptions muon, AdamWOptions adamw) {
+  HybridOptions options;
+  options.muon = std::move(muon);
+  options.adamw = std::move(adamw);
+  return options;
+}
+
+}  // namespace
+
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
                                  MuonOptions muon_options, AdamWOptions adamw_options)
-    : HybridOptimizer(routes, HybridOptions{std::move(muon_options), std::move(adamw_options)}) {}
+    : HybridOptimizer(routes, with_algorithms(std::move(muon_options), std::move(adamw_options))) {}
 
 // Decides the libtorch param groups — one per (parameter group, role, decayed or not) — before
 // the base class exists, checking the options on the way.
