@@ -1,6 +1,6 @@
 // muon_cpp._core: the compiled half of the Python module. The classes Python code sees are
 // torch.optim.Optimizer subclasses in muon_cpp/__init__.py; each owns an Engine (one of our C++
-// optimizers) and pushes its param_groups' settings into it before every step. One file of ~420
+// optimizers) and pushes its param_groups' settings into it before every step. One file of ~460
 // lines on purpose: the Engine and the bindings that expose it read as one piece; the value
 // conversions are values.cpp.
 //
@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -337,6 +338,38 @@ void bind_engine(py::module_& m) {
       .def("owns", [](Engine& e, const at::Tensor& param) { return e.hybrid().owns(param); });
 }
 
+// The collectives of the Python optimizers' data parallelism (muon_cpp/_distributed.py and
+// _sharded.py), run here rather than through torch.distributed so that the backend never holds a
+// tensor Python made (muon::Communicator says why). Each waits for the group's own timeout without
+// the GIL; a failure is a RuntimeError with the backend's reason, which the Python side words.
+template <class Collective>
+void run_collective(Collective&& collective) {
+  py::gil_scoped_release release;
+  try {
+    collective();
+  } catch (const DistributedError& e) {
+    throw std::runtime_error(e.reason());
+  }
+}
+
+void bind_collectives(py::module_& m) {
+  py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Collectives")
+      .def(py::init([](const py::object& group) {
+        return std::make_shared<Communicator>(group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>(),
+                                              Communicator::Duration(0));
+      }))
+      .def("broadcast", [](Communicator& c, at::Tensor tensor,
+                           int root) { run_collective([&] { c.broadcast(tensor, root); }); })
+      .def("all_gather",
+           [](Communicator& c, const at::Tensor& shard, at::Tensor flat) {
+             run_collective([&] { c.all_gather(shard, flat).wait(); });
+           })
+      .def("gather", [](Communicator& c, const at::Tensor& sent, std::vector<at::Tensor> parts,
+                        int root) { run_collective([&] { c.gather(sent, parts, root); }); })
+      .def("scatter", [](Communicator& c, at::Tensor received, std::vector<at::Tensor> parts,
+                         int root) { run_collective([&] { c.scatter(received, parts, root); }); });
+}
+
 at::Tensor orthogonalize_binding(const at::Tensor& x, py::object table, py::handle steps,
                                  const std::string& method, py::object dtype_or_none,
                                  py::handle gram_restarts) {
@@ -366,6 +399,7 @@ PYBIND11_MODULE(_core, m) {
     }
   });
   bind_engine(m);
+  bind_collectives(m);
   m.def("orthogonalize", &orthogonalize_binding, py::arg("x"), py::arg("coefficients"),
         py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restarts"));
   m.def("orthogonality_error", &muon::orthogonality_error, py::arg("x"));

@@ -342,9 +342,19 @@ TEST(Distributed, AMissingRankIsAClearErrorWithinTheTimeout) {
         communicator->all_reduce(t, ReduceOp::sum);
         EXPECT_TRUE(at::equal(t, at::full({4}, 2.0f)));
         if (communicator->rank() == 1) return;  // rank 1 stops taking part
-        testing::expect_error<DistributedError>(
-            [&] { communicator->all_reduce(t, ReduceOp::sum); },
-            {"distributed: all_reduce failed on rank 0 of 2", "another rank exited, hung"});
+        testing::expect_error<DistributedError>([&] { communicator->all_reduce(t, ReduceOp::sum); },
+                                                {"distributed: all_reduce failed on rank 0 of 2",
+                                                 "another rank exited, hung", "(timeout 2 s)"});
+        // reason(): the backend's own words alone, which the message quotes.
+        try {
+          communicator->all_reduce(t, ReduceOp::sum);
+          ADD_FAILURE() << "the second all_reduce without rank 1 succeeded";
+        } catch (const DistributedError& e) {
+          EXPECT_FALSE(e.reason().empty());
+          EXPECT_EQ(e.reason().find("distributed:"), std::string::npos) << e.reason();
+          EXPECT_NE(std::string(e.what()).find(": " + e.reason() + " — "), std::string::npos)
+              << e.what();
+        }
       },
       2000ms);
 }
@@ -367,9 +377,28 @@ TEST(Distributed, CollectivesComputeWhatTheySay) {
     auto value = at::full({2}, static_cast<float>(r + 10));
     c->broadcast(value, 2);
     EXPECT_TRUE(at::equal(value, at::full({2}, 12.0f)));
-    // Bytes: reduce-scatter 2/3 of 24, all-gather 2 × 8, all-reduce 2·2/3 of 4 (integer), and 8
-    // from the broadcast's root.
-    EXPECT_EQ(c->bytes_sent(), 16 + 16 + 5 + (r == 2 ? 8 : 0));
+    // gather to rank 1: part k = rank k's [k, 2k]; scatter from rank 0: rank k gets [−k].
+    std::vector<at::Tensor> parts;
+    if (r == 1) parts = {at::empty({2}), at::empty({2}), at::empty({2})};
+    c->gather(at::tensor({static_cast<float>(r), 2.0f * r}), parts, 1);
+    for (int k = 0; k < static_cast<int>(parts.size()); ++k) {
+      EXPECT_TRUE(at::equal(parts[k], at::tensor({1.0f * k, 2.0f * k}))) << k << parts[k];
+    }
+    std::vector<at::Tensor> sent;
+    if (r == 0) sent = {at::tensor({-0.0f}), at::tensor({-1.0f}), at::tensor({-2.0f})};
+    auto received = at::empty({1});
+    c->scatter(received, sent, 0);
+    EXPECT_EQ(received.item<float>(), -1.0f * r);
+    // Bytes: reduce-scatter 2/3 of 24, all-gather 2 × 8, all-reduce 2·2/3 of 4 (integer), 8
+    // from the broadcast's root, 8 to the gather's root, 2 × 4 from the scatter's root.
+    EXPECT_EQ(c->bytes_sent(),
+              16 + 16 + 5 + (r == 2 ? 8 : 0) + (r != 1 ? 8 : 0) + (r == 0 ? 8 : 0));
+    // A root outside the group, or a root without a part for each rank, is refused on the spot.
+    testing::expect_error<Error>([&] { c->gather(received, parts, 3); },
+                                 {"distributed: gather's root 3 is not in [0, 3)"});
+    std::vector<at::Tensor> two{received, received};
+    testing::expect_error<Error>([&] { c->scatter(received, two, r); },
+                                 {"distributed: scatter needs 3 parts on its root, got 2"});
   });
 }
 
@@ -405,8 +434,8 @@ TEST(Distributed, TheLauncherNamesTheFailureThatCausedTheOthers) {
   EXPECT_EQ(cause({{1, 3}, {0, 2}}), std::pair(0, 2));
   EXPECT_EQ(cause({{1, 137, true}, {2, 3}, {0, 1}}), std::pair(0, 1));
   EXPECT_EQ(cause({{1, 137}, {0, 2}}), std::pair(1, 137));  // killed, not by the launcher
-  EXPECT_EQ(cause({{0, 2}, {1, 2}}), std::pair(0, 2));       // the first of two of their own
-  EXPECT_EQ(cause({{1, 3}, {0, 3}}), std::pair(1, 3));       // every one lost a peer: the first
+  EXPECT_EQ(cause({{0, 2}, {1, 2}}), std::pair(0, 2));      // the first of two of their own
+  EXPECT_EQ(cause({{1, 3}, {0, 3}}), std::pair(1, 3));      // every one lost a peer: the first
   EXPECT_EQ(cause({{2, 137, true}, {0, 3}}), std::pair(2, 137));
   testing::expect_error<Error>([] { failure_cause({}); }, {"failure_cause: no failures"});
 }

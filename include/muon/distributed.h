@@ -12,16 +12,23 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "muon/compat.h"
 
 namespace muon {
 
-// A collective failed or timed out: another rank exited, hung or disagreed.
+// A collective failed or timed out: another rank exited, hung or disagreed. reason(): the
+// backend's own words ("no answer" for a timeout), for callers that tell the story their own way.
 class DistributedError : public std::runtime_error {
  public:
-  explicit DistributedError(const std::string& message) : std::runtime_error(message) {}
+  explicit DistributedError(const std::string& message, std::string reason = {})
+      : std::runtime_error(message), reason_(std::move(reason)) {}
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
 };
 
 enum class ReduceOp { sum, max };
@@ -44,7 +51,9 @@ class Communicator {
 
   // One process: rank 0 of 1.
   Communicator();
-  // Over `group` (any c10d backend, world size ≥ 1; in LibTorch 2.x its default backend).
+  // Over `group` (any c10d backend, world size ≥ 1; in LibTorch 2.x its default backend). Each
+  // collective waits at most `timeout`; 0 leaves it to the group's own timeout, as
+  // torch.distributed's calls do.
   Communicator(const c10::intrusive_ptr<c10d::ProcessGroup>& group, Duration timeout);
   ~Communicator();
 
@@ -87,10 +96,16 @@ class Communicator {
 
   void all_reduce(at::Tensor& tensor, ReduceOp op);  // in place
   void broadcast(at::Tensor& tensor, int root);      // in place
+  // Rank `root` receives each rank's `sent` into `parts` (world_size() tensors shaped like sent;
+  // empty on the other ranks).
+  void gather(const at::Tensor& sent, std::vector<at::Tensor>& parts, int root);
+  // Each rank r receives `root`'s parts[r] into `received` (parts: empty on the other ranks).
+  void scatter(at::Tensor& received, const std::vector<at::Tensor>& parts, int root);
   void barrier();
 
   // Payload bytes this rank has sent, counted as ring algorithms send them (reduce-scatter and
-  // all-gather (N−1)/N of the whole, all-reduce twice that, broadcast the tensor from its root).
+  // all-gather (N−1)/N of the whole, all-reduce twice that, broadcast the tensor from its root,
+  // gather a part from each other rank, scatter a part to each other rank).
   int64_t bytes_sent() const { return bytes_sent_; }
 
  private:
@@ -98,6 +113,8 @@ class Communicator {
   template <class Collective>
   void on_device(at::Tensor& tensor, Collective&& collective);
   [[noreturn]] void fail(const std::string& what, const std::string& reason) const;
+  // Refuses a `root` outside the group, and on the root a count of `parts` other than one a rank.
+  void check_root(const char* what, int root, size_t parts) const;
   struct Own {};  // tags the constructor over a group this class made (the same type in 1.x)
   Communicator(c10::intrusive_ptr<compat::CollectiveGroup> group, Duration timeout, Own);
 

@@ -3,7 +3,15 @@
 parallelism uses (``_core.owner_plan``: matrices by their orthogonalization cost, other tensors by
 size, largest first, each to the least-loaded rank). The owner alone keeps the parameter's state
 and computes its update; then every owner broadcasts its new values to the group, one message per
-owner and dtype."""
+owner and dtype.
+
+The collectives run in C++ (``_core.Collectives``), not through torch.distributed's functions:
+there the backend holds only tensors no Python object owns, and a script that ends right after a
+step cannot abort while the backend's worker thread releases them (recent PyTorch frees a tensor
+Python made only with the GIL, which an exiting interpreter no longer grants)."""
+
+import ctypes
+import pickle
 
 import torch
 import torch.distributed as dist
@@ -30,9 +38,10 @@ def check_group(group):
 
 def collective(what, members, run, *args, **kwargs):
     """Runs a collective of the group ``members``; a failure (a rank exited, hung past the group's
-    timeout, or disagreed) becomes a RuntimeError that says so, naming this rank."""
+    timeout, or disagreed) becomes a RuntimeError that says so, naming this rank. Returns what
+    ``run`` returns."""
     try:
-        run(*args, **kwargs)
+        return run(*args, **kwargs)
     except RuntimeError as e:
         raise RuntimeError(f"muon_cpp: {what} failed on rank {dist.get_rank(members)} of "
                            f"{dist.get_world_size(members)}: {e} — another rank exited, hung past "
@@ -43,15 +52,33 @@ def collective(what, members, run, *args, **kwargs):
 def gather_state(local, group):
     """The union of every rank's ``local`` {index: state} (each index on one rank only), as CPU
     copies, sorted by index."""
-    everyone = [None] * dist.get_world_size(group)
     cpu = {i: {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
            for i, entry in local.items()}
-    collective("state_dict()'s gathering of the state", group, dist.all_gather_object,
-               everyone, cpu, group=group)
+    everyone = collective("state_dict()'s gathering of the state", group, all_gather_objects,
+                          _core.Collectives(group), group, cpu)
     merged = {}
     for part in everyone:
         merged.update(part)
     return dict(sorted(merged.items()))
+
+
+def all_gather_objects(collectives, group, value):
+    """Every rank's picklable ``value``, in rank order (torch.distributed.all_gather_object's
+    result): the lengths of the pickles, then the pickles padded to the longest."""
+    world = dist.get_world_size(group)
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+    mine = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8)
+    lengths = torch.empty(world, dtype=torch.int64, device=device)
+    collectives.all_gather(torch.tensor([mine.numel()], device=device), lengths)
+    longest = int(lengths.max())
+    padded = torch.zeros(longest, dtype=torch.uint8, device=device)
+    padded[:mine.numel()] = mine
+    pickles = torch.empty(world * longest, dtype=torch.uint8, device=device)
+    collectives.all_gather(padded, pickles)
+    pickles = pickles.cpu()
+    return [pickle.loads(ctypes.string_at(pickles[r * longest:].data_ptr(), length))
+            for r, length in enumerate(lengths.tolist())]
 
 
 class OwnerPlan:
@@ -66,6 +93,7 @@ class OwnerPlan:
         self.rank = dist.get_rank(group)
         owners = _core.owner_plan([(list(p.shape), matrices) for p in params], self.world)
         self._owner = {id(p): r for p, r in zip(params, owners)}
+        self.collectives = _core.Collectives(group)
 
     def owner(self, p):
         return self._owner[id(p)]
@@ -83,8 +111,7 @@ class OwnerPlan:
             for same in by_dtype.values():
                 flat = torch.cat([p.detach().reshape(-1) for p in same])
                 collective(f"the broadcast of rank {owner}'s parameters", self.group,
-                           dist.broadcast, flat, src=global_rank(self.group, owner),
-                           group=self.group)
+                           self.collectives.broadcast, flat, owner)
                 if owner != self.rank:
                     with torch.no_grad():
                         offset = 0

@@ -13,6 +13,7 @@ import math
 import torch
 import torch.distributed as dist
 
+from . import _core
 from ._distributed import OwnerPlan, collective, global_rank
 
 
@@ -75,6 +76,7 @@ class ShardedParams:
                                  f"shape {tuple(local(p).shape)} on rank {self.rank}; Shard(0) "
                                  f"over {self.world} ranks gives {rows} rows (torch.chunk's "
                                  "split), which muon_cpp expects")
+        self._collectives = _core.Collectives(self.group)
         # One rank holds every row: its shards are the whole tensors.
         self._plan = OwnerPlan(params, matrices, self.group) if whole and self.world > 1 else None
         self._local = {id(p): local(p) for p in params}
@@ -177,12 +179,11 @@ class ShardedParams:
                 whole.grad = grad
         for same in _by_dtype(pieces):
             sent = torch.cat([self._padded(rows, shape[0]).reshape(-1) for rows, shape, _ in same])
-            parts = None if owner != self.rank else [torch.empty_like(sent)
-                                                     for _ in range(self.world)]
+            parts = [] if owner != self.rank else [torch.empty_like(sent)
+                                                   for _ in range(self.world)]
             collective("the gathering of sharded parameters to their owner", self.group,
-                       dist.gather, sent, gather_list=parts, dst=global_rank(self.group, owner),
-                       group=self.group)
-            if parts is not None:
+                       self._collectives.gather, sent, parts, owner)
+            if parts:
                 offset = 0
                 for _, shape, whole in same:
                     size = self._padded_numel(shape)
@@ -196,15 +197,14 @@ class ShardedParams:
         pieces = [(self._local[id(p)], p.shape, self.engine_tensor(p)) for p in params]
         for same in _by_dtype(pieces):
             received = same[0][0].new_empty(sum(self._padded_numel(shape) for _, shape, _ in same))
-            parts = None
+            parts = []
             if owner == self.rank:
                 parts = [torch.cat([self._padded(whole[first:first + count], shape[0]).reshape(-1)
                                     for _, shape, whole in same
                                     for first, count in [row_split(shape[0], self.world, r)]])
                          for r in range(self.world)]
             collective("the scattering of sharded parameters from their owner", self.group,
-                       dist.scatter, received, scatter_list=parts,
-                       src=global_rank(self.group, owner), group=self.group)
+                       self._collectives.scatter, received, parts, owner)
             offset = 0
             for held, shape, _ in same:
                 size = self._padded_numel(shape)
@@ -234,11 +234,11 @@ class ShardedParams:
         out = {}
         for key, value in entry.items():
             if isinstance(value, torch.Tensor) and value.shape == rows:
-                padded = self._padded(value, p.shape[0])
-                parts = [torch.empty_like(padded) for _ in range(self.world)]
+                padded = self._padded(value, p.shape[0]).contiguous()
+                whole = padded.new_empty((self.world * padded.shape[0],) + padded.shape[1:])
                 collective("state_dict()'s gathering of sharded state", self.group,
-                           dist.all_gather, parts, padded, group=self.group)
-                value = torch.cat(parts)[:p.shape[0]].cpu()
+                           self._collectives.all_gather, padded.reshape(-1), whole.view(-1))
+                value = whole[:p.shape[0]].cpu()
             out[key] = value
         return out
 

@@ -3,6 +3,7 @@ INIT_FILE (a file:// rendezvous, which every torch from 1.13 on has, with or wit
 
     python distributed_ranks.py ALGORITHM STEPS OUT_DIR
     python distributed_ranks.py killed 0 OUT_DIR
+    python distributed_ranks.py ends-after-step 0 OUT_DIR
     python distributed_ranks.py dcp-save:ALGORITHM STEPS OUT_DIR
     python distributed_ranks.py dcp-load:ALGORITHM STEPS OUT_DIR
 
@@ -11,7 +12,8 @@ with the process group (each rank updating what it owns) and once through the on
 optimizer, the reference. It writes OUT_DIR/rank<r>.json: the largest relative difference of the
 parameters after each step, of the gathered state dict, and of a run resumed at world size N from
 the one-process state dict halfway. `killed`: the last rank exits mid-run and the others write
-what their next step raised. `dcp-save` runs the first half of the steps and saves model and
+what their next step raised. `ends-after-step`: each rank steps Muon and AdamW once and ends there,
+as a script may, with no destroy_process_group. `dcp-save` runs the first half of the steps and saves model and
 optimizer with torch.distributed.checkpoint (get_optimizer_state_dict); `dcp-load`, at any world
 size, loads that checkpoint (set_optimizer_state_dict), runs the second half and writes how far
 the parameters are from the one-process run that never stopped."""
@@ -115,6 +117,19 @@ def killed(out_dir, rank, optimizer, set_step_gradients):
     os._exit(0)  # the group is broken: no orderly shutdown
 
 
+def ends_after_step(group):
+    """One step of Muon and AdamW over `group`, then the end of the script, the main thread keeping
+    the GIL to the end (a long switch interval): the interpreter exits while the backend's worker
+    threads release what the last collectives held, which must need no GIL."""
+    params = parameters(0)
+    set_gradients(params, 0)
+    muon = make("muon", params, group)
+    adamw = muon_cpp.AdamW([p for p in params if p.dim() < 2], lr=1e-2, process_group=group)
+    sys.setswitchinterval(60)
+    muon.step()
+    adamw.step()
+
+
 def holder(params):
     """A module owning `params` (as p0, p1, ...): the names torch.distributed.checkpoint keys by."""
     module = torch.nn.Module()
@@ -192,6 +207,9 @@ def main():
         params = parameters(0)
         killed(out_dir, rank, make("muon", params, dist.group.WORLD),
                lambda step: set_gradients(params, step))
+    if algorithm == "ends-after-step":
+        ends_after_step(dist.group.WORLD)
+        return
     if algorithm.startswith("dcp-"):
         phase, algorithm = algorithm.split(":")
         checkpoint(phase, algorithm, steps, out_dir, rank)

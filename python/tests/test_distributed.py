@@ -27,6 +27,17 @@ def test_ranks_equal_one_process(tmp_path, world, algorithm):
         assert report["resumed"] <= ROUND_OFF, report
 
 
+def test_a_script_may_end_right_after_a_step(tmp_path):
+    """Ranks that step and end at once, the main thread holding the GIL to the end, exit cleanly.
+    The collectives run in C++ over aliases no Python object owns: a worker thread of the backend
+    that released a tensor Python made would need the GIL of an exiting interpreter, and recent
+    PyTorch aborts the process then ("terminate called without an active exception", which some
+    of these runs printed while the collectives went through torch.distributed's functions)."""
+    for attempt in range(3):
+        (tmp_path / str(attempt)).mkdir()
+        run_ranks(tmp_path / str(attempt), 4, "ends-after-step", 0, tmp_path)
+
+
 def test_a_rank_that_exits_mid_run_is_an_error_on_the_others_not_a_hang(tmp_path):
     """The last of 3 ranks exits after its first step: the next step of the others raises a
     RuntimeError naming the collective and this rank, within the group's 10 s timeout."""

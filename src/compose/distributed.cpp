@@ -41,6 +41,22 @@ std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
+// What a collective hands the backend in place of `tensor`: an alias of the same memory that no
+// Python object owns. The backend's worker thread drops its references after the collective
+// completes; in recent PyTorch (2.14, 2.15) dropping one of a tensor Python made takes the GIL,
+// which an exiting interpreter never grants, and the process aborts ("terminate called without an
+// active exception") if the caller's script ends right after a collective.
+at::Tensor for_backend(const at::Tensor& tensor) {
+  return tensor.detach();
+}
+
+std::vector<at::Tensor> for_backend(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(for_backend(t));
+  return out;
+}
+
 }  // namespace
 
 Communicator::Communicator() = default;
@@ -53,7 +69,8 @@ Communicator::Communicator(const c10::intrusive_ptr<c10d::ProcessGroup>& group, 
 Communicator::Communicator(c10::intrusive_ptr<compat::CollectiveGroup> group, Duration timeout, Own)
     : group_(std::move(group)), timeout_(timeout) {
   check(group_.defined(), "distributed: the process group is null");
-  check(timeout.count() > 0, "distributed: the timeout must be > 0 ms, got ", timeout.count());
+  check(timeout.count() >= 0, "distributed: the timeout must be ≥ 0 ms (0: the group's own), got ",
+        timeout.count());
   rank_ = group_->getRank();
   world_ = group_->getSize();
   ring_reduce_scatter_ = group_->getBackendName() == "gloo";
@@ -151,10 +168,14 @@ std::shared_ptr<Communicator> Communicator::connect(int rank, int world, const s
 }
 
 void Communicator::fail(const std::string& what, const std::string& reason) const {
+  const auto limit =
+      timeout_.count() == 0
+          ? std::string("the process group's timeout")
+          : detail::concat("timeout ", static_cast<double>(timeout_.count()) / 1000.0, " s");
   throw DistributedError(
       detail::concat("distributed: ", what, " failed on rank ", rank_, " of ", world_, ": ", reason,
-                     " — another rank exited, hung or took a different path (timeout ",
-                     static_cast<double>(timeout_.count()) / 1000.0, " s)"));
+                     " — another rank exited, hung or took a different path (", limit, ")"),
+      reason);
 }
 
 void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
@@ -177,9 +198,7 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& flat) {
   if (!ring_reduce_scatter_) {
     auto out = at::empty({chunk}, flat.options());
     std::vector<at::Tensor> outputs{out};
-    const auto chunks = flat.split(chunk);
-    std::vector<std::vector<at::Tensor>> inputs{
-        std::vector<at::Tensor>(chunks.begin(), chunks.end())};
+    std::vector<std::vector<at::Tensor>> inputs{for_backend(flat.split(chunk))};
     wait(group_->reduce_scatter(outputs, inputs), "reduce_scatter");
     return out;
   }
@@ -193,7 +212,7 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& flat) {
   };
   for (int s = 0; s < world_ - 1; ++s) {
     const int tag = static_cast<int>(tag_++ % (1 << 30));
-    std::vector<at::Tensor> send{piece(rank_ - s - 1)};
+    std::vector<at::Tensor> send{for_backend(piece(rank_ - s - 1))};
     std::vector<at::Tensor> receive{incoming};
     auto sent = group_->send(send, next, tag);
     auto received = group_->recv(receive, previous, tag);
@@ -225,10 +244,8 @@ Communicator::Pending Communicator::all_gather(const at::Tensor& shard, at::Tens
     return {};
   }
   bytes_sent_ += (world_ - 1) * shard.numel() * static_cast<int64_t>(shard.element_size());
-  std::vector<at::Tensor> input{shard.contiguous()};
-  const auto chunks = flat.split(shard.numel());
-  std::vector<std::vector<at::Tensor>> outputs{
-      std::vector<at::Tensor>(chunks.begin(), chunks.end())};
+  std::vector<at::Tensor> input{for_backend(shard.contiguous())};
+  std::vector<std::vector<at::Tensor>> outputs{for_backend(flat.split(shard.numel()))};
   return Pending(this, group_->allgather(outputs, input), "all_gather");
 }
 
@@ -237,7 +254,7 @@ void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   bytes_sent_ +=
       2 * (world_ - 1) * tensor.numel() * static_cast<int64_t>(tensor.element_size()) / world_;
   on_device(tensor, [&](at::Tensor& t) {
-    std::vector<at::Tensor> tensors{t};
+    std::vector<at::Tensor> tensors{for_backend(t)};
     c10d::AllreduceOptions options;
     options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
     wait(group_->allreduce(tensors, options), "all_reduce");
@@ -250,11 +267,50 @@ void Communicator::broadcast(at::Tensor& tensor, int root) {
     bytes_sent_ += tensor.numel() * static_cast<int64_t>(tensor.element_size());
   }
   on_device(tensor, [&](at::Tensor& t) {
-    std::vector<at::Tensor> tensors{t};
+    std::vector<at::Tensor> tensors{for_backend(t)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
     wait(group_->broadcast(tensors, options), "broadcast");
   });
+}
+
+void Communicator::check_root(const char* what, int root, size_t parts) const {
+  check(root >= 0 && root < world_, "distributed: ", what, "'s root ", root, " is not in [0, ",
+        world_, ")");
+  check(rank_ != root || static_cast<int>(parts) == world_, "distributed: ", what, " needs ",
+        world_, " parts on its root, got ", parts);
+}
+
+void Communicator::gather(const at::Tensor& sent, std::vector<at::Tensor>& parts, int root) {
+  check_root("gather", root, parts.size());
+  if (world_ == 1) {
+    parts[0].copy_(sent);
+    return;
+  }
+  if (rank_ != root) bytes_sent_ += sent.numel() * static_cast<int64_t>(sent.element_size());
+  std::vector<at::Tensor> input{for_backend(sent)};
+  std::vector<std::vector<at::Tensor>> outputs;
+  if (rank_ == root) outputs.push_back(for_backend(parts));
+  c10d::GatherOptions options;
+  options.rootRank = root;
+  wait(group_->gather(outputs, input, options), "gather");
+}
+
+void Communicator::scatter(at::Tensor& received, const std::vector<at::Tensor>& parts, int root) {
+  check_root("scatter", root, parts.size());
+  if (world_ == 1) {
+    received.copy_(parts[0]);
+    return;
+  }
+  if (rank_ == root) {
+    bytes_sent_ += (world_ - 1) * received.numel() * static_cast<int64_t>(received.element_size());
+  }
+  std::vector<at::Tensor> output{for_backend(received)};
+  std::vector<std::vector<at::Tensor>> inputs;
+  if (rank_ == root) inputs.push_back(for_backend(parts));
+  c10d::ScatterOptions options;
+  options.rootRank = root;
+  wait(group_->scatter(output, inputs, options), "scatter");
 }
 
 void Communicator::barrier() {
