@@ -1,6 +1,6 @@
 // muon_cpp._core: the compiled half of the Python module. The classes Python code sees are
 // torch.optim.Optimizer subclasses in muon_cpp/__init__.py; each owns an Engine (one of our C++
-// optimizers) and pushes its param_groups' settings into it before every step. One file of ~460
+// optimizers) and pushes its param_groups' settings into it before every step. One file of ~500
 // lines on purpose: the Engine and the bindings that expose it read as one piece; the value
 // conversions are values.cpp.
 //
@@ -13,6 +13,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -95,6 +96,17 @@ int64_t step_count(const std::string& key, const at::Tensor& t) {
   return static_cast<int64_t>(v);
 }
 
+// (name, tensor, module type) triples from Python.
+std::vector<NamedParameter> named_parameters(const py::list& named) {
+  std::vector<NamedParameter> parameters;
+  for (const auto& item : named) {
+    const auto t = py::reinterpret_borrow<py::tuple>(item);
+    parameters.push_back(
+        {t[0].cast<std::string>(), t[1].cast<at::Tensor>(), t[2].cast<std::string>()});
+  }
+  return parameters;
+}
+
 class Engine {
  public:
   explicit Engine(std::unique_ptr<torch::optim::Optimizer> optimizer)
@@ -115,15 +127,24 @@ class Engine {
     return Engine(std::make_unique<Optim>(std::move(built)));
   }
 
-  static Engine from_config(const py::list& named, const std::string& yaml, int64_t total_steps) {
-    std::vector<NamedParameter> parameters;
-    for (const auto& item : named) {
-      const auto t = py::reinterpret_borrow<py::tuple>(item);
-      parameters.push_back(
-          {t[0].cast<std::string>(), t[1].cast<at::Tensor>(), t[2].cast<std::string>()});
-    }
+  // `named`: (name, tensor, module type) triples. `held`: None, or per triple the tensor this
+  // process updates in its place (routing reads the triples' tensors: stand-ins of the shapes).
+  static Engine from_config(const py::list& named, const std::string& yaml, int64_t total_steps,
+                            const py::object& held) {
+    const auto parameters = named_parameters(named);
     const auto config = OptimConfig::from_yaml(yaml);
-    return Engine(build_optimizer(parameters, config, total_steps));
+    auto routes = route(parameters, config.routing);
+    if (!held.is_none()) {
+      const auto tensors = held.cast<std::vector<at::Tensor>>();
+      check(tensors.size() == parameters.size(), "Engine.hybrid: ", tensors.size(),
+            " held tensors for ", parameters.size(), " parameters");
+      std::map<const void*, at::Tensor> held_for;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        held_for[parameters[i].tensor.unsafeGetTensorImpl()] = tensors[i];
+      }
+      for (auto& r : routes) r.tensor = held_for.at(r.tensor.unsafeGetTensorImpl());
+    }
+    return Engine(build_optimizer(routes, config, total_steps));
   }
 
   // Every group's parameters and settings, as param_groups shows them.
@@ -304,7 +325,9 @@ void bind_engine(py::module_& m) {
     engine.def_static(Algorithm<Options>::name,
                       &Engine::make<typename Algorithm<Options>::Owner, Options>);
   });
-  engine.def_static("hybrid", &Engine::from_config)
+  engine
+      .def_static("hybrid", &Engine::from_config, py::arg("named"), py::arg("yaml"),
+                  py::arg("total_steps"), py::arg("held") = py::none())
       .def("groups", &Engine::groups)
       .def("settings", &Engine::settings)
       .def("set_options", &Engine::set_options)
@@ -335,7 +358,24 @@ void bind_engine(py::module_& m) {
              py::gil_scoped_release release;
              e.hybrid().set_communicator(std::make_shared<Communicator>(process_group, timeout));
            })
+      .def("set_partition",
+           [](Engine& e, const py::object& group, double timeout_s,
+              const std::vector<std::pair<at::Tensor, int>>& owners) {
+             const auto process_group = group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>();
+             const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
+             e.hybrid().set_partition(std::make_shared<Communicator>(process_group, timeout),
+                                      owners);
+           })
       .def("owns", [](Engine& e, const at::Tensor& param) { return e.hybrid().owns(param); });
+}
+
+// (name, role) of each parameter as the configuration's routing sends it, tied ones once.
+py::list routed_roles(const py::list& named, const std::string& yaml) {
+  py::list out;
+  for (const auto& r : route(named_parameters(named), OptimConfig::from_yaml(yaml).routing)) {
+    out.append(py::make_tuple(r.name, to_string(r.role)));
+  }
+  return out;
 }
 
 // The collectives of the Python optimizers' data parallelism (muon_cpp/_distributed.py and
@@ -403,6 +443,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("orthogonalize", &orthogonalize_binding, py::arg("x"), py::arg("coefficients"),
         py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restarts"));
   m.def("orthogonality_error", &muon::orthogonality_error, py::arg("x"));
+  m.def("routed_roles", &routed_roles, py::arg("named"), py::arg("yaml"));
   m.def(
       "coefficient_table",
       [](py::handle table) {

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpt.h"
 #include "helpers.h"
 #include "launch.h"
 #include "muon/checkpoint.h"
@@ -255,6 +256,153 @@ TEST(Distributed, EachParameterIsUpdatedByExactlyOneRank) {
     for (size_t i = 0; i < expected.size(); ++i) {
       EXPECT_TRUE(at::equal(finals[rank][i], finals[0][i])) << rank << " " << i;
       EXPECT_LT(testing::max_rel_diff(finals[rank][i], expected[i].detach()), 1e-5) << i;
+    }
+  }
+}
+
+// A rank's view of the model under set_partition: the Gpt's QK-clip targets with each weight
+// replaced by the tensor the optimizer holds on this rank (whole if owned, else a placeholder).
+class HeldQkSource : public QkClipSource {
+ public:
+  HeldQkSource(demo::Gpt model, std::map<const void*, at::Tensor> held)
+      : model_(std::move(model)), held_(std::move(held)) {}
+  std::vector<QkClipTarget> qk_clip_targets() override {
+    auto targets = model_->qk_clip_targets();
+    for (auto& t : targets) {
+      t.q_weight = held_.at(t.q_weight.unsafeGetTensorImpl());
+      t.k_weight = held_.at(t.k_weight.unsafeGetTensorImpl());
+    }
+    return targets;
+  }
+  std::map<std::string, at::Tensor> qk_max_logits() override { return model_->qk_max_logits(); }
+
+ private:
+  demo::Gpt model_;
+  std::map<const void*, at::Tensor> held_;
+};
+
+demo::GptConfig tiny_gpt() {
+  demo::GptConfig c;
+  c.n_layers = 2;
+  c.d_model = 16;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.seq_len = 8;
+  c.vocab_size = 32;
+  return c;
+}
+
+// set_partition (how the Python module runs the hybrid on FSDP2's shards): each rank holds the
+// parameters it owns whole and placeholders for the rest, and sees half of each batch. Clipping
+// on the global gradient norm and QK-clip on the largest logits of all ranks give what one
+// process gives with the whole batch.
+TEST(Distributed, APartitionedHybridEqualsOneProcess) {
+  constexpr int kWorld = 2, kSteps = 3;
+  at::manual_seed(0);
+  demo::Gpt reference(tiny_gpt());
+  std::vector<at::Tensor> initial;
+  for (const auto& p : reference->parameters()) initial.push_back(p.detach().clone());
+  std::vector<at::Tensor> batches;
+  for (int step = 0; step < kSteps; ++step) batches.push_back(at::randint(0, 32, {4, 8}));
+  {
+    at::NoGradGuard no_grad;
+    reference->forward(batches[0]);
+  }
+  HybridOptions options;
+  options.max_grad_norm = 0.05;  // below every step's norm: each step clips
+  options.qk_clip_tau = 0.5 * reference->qk_max_logits().at("blocks.0.attn").max().item<double>();
+  const auto reference_routes = route(*reference);
+  HybridOptimizer one(reference_routes, options);
+  one.set_qk_clip_source(reference.get());
+  std::vector<std::vector<at::Tensor>> grads(kSteps);
+  std::vector<StepStats> expected_stats;
+  for (int step = 0; step < kSteps; ++step) {
+    one.zero_grad();
+    reference->loss(batches[step], batches[step]).backward();
+    for (const auto& r : reference_routes) grads[step].push_back(r.tensor.grad().clone());
+    one.step();
+    EXPECT_LT(one.last_step().clip_factor, 1.0) << step;
+    expected_stats.push_back(one.last_step());
+  }
+  EXPECT_FALSE(expected_stats[0].qk_clip.empty());
+
+  std::vector<std::vector<at::Tensor>> finals(kWorld);
+  run_ranks(kWorld, [&](std::shared_ptr<Communicator> communicator) {
+    const int rank = communicator->rank();
+    demo::Gpt model(tiny_gpt());
+    {
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < initial.size(); ++i) model->parameters()[i].copy_(initial[i]);
+    }
+    auto routes = route(*model);
+    std::vector<at::Tensor> whole;  // the model's parameters, which every step refreshes
+    std::vector<int> owner;
+    std::map<const void*, at::Tensor> held;
+    std::vector<std::pair<at::Tensor, int>> owners;
+    for (size_t i = 0; i < routes.size(); ++i) {
+      whole.push_back(routes[i].tensor);
+      owner.push_back(static_cast<int>(i) % kWorld);
+      if (owner[i] != rank) {
+        routes[i].tensor = at::zeros({}, whole[i].options()).expand(whole[i].sizes());
+      }
+      held[whole[i].unsafeGetTensorImpl()] = routes[i].tensor;
+      owners.emplace_back(routes[i].tensor, owner[i]);
+    }
+    HybridOptimizer opt(routes, options);
+    opt.set_partition(communicator, owners);
+    HeldQkSource source(model, held);
+    opt.set_qk_clip_source(&source);
+    for (int step = 0; step < kSteps; ++step) {
+      {
+        at::NoGradGuard no_grad;  // this rank's half of the batch: its share of the logits
+        model->forward(batches[step].narrow(0, 2 * rank, 2));
+      }
+      for (size_t i = 0; i < routes.size(); ++i) {
+        if (owner[i] == rank) routes[i].tensor.mutable_grad() = grads[step][i].clone();
+      }
+      opt.step();
+      const auto& stats = opt.last_step();
+      EXPECT_NEAR(stats.grad_norm, expected_stats[step].grad_norm,
+                  1e-6 * expected_stats[step].grad_norm);
+      ASSERT_EQ(stats.qk_clip.size(), expected_stats[step].qk_clip.size()) << step;
+      for (size_t h = 0; h < stats.qk_clip.size(); ++h) {
+        EXPECT_NEAR(stats.qk_clip[h].factor, expected_stats[step].qk_clip[h].factor, 1e-5);
+      }
+      // The caller's part: every owner's new values to the other ranks' models.
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < whole.size(); ++i) {
+        auto values = whole[i].detach();
+        communicator->broadcast(values, owner[i]);
+      }
+    }
+    for (size_t i = 0; i < routes.size(); ++i) {
+      EXPECT_EQ(read_param_state(opt, routes[i].tensor).has_value(), owner[i] == rank) << i;
+      EXPECT_EQ(opt.owns(routes[i].tensor), owner[i] == rank) << i;
+      finals[rank].push_back(whole[i].detach().clone());
+    }
+    // What set_partition refuses.
+    testing::expect_error<Error>([&] { opt.set_partition(communicator, owners); },
+                                 {"set_partition: this optimizer's ranks are set already"});
+    HybridOptimizer fresh(routes, options);
+    auto missing = owners;
+    missing.pop_back();
+    testing::expect_error<Error>([&] { fresh.set_partition(communicator, missing); },
+                                 {"set_partition: parameter '", "' has no owner"});
+    auto outside = owners;
+    outside[0].second = kWorld;
+    testing::expect_error<Error>([&] { fresh.set_partition(communicator, outside); },
+                                 {"has owner 2, not a rank of [0, 2)"});
+    testing::expect_error<Error>(
+        [&] {
+          fresh.set_partition(communicator, {{at::zeros({3}), 0}});
+        },
+        {"set_partition: an owned tensor (shape [3]) is not one of this optimizer's trainable "
+         "parameters"});
+  });
+  for (int rank = 0; rank < kWorld; ++rank) {
+    for (size_t i = 0; i < reference_routes.size(); ++i) {
+      EXPECT_LT(testing::max_rel_diff(finals[rank][i], reference_routes[i].tensor.detach()), 1e-5)
+          << rank << " " << reference_routes[i].name;
     }
   }
 }

@@ -35,7 +35,7 @@ std::string optimizer_name_list();  // "muon, muonclip, dion, adamw"
 void apply_optimizer_name(const std::string& name, HybridOptions& h);
 
 struct OptimConfig {
-  std::string name = "muon";  // one of optimizer_names()
+  std::string name = "muon";    // one of optimizer_names()
   HybridOptions hybrid;         // rates, groups, clipping, schedules, QK-clip tau
   RoutingRules routing;         // routing.muon / routing.adamw patterns, higher_rank policy
   bool cautious = false;        // the cautious mask, fused into both branches
@@ -69,6 +69,11 @@ std::vector<ConfigKey> config_schema(const std::string& section);
 std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<NamedParameter>& parameters,
                                                  const OptimConfig& config, int64_t total_steps);
 std::unique_ptr<HybridOptimizer> build_optimizer(const torch::nn::Module& model,
+                                                 const OptimConfig& config, int64_t total_steps);
+// The same over routes already made with config.routing (e.g. on stand-ins of the parameters'
+// shapes, their tensors then replaced by those this process updates: the Python module's hybrid
+// on FSDP2's shards).
+std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<RoutedParameter>& routes,
                                                  const OptimConfig& config, int64_t total_steps);
 
 }  // namespace muon

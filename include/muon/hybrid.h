@@ -6,8 +6,9 @@
 // Its param_groups() hold one group per (parameter group, role), whose options are the matrices'
 // (MuonOptions by default, or DionOptions) or the others' (AdamWOptions by default; a group added
 // later may run any registered algorithm) — the options' type is the algorithm tag, as in optax's
-// `partition` — so libtorch's LRScheduler and set_lr reach every group. It owns every group and all state itself (state(), save/load,
-// checkpoints read the one copy) and calls the update rules (muon/rules.h) on them.
+// `partition` — so libtorch's LRScheduler and set_lr reach every group. It owns every group and all
+// state itself (state(), save/load, checkpoints read the one copy) and calls the update rules
+// (muon/rules.h) on them.
 //
 // step() reads .grad and never writes it: clipping scales internal copies, and on N ranks the
 // averaged gradients are internal too, so .grad after a step is the caller's own gradient
@@ -142,6 +143,15 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   void set_communicator(std::shared_ptr<Communicator> communicator,
                         int64_t bucket_numel = int64_t{1} << 23);
   Communicator* communicator() const { return communicator_.get(); }  // null when not set
+  // Training on parameters another layer shards and moves (the Python module under FSDP2): every
+  // rank passes the same parameters (names, shapes, order) and `owners`, each trainable
+  // parameter's owner rank; a rank holds the whole value and gradient of what it owns and
+  // placeholders without a gradient for the rest. step() updates what has a gradient and reduces
+  // over `communicator` only what needs every rank: the squared gradient norm (clipping,
+  // non-finite steps) and QK-clip's largest logits; QK-clip rescales the owned weights only. The
+  // caller moves values between ranks. Instead of set_communicator, before the first step.
+  void set_partition(std::shared_ptr<Communicator> communicator,
+                     const std::vector<std::pair<at::Tensor, int>>& owners);
   // The rank that keeps `param`'s state and computes its update (0 without ranks).
   int owner_of(const at::Tensor& param) const;
   bool owns(const at::Tensor& param) const;
@@ -152,12 +162,12 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   at::Tensor step(LossClosure closure = nullptr) override;
 
   // Adds a group after construction. Its options' type picks the algorithm, any of the registry's
-  // (muon/algorithms.h): MuonOptions for Muon, DionOptions for Dion (matrices only), AdamWOptions — or none: the
-  // hybrid's AdamW settings — for AdamW, the options of another elementwise algorithm (AdamOptions,
-  // LambOptions, ...) for it. Its parameters are named "param_groups.<group>.<index>" in reports
-  // and checkpoints; schedules scale its lr and weight decay like the others'. Throws muon::Error,
-  // adding nothing, for another options type, invalid options, a parameter already in a group or a
-  // Muon parameter that is not a matrix. A group added through the base class
+  // (muon/algorithms.h): MuonOptions for Muon, DionOptions for Dion (matrices only), AdamWOptions —
+  // or none: the hybrid's AdamW settings — for AdamW, the options of another elementwise algorithm
+  // (AdamOptions, LambOptions, ...) for it. Its parameters are named "param_groups.<group>.<index>"
+  // in reports and checkpoints; schedules scale its lr and weight decay like the others'. Throws
+  // muon::Error, adding nothing, for another options type, invalid options, a parameter already in
+  // a group or a Muon parameter that is not a matrix. A group added through the base class
   // (torch::optim::Optimizer's add_param_group) is checked the same way by the next step() — but
   // newer LibTorch (2.14, 2.15) gives such a group the hybrid's AdamW defaults in place of options
   // of a type it does not know (muon/compat.h), so add groups here.
@@ -223,6 +233,10 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   void check_step() const;
   Gradients gradients() const;
   bool clip_gradients(Gradients& grads);  // false: skip this step
+  // What reduces the norm and QK-clip's logits across ranks: null in one process.
+  Communicator* reducer() const;
+  std::vector<QkClipTarget> held_qk_targets(std::vector<QkClipTarget> targets) const;
+  void drop_state_of_others();
   void update(const Gradients& grads, const std::vector<at::Tensor>* only);
   std::string first_nonfinite_gradient() const;
 
@@ -243,7 +257,8 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   StepStats stats_;
   QkClipSource* qk_source_ = nullptr;
   std::shared_ptr<Communicator> communicator_;
-  std::unique_ptr<detail::DataParallel> parallel_;  // with a communicator of > 1 rank
+  std::unique_ptr<detail::DataParallel> parallel_;       // with a communicator of > 1 rank
+  std::optional<std::map<const void*, int>> partition_;  // set_partition's owners
 };
 
 }  // namespace muon

@@ -22,8 +22,10 @@ enum class AttentionKind {
 struct QkClipTarget {
   std::string layer;  // the key of its statistics
   AttentionKind kind = AttentionKind::grouped_query;
-  at::Tensor q_weight;  // q_proj (grouped_query) or q_b_proj (latent)
-  at::Tensor k_weight;  // k_proj (grouped_query) or kv_b_proj (latent)
+  // q_proj (grouped_query) or q_b_proj (latent), and k_proj or kv_b_proj. Undefined: a weight
+  // another rank holds and rescales (HybridOptimizer::set_partition), left alone here.
+  at::Tensor q_weight;
+  at::Tensor k_weight;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;  // grouped_query only
   int64_t head_dim = 0;    // grouped_query only

@@ -27,7 +27,7 @@ from . import _core, _torch_muon
 from ._dion import Dion
 from ._distributed import check_group
 from ._engine import AMSGRAD, USE_ADDMM, _EngineOptimizer
-from ._sharded import is_sharded
+from ._sharded import HeldQkClipSource, is_sharded, sharded_hybrid
 from ._schema import init_from_schema as _init_from_schema
 
 __all__ = [
@@ -172,6 +172,9 @@ class HybridOptimizer(_EngineOptimizer):
     is its own, and step() averages the gradients (a reduce-scatter to their owners), updates
     what this rank owns, keeping its state, and all-gathers the new values; rank 0's parameters
     are copied to every rank here. state_dict() gathers every owner's state (a collective).
+    A model sharded by FSDP2 (DTensor parameters) needs no process_group: each parameter's owner
+    rank updates it whole, and clipping and QK-clip see every rank's gradients and logits
+    (docs/distributed.md §Python: parameters sharded by FSDP2).
     ``timeout`` (a timedelta or seconds; torch's default, 30 minutes): how long one of those
     collectives waits before step() raises a RuntimeError saying another rank exited or hung.
 
@@ -190,24 +193,29 @@ class HybridOptimizer(_EngineOptimizer):
             raise ValueError(f"total_steps must be > 0 and <= 2^53, got {total_steps}")
         timeout_s = _seconds("timeout", timeout)
         named = _named_parameters(model_or_named_parameters)
-        sharded = [name for name, p, _ in named if is_sharded(p)]
-        if sharded:
-            raise ValueError(f"build_optimizer: parameter '{sharded[0]}' is a DTensor (FSDP2's "
-                             "fully_shard); the hybrid takes plain tensors and does its own data "
-                             "parallelism (process_group=). For a sharded model give the matrices "
-                             "to muon_cpp.Muon or Dion and the rest to muon_cpp.AdamW, Adam, Lamb "
-                             "or Lion (docs/distributed.md §Python: parameters sharded by FSDP2)")
-        engine = _core.Engine.hybrid(named, _config_text(config), total_steps)
-        if process_group is not None:
-            check_group(process_group)
-            engine.set_process_group(process_group, timeout_s)
+        shards = None
+        if any(is_sharded(p) for _, p, _ in named):
+            engine, shards = sharded_hybrid(named, _config_text(config), total_steps,
+                                            process_group, timeout_s)
+        else:
+            engine = _core.Engine.hybrid(named, _config_text(config), total_steps)
+            if process_group is not None:
+                check_group(process_group)
+                engine.set_process_group(process_group, timeout_s)
         self._process_group = process_group
-        super().__init__(engine.groups(), {}, engine=engine)
+        groups = engine.groups()
+        if shards is not None:  # the model's parameters in param_groups, not the engine's tensors
+            parameter_of = {id(shards.engine_tensor(p)): p for _, p, _ in named}
+            for group in groups:
+                group["params"] = [parameter_of[id(t)] for t in group["params"]]
+        super().__init__(groups, {}, engine=engine, shards=shards)
 
     def _group(self):
-        return self._process_group
+        return self._shards.group if self._shards is not None else self._process_group
 
     def _owns(self, p):
+        if self._shards is not None:
+            return self._shards.owns(p)
         return self._process_group is None or self._engine.owns(p)
 
     def add_param_group(self, param_group):
@@ -254,7 +262,10 @@ class HybridOptimizer(_EngineOptimizer):
         """Enables QK-clip (optimizer: muonclip) for a model: ``source`` has qk_clip_targets() ->
         list of dicts (layer, q_weight, k_weight, n_heads, n_kv_heads, head_dim, and optionally
         kind='latent', gated_query, qk_norm, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and
-        qk_max_logits() -> {layer: tensor of per-head max logits}. None detaches it."""
+        qk_max_logits() -> {layer: tensor of per-head max logits}. None detaches it. On FSDP2's
+        shards: the weights are the model's DTensors and the logits this rank's."""
+        if source is not None and self._shards is not None:
+            source = HeldQkClipSource(source, self._shards)
         self._engine.set_qk_clip_source(source)
 
     def state_dict(self):

@@ -84,14 +84,17 @@ def all_gather_objects(collectives, group, value):
 class OwnerPlan:
     """Which rank of ``group`` owns each of ``params`` (the same on every rank, which must pass the
     same parameters in the same order); ``matrices``: whether they are updated as matrices (Muon,
-    Dion) or element by element."""
+    Dion) or element by element — one bool for all, or one per parameter."""
 
     def __init__(self, params, matrices, group):
         check_group(group)
         self.group = group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
-        owners = _core.owner_plan([(list(p.shape), matrices) for p in params], self.world)
+        if isinstance(matrices, bool):
+            matrices = [matrices] * len(params)
+        owners = _core.owner_plan([(list(p.shape), m) for p, m in zip(params, matrices)],
+                                  self.world)
         self._owner = {id(p): r for p, r in zip(params, owners)}
         self.collectives = _core.Collectives(group)
 

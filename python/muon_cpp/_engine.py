@@ -21,12 +21,12 @@ class _EngineOptimizer(Optimizer):
     _updates_matrices = False  # Muon and Dion: parameters are owned by orthogonalization cost
     _updates_whole_tensors = False  # Muon, Dion, Lamb: a shard alone cannot be updated
 
-    def __init__(self, params, defaults, engine=None, process_group=None):
+    def __init__(self, params, defaults, engine=None, process_group=None, shards=None):
         self._engine = None
         self._plan = None
-        self._shards = None
+        self._shards = shards  # the engine's tensors for sharded parameters, if made already
         super().__init__(params, defaults)
-        if any(is_sharded(p) for p in self._params()):
+        if shards is None and any(is_sharded(p) for p in self._params()):
             self._shards = ShardedParams(self._params(), self._updates_whole_tensors,
                                          self._updates_matrices, process_group,
                                          type(self).__name__)

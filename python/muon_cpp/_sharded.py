@@ -57,7 +57,8 @@ class ShardedParams:
     buffer for each parameter this rank owns and a stand-in of the parameter's shape, holding no
     memory, for the rest (the engine sees every parameter, so each keeps the position one process
     gives it: the seed of its stochastic rounding and of Dion's first Q). ``matrices``: whether
-    owners are planned by orthogonalization cost (Muon, Dion) or by size."""
+    owners are planned by orthogonalization cost (Muon, Dion) or by size — one bool for all, or
+    one per parameter."""
 
     def __init__(self, params, whole, matrices, process_group, who):
         self._check(params, who)
@@ -119,6 +120,10 @@ class ShardedParams:
     def owns(self, p):
         """Whether this rank updates ``p`` (its rows, or the whole tensor) and keeps its state."""
         return self._plan is None or self._plan.owns(p)
+
+    def owner(self, p):
+        """The rank that updates the whole ``p`` (``whole``; this rank where one holds all rows)."""
+        return self.rank if self._plan is None else self._plan.owner(p)
 
     @property
     def owners_hold_state(self):
@@ -251,6 +256,55 @@ class ShardedParams:
         return {key: value[first:first + count].clone()
                 if isinstance(value, torch.Tensor) and value.shape == p.shape else value
                 for key, value in entry.items()}
+
+
+def sharded_hybrid(named, config_text, total_steps, process_group, timeout_s):
+    """The hybrid's engine over FSDP2's shards, and its ShardedParams: routing reads stand-ins of
+    the whole shapes; each parameter's owner rank updates the whole tensor (gathered, then
+    scattered back, as for Muon alone: clipping and QK-clip need whole tensors); the gradient norm
+    and QK-clip's logits are reduced over the mesh (the C++ set_partition)."""
+    unique = list({id(p): p for _, p, _ in named}.values())  # a tied parameter once
+    stand_in = {id(p): torch.empty(p.shape, dtype=p.dtype, device="meta")
+                .requires_grad_(p.requires_grad) for p in unique}
+    routed = [(name, stand_in[id(p)], kind) for name, p, kind in named]
+    roles = dict(_core.routed_roles(routed, config_text))
+    role_of = {}
+    for name, p, _ in named:  # a tied parameter routed under its first name
+        role_of.setdefault(id(p), roles.get(name))
+    shards = ShardedParams(unique, True, [role_of[id(p)] == "muon" for p in unique],
+                           process_group, "build_optimizer")
+    engine = _core.Engine.hybrid(routed, config_text, total_steps,
+                                 [shards.engine_tensor(p) for _, p, _ in named])
+    engine.set_partition(shards.group, timeout_s,
+                         [(shards.engine_tensor(p), shards.owner(p)) for p in unique
+                          if role_of[id(p)] != "frozen"])
+    return engine, shards
+
+
+class HeldQkClipSource:
+    """A model's QK-clip source as the hybrid on FSDP2's shards reads it: each query and key weight
+    (the model's DTensor) replaced by the tensor this rank's engine holds for it; the logits are
+    this rank's, which the engine reduces over the mesh."""
+
+    def __init__(self, source, shards):
+        self._source = source
+        self._shards = shards
+
+    def qk_clip_targets(self):
+        targets = []
+        for target in self._source.qk_clip_targets():
+            target = dict(target)
+            for key in ("q_weight", "k_weight"):
+                try:
+                    target[key] = self._shards.engine_tensor(target[key])
+                except KeyError:
+                    raise ValueError(f"set_qk_clip_source: layer {target.get('layer')!r}'s {key} "
+                                     "is not one of this optimizer's parameters") from None
+            targets.append(target)
+        return targets
+
+    def qk_max_logits(self):
+        return self._source.qk_max_logits()
 
 
 def _by_dtype(pieces):

@@ -34,15 +34,35 @@ TIMEOUT_S = 10  # the process group's: how long a rank waits for the others
 SHAPES = [(24, 16), (16, 24), (24, 16), (8, 8), (3, 12, 12), (40, 8), (16,), (5,)]
 
 
+# Clipping (the gradients' norm is about 45) and QK-clip (QkLogits's heads 0 and 2) every step.
 HYBRID_CONFIG = {"optimizer": {"name": "muon", "lr": 0.02, "adamw_lr": 0.01,
-                                "weight_decay": 0.01}}
+                                "weight_decay": 0.01, "grad_clip": 10.0, "qk_clip": {"tau": 40.0}}}
+
+
+class QkLogits:
+    """QK-clip's source for the hybrid: an attention layer whose query and key weights are
+    parameters 0 and 2 (4 heads of 6 rows each), with fixed per-head max logits. `share`: the part
+    of them this rank saw (the max over ranks, rank 0's, is what one process sees)."""
+
+    def __init__(self, params, share):
+        self.params, self.share = params, share
+
+    def qk_clip_targets(self):
+        return [{"layer": "attn", "q_weight": self.params[0], "k_weight": self.params[2],
+                 "n_heads": 4, "n_kv_heads": 4, "head_dim": 6}]
+
+    def qk_max_logits(self):
+        return {"attn": torch.tensor([50.0, 5.0, 80.0, 1.0]) * self.share}
 
 
 def make(algorithm, params, group):
     if algorithm == "hybrid":  # the model's parameters by name, as build_optimizer routes them
         named = [(f"layers.{i}.weight", p) for i, p in enumerate(params)]
-        return muon_cpp.build_optimizer(named, HYBRID_CONFIG, 100, process_group=group,
-                                        timeout=TIMEOUT_S)
+        optimizer = muon_cpp.build_optimizer(named, HYBRID_CONFIG, 100, process_group=group,
+                                             timeout=TIMEOUT_S)
+        ranks = group is not None or hasattr(params[0], "placements")  # DDP's, or FSDP2's shards
+        optimizer.set_qk_clip_source(QkLogits(params, 0.5 if ranks and dist.get_rank() else 1.0))
+        return optimizer
     extra = {} if group is None else {"process_group": group}
     matrices = [p for p in params if p.dim() >= 2]
     others = [p for p in params if p.dim() < 2]

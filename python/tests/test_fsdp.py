@@ -24,15 +24,17 @@ FSDP_RANKS = __import__("pathlib").Path(__file__).with_name("fsdp_ranks.py")
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb", "lion"])
+@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb", "lion", "hybrid"])
 def test_sharded_parameters_step_as_one_process_does(tmp_path, world, algorithm):
-    """Muon, Dion and Lamb (whole tensors: one owner each, gathered and scattered back) and
-    AdamW and Lion (each rank its own rows) give what one process gives the unsharded tensors."""
+    """Muon, Dion, Lamb and the hybrid of build_optimizer (whole tensors: one owner each,
+    gathered and scattered back; the hybrid clipping on the norm of all ranks' gradients and
+    QK-clipping on their largest logits) and AdamW and Lion (each rank its own rows) give what one
+    process gives the unsharded tensors."""
     run_ranks(tmp_path, world, algorithm, 4, tmp_path, script=FSDP_RANKS)
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
     if world == 4:  # the (5,) vector leaves the last rank no rows: 2, 2, 1, 0
         assert [r["rows"][-1] for r in reports] == [[2], [2], [1], [0]]
-    whole = algorithm in ("muon", "dion", "lamb")
+    whole = algorithm in ("muon", "dion", "lamb", "hybrid")
     for i in range(len(reports[0]["owned"])):
         updaters = sum(r["owned"][i] for r in reports)
         assert updaters == (1 if whole else world), (i, reports)
@@ -109,10 +111,23 @@ def test_sharded_parameters_are_checked_before_anything_is_built(one_rank):
     with pytest.raises(ValueError, match="Lion: parameter 0 lives on a 2-D device mesh; muon_cpp "
                                          "takes parameters sharded over a 1-D mesh"):
         muon_cpp.Lion([flat])
-    with pytest.raises(ValueError, match="build_optimizer: parameter 'weight' is a DTensor "
-                                         r"\(FSDP2's fully_shard\); the hybrid takes plain "
-                                         "tensors"):
-        muon_cpp.build_optimizer(model, None, 10)
+    with pytest.raises(ValueError, match=r"build_optimizer: 1 of the 2 parameters are DTensors "
+                                         r"\(FSDP2's fully_shard\) and the others plain tensors"):
+        muon_cpp.build_optimizer([("weight", model.weight), ("plain", plain)], None, 10)
+    hybrid = muon_cpp.build_optimizer(model, {"optimizer": {"name": "muonclip"}}, 10)
+
+    class Foreign:  # QK-clip weights that are not the model's
+        def qk_clip_targets(self):
+            return [{"layer": "attn", "q_weight": plain, "k_weight": model.weight, "n_heads": 1,
+                     "n_kv_heads": 1, "head_dim": 3}]
+
+        def qk_max_logits(self):
+            return {"attn": torch.tensor([1.0])}
+
+    hybrid.set_qk_clip_source(Foreign())
+    with pytest.raises(ValueError, match="set_qk_clip_source: layer 'attn''s q_weight is not one "
+                                         "of this optimizer's parameters"):
+        hybrid.step()
     optimizer = muon_cpp.AdamW(model.parameters())
     with pytest.raises(ValueError, match="AdamW: with a process_group or sharded "
                                          r"\(DTensor\) parameters, give every parameter group"):

@@ -97,9 +97,9 @@ bool HybridOptimizer::clip_gradients(Gradients& grads) {
   }
   double sum = 0;
   for (const double n : host_values(norms)) sum += n * n;
-  if (parallel_ != nullptr) {  // each rank holds the gradients it owns
+  if (auto* ranks = reducer()) {  // each rank holds the gradients it owns
     auto total = at::full({1}, sum, at::kDouble);
-    parallel_->communicator().all_reduce(total, ReduceOp::sum);
+    ranks->all_reduce(total, ReduceOp::sum);
     sum = total.item<double>();
   }
   stats_.grad_norm = std::sqrt(sum);
@@ -177,10 +177,10 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
   if (clipping_qk) {
     qk_targets = qk_source_->qk_clip_targets();
     qk_logits = qk_source_->qk_max_logits();
-    if (parallel_ != nullptr) {  // the largest logit seen by any rank
+    if (auto* ranks = reducer()) {  // the largest logit seen by any rank
       for (auto& [layer, logits] : qk_logits) {
         auto reduced = logits.to(at::kFloat).contiguous().clone();
-        parallel_->communicator().all_reduce(reduced, ReduceOp::max);
+        ranks->all_reduce(reduced, ReduceOp::max);
         logits = reduced;
       }
     }
@@ -195,14 +195,34 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
     parallel_->update_and_gather(
         [&](const std::vector<at::Tensor>& owned) { update(grads, &owned); });
   }
-  if (clipping_qk) stats_.qk_clip = qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
+  if (clipping_qk) {
+    stats_.qk_clip = qk_clip(held_qk_targets(qk_targets), qk_logits, *options_.qk_clip_tau);
+  }
   ++step_count_;
   return loss;
+}
+
+Communicator* HybridOptimizer::reducer() const {
+  if (parallel_ != nullptr) return &parallel_->communicator();
+  return partition_ ? communicator_.get() : nullptr;
+}
+
+// `targets` with the weights another rank holds (set_partition) left undefined: QK-clip leaves
+// them to their owner.
+std::vector<QkClipTarget> HybridOptimizer::held_qk_targets(
+    std::vector<QkClipTarget> targets) const {
+  if (!partition_) return targets;
+  for (auto& t : targets) {
+    if (!owns(t.q_weight)) t.q_weight = at::Tensor();
+    if (!owns(t.k_weight)) t.k_weight = at::Tensor();
+  }
+  return targets;
 }
 
 void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicator,
                                        int64_t bucket_numel) {
   check(communicator != nullptr, "set_communicator: the communicator is null");
+  check(!partition_, "set_communicator: this optimizer's ranks were set by set_partition");
   adopt_added_groups("HybridOptimizer::set_communicator");
   std::vector<detail::DataParallel::Param> params;
   for (const auto& [name, p] : named_trainable()) {
@@ -216,7 +236,36 @@ void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicato
   parallel_ = std::move(parallel);
   if (parallel_ == nullptr) return;
   parallel_->broadcast_parameters();
-  // State of parameters another rank owns (e.g. loaded before) is not this rank's to keep.
+  drop_state_of_others();
+}
+
+void HybridOptimizer::set_partition(std::shared_ptr<Communicator> communicator,
+                                    const std::vector<std::pair<at::Tensor, int>>& owners) {
+  check(communicator != nullptr, "set_partition: the communicator is null");
+  check(communicator_ == nullptr, "set_partition: this optimizer's ranks are set already");
+  adopt_added_groups("HybridOptimizer::set_partition");
+  std::map<const void*, int> owner;
+  for (const auto& [p, rank] : owners) {
+    const auto* impl = p.unsafeGetTensorImpl();
+    check(names_.count(impl) != 0 && role_of(p) != Role::frozen,
+          "set_partition: an owned tensor (shape ", p.sizes(),
+          ") is not one of this optimizer's trainable parameters");
+    check(rank >= 0 && rank < communicator->world_size(), "set_partition: parameter '",
+          names_.at(impl), "' has owner ", rank, ", not a rank of [0, ", communicator->world_size(),
+          ")");
+    owner[impl] = rank;
+  }
+  for (const auto& [name, p] : named_trainable()) {
+    check(owner.count(p.unsafeGetTensorImpl()) != 0, "set_partition: parameter '", name,
+          "' has no owner; give every trainable parameter's");
+  }
+  communicator_ = std::move(communicator);
+  partition_ = std::move(owner);
+  drop_state_of_others();
+}
+
+// State of parameters another rank owns (e.g. loaded before) is not this rank's to keep.
+void HybridOptimizer::drop_state_of_others() {
   for (const auto& group : param_groups_) {
     for (const auto& p : group.params()) {
       if (!owns(p)) state_.erase(compat::param_state_key(p));
@@ -225,10 +274,15 @@ void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicato
 }
 
 int HybridOptimizer::owner_of(const at::Tensor& param) const {
+  if (partition_) {
+    const auto it = partition_->find(param.unsafeGetTensorImpl());
+    return it == partition_->end() ? -1 : it->second;
+  }
   return parallel_ == nullptr ? 0 : parallel_->owner(param);
 }
 
 bool HybridOptimizer::owns(const at::Tensor& param) const {
+  if (partition_) return owner_of(param) == communicator_->rank();
   return parallel_ == nullptr || parallel_->owns(param);
 }
 

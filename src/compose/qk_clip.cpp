@@ -10,6 +10,11 @@
 namespace muon {
 namespace {
 
+// A matrix of `rows` rows, or a weight another rank holds (undefined).
+bool held_rows(const at::Tensor& w, int64_t rows) {
+  return !w.defined() || (w.dim() == 2 && w.size(0) == rows);
+}
+
 void check_target(const QkClipTarget& t, const at::Tensor& logits) {
   check(!t.qk_norm, "qk_clip: layer '", t.layer,
         "' uses QK-norm, which already bounds the logits; train it without QK-clip");
@@ -20,24 +25,24 @@ void check_target(const QkClipTarget& t, const at::Tensor& logits) {
           t.layer, "': n_heads (", t.n_heads, ") must be a multiple of n_kv_heads (", t.n_kv_heads,
           ") and head_dim > 0");
     const int64_t q_rows = t.n_heads * t.head_dim * (t.gated_query ? 2 : 1);
-    check(t.q_weight.dim() == 2 && t.q_weight.size(0) == q_rows, "qk_clip: layer '", t.layer,
+    check(held_rows(t.q_weight, q_rows), "qk_clip: layer '", t.layer,
           "': the query weight has shape ", t.q_weight.sizes(), ", expected ", q_rows, " rows");
-    check(t.k_weight.dim() == 2 && t.k_weight.size(0) == t.n_kv_heads * t.head_dim,
-          "qk_clip: layer '", t.layer, "': the key weight has shape ", t.k_weight.sizes(),
-          ", expected ", t.n_kv_heads * t.head_dim, " rows");
+    check(held_rows(t.k_weight, t.n_kv_heads * t.head_dim), "qk_clip: layer '", t.layer,
+          "': the key weight has shape ", t.k_weight.sizes(), ", expected ",
+          t.n_kv_heads * t.head_dim, " rows");
   } else {
     const int64_t q_rows = t.n_heads * (t.qk_nope_head_dim + t.qk_rope_head_dim);
     const int64_t kv_rows = t.n_heads * (t.qk_nope_head_dim + t.v_head_dim);
-    check(t.q_weight.dim() == 2 && t.q_weight.size(0) == q_rows, "qk_clip: layer '", t.layer,
-          "': q_b_proj has shape ", t.q_weight.sizes(), ", expected ", q_rows, " rows");
-    check(t.k_weight.dim() == 2 && t.k_weight.size(0) == kv_rows, "qk_clip: layer '", t.layer,
-          "': kv_b_proj has shape ", t.k_weight.sizes(), ", expected ", kv_rows, " rows");
+    check(held_rows(t.q_weight, q_rows), "qk_clip: layer '", t.layer, "': q_b_proj has shape ",
+          t.q_weight.sizes(), ", expected ", q_rows, " rows");
+    check(held_rows(t.k_weight, kv_rows), "qk_clip: layer '", t.layer, "': kv_b_proj has shape ",
+          t.k_weight.sizes(), ", expected ", kv_rows, " rows");
   }
 }
 
-// Multiplies `count` rows starting at `first` by `factor`, in place.
+// Multiplies `count` rows starting at `first` by `factor`, in place (where this rank holds `w`).
 void scale_rows(const at::Tensor& w, int64_t first, int64_t count, double factor) {
-  if (factor != 1.0) w.narrow(0, first, count).mul_(factor);
+  if (factor != 1.0 && w.defined()) w.narrow(0, first, count).mul_(factor);
 }
 
 void clip_grouped(const QkClipTarget& t, const std::vector<double>& gamma,

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "muon/internal/config_sections.h"
 #include "muon/config.h"
+#include "muon/internal/config_sections.h"
 #include "muon/internal/schema_yaml.h"
 
 namespace muon {
@@ -24,10 +24,10 @@ std::string OptimConfig::to_yaml() const {
   }
   if (!h.all_adamw) {
     out << YAML::Key << "routing" << YAML::Value << YAML::BeginMap << YAML::Key << "muon"
-        << YAML::Value << YAML::Flow << routing.muon_patterns << YAML::Key << "adamw"
-        << YAML::Value << YAML::Flow << routing.adamw_patterns << YAML::Key << "higher_rank"
-        << YAML::Value << to_string(routing.higher_rank) << YAML::Key << "split_heads"
-        << YAML::Value << routing.split_heads << YAML::EndMap;
+        << YAML::Value << YAML::Flow << routing.muon_patterns << YAML::Key << "adamw" << YAML::Value
+        << YAML::Flow << routing.adamw_patterns << YAML::Key << "higher_rank" << YAML::Value
+        << to_string(routing.higher_rank) << YAML::Key << "split_heads" << YAML::Value
+        << routing.split_heads << YAML::EndMap;
   }
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
@@ -50,11 +50,16 @@ void OptimConfig::check_steps(int64_t total_steps) const {
 
 std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<NamedParameter>& parameters,
                                                  const OptimConfig& config, int64_t total_steps) {
+  return build_optimizer(route(parameters, config.routing), config, total_steps);
+}
+
+std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<RoutedParameter>& routes,
+                                                 const OptimConfig& config, int64_t total_steps) {
   check(total_steps > 0, "build_optimizer: total_steps must be > 0, got ", total_steps);
   config.check_steps(total_steps);
   auto options = config.hybrid;
   options.total_steps = total_steps;
-  return std::make_unique<HybridOptimizer>(route(parameters, config.routing), options);
+  return std::make_unique<HybridOptimizer>(routes, options);
 }
 
 std::unique_ptr<HybridOptimizer> build_optimizer(const torch::nn::Module& model,
