@@ -209,6 +209,13 @@ class HybridOptimizer(_EngineOptimizer):
             for group in groups:
                 group["params"] = [parameter_of[id(t)] for t in group["params"]]
         super().__init__(groups, {}, engine=engine, shards=shards)
+        self._show_counters()
+
+    def _show_counters(self):
+        # Every param group carries the step counters too: torch.distributed.checkpoint keeps only
+        # a state dict's state and param_groups.
+        for group in self.param_groups:
+            group.update(zip(_COUNTERS, self._engine.counters()))
 
     def _group(self):
         return self._shards.group if self._shards is not None else self._process_group
@@ -231,6 +238,7 @@ class HybridOptimizer(_EngineOptimizer):
             for key in ("lr", "weight_decay", "momentum"):
                 if key in settings:
                     group[key] = settings[key]
+        self._show_counters()
         return loss
 
     @property
@@ -275,16 +283,31 @@ class HybridOptimizer(_EngineOptimizer):
         return out
 
     def _check_extra(self, state_dict):
-        counters = state_dict.get("counters")
-        if not isinstance(counters, dict) or not all(
-                isinstance(counters.get(k), int) and counters[k] >= 0
-                for k in ("step_count", "skipped_steps")):
-            raise ValueError("state_dict['counters'] must be {'step_count': int >= 0, "
-                             "'skipped_steps': int >= 0} (HybridOptimizer.state_dict() writes it)")
+        _saved_counters(state_dict)
 
     def _load_extra(self, state_dict):
-        counters = state_dict["counters"]
-        self._engine.restore_counters(counters["step_count"], counters["skipped_steps"])
+        self._engine.restore_counters(*_saved_counters(state_dict))
+        self._show_counters()
+
+
+_COUNTERS = ("step_count", "skipped_steps")
+
+
+def _saved_counters(state_dict):
+    """(step_count, skipped_steps) of a HybridOptimizer state dict: its 'counters', or where a
+    layout kept only state and param_groups (torch.distributed.checkpoint's), those its param
+    groups carry, the same in each."""
+    counters = state_dict.get("counters")
+    if counters is None:
+        in_groups = {tuple(group.get(k) for k in _COUNTERS) for group in state_dict["param_groups"]}
+        counters = dict(zip(_COUNTERS, in_groups.pop())) if len(in_groups) == 1 else None
+    if not isinstance(counters, dict) or not all(
+            isinstance(counters.get(k), int) and counters[k] >= 0 for k in _COUNTERS):
+        raise ValueError("state_dict['counters'] must be {'step_count': int >= 0, "
+                         "'skipped_steps': int >= 0}, or without it every param group must hold "
+                         "the same step_count and skipped_steps (HybridOptimizer.state_dict() "
+                         "writes both)")
+    return counters["step_count"], counters["skipped_steps"]
 
 
 def build_optimizer(model_or_named_parameters, config, total_steps, process_group=None,

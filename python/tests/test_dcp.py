@@ -15,7 +15,7 @@ from torch_features import has_dcp_state_dict
                            "arrived in torch 2.2; this torch is " + torch.__version__ + " (CTest "
                            "does not run this file then)")
 @pytest.mark.parametrize("algorithm, saved_at, loaded_at",
-                         [("muon", 2, 4), ("muon", 4, 1), ("adamw", 2, 1)])
+                         [("muon", 2, 4), ("muon", 4, 1), ("adamw", 2, 1), ("hybrid", 2, 1)])
 def test_distributed_checkpoint_resumes_at_another_world_size(tmp_path, algorithm, saved_at,
                                                               loaded_at):
     """Half the steps at one world size, saved with torch.distributed.checkpoint; loaded at

@@ -47,7 +47,7 @@ def test_sharded_parameters_step_as_one_process_does(tmp_path, world, algorithm)
 
 @pytest.mark.parametrize("algorithm, saved_at, loaded_at",
                          [("muon", 2, 4), ("dion", 2, 1), ("adamw", 4, 1), ("lamb", 1, 2),
-                          ("lion", 2, 4)])
+                          ("lion", 2, 4), ("hybrid", 4, 2)])
 def test_distributed_checkpoint_of_sharded_parameters_resumes_at_another_world_size(
         tmp_path, algorithm, saved_at, loaded_at):
     """Half the steps sharded over one world size, saved with torch.distributed.checkpoint

@@ -58,6 +58,15 @@ def test_state_dict_layout_is_pytorchs():
     state_dict = optimizer.state_dict()
     assert set(state_dict) == {"state", "param_groups", "counters"}
     assert state_dict["counters"] == {"step_count": 2, "skipped_steps": 0}
+    # Each group carries the counters too: torch.distributed.checkpoint keeps only state and
+    # param_groups, and a state dict without "counters" resumes the schedules where they were.
+    assert all(g["step_count"] == 2 and g["skipped_steps"] == 0
+               for g in state_dict["param_groups"])
+    del state_dict["counters"]
+    fresh = muon_cpp.build_optimizer(model, CONFIG, 20)
+    fresh.load_state_dict(state_dict)
+    assert fresh.step_count == 2
+    assert [g["lr"] for g in fresh.param_groups] == [g["lr"] for g in optimizer.param_groups]
     indices = [i for g in state_dict["param_groups"] for i in g["params"]]
     assert indices == list(range(len(indices)))
     assert sorted(state_dict["state"]) == indices
@@ -118,9 +127,16 @@ def test_bad_state_dict_changes_nothing():
     fewer_groups = copy.deepcopy(good)
     fewer_groups["param_groups"].pop()
     expect(ValueError, "parameter groups", fewer_groups)
-    no_counters = copy.deepcopy(good)
+    no_counters = copy.deepcopy(good)  # neither 'counters' nor the groups' copies
     del no_counters["counters"]
-    expect(ValueError, "counters", no_counters)
+    for group in no_counters["param_groups"]:
+        del group["step_count"]
+    expect(ValueError, "every param group must hold the same step_count and skipped_steps",
+           no_counters)
+    disagreeing = copy.deepcopy(good)
+    del disagreeing["counters"]
+    disagreeing["param_groups"][0]["step_count"] += 1
+    expect(ValueError, "or without it every param group must hold the same", disagreeing)
     bad_type = copy.deepcopy(good)
     bad_type["param_groups"][0]["lr"] = "fast"
     expect(TypeError, "lr must be a number, got str 'fast'", bad_type)
