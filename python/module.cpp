@@ -398,6 +398,7 @@ void bind_collectives(py::module_& m) {
         return std::make_shared<Communicator>(group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>(),
                                               Communicator::Duration(0));
       }))
+      .def_property_readonly("device", [](const Communicator& c) { return py::cast(c.device()); })
       .def("broadcast", [](Communicator& c, at::Tensor tensor,
                            int root) { run_collective([&] { c.broadcast(tensor, root); }); })
       .def("all_gather",

@@ -383,6 +383,12 @@ TEST(Distributed, APartitionedHybridEqualsOneProcess) {
     // What set_partition refuses.
     testing::expect_error<Error>([&] { opt.set_partition(communicator, owners); },
                                  {"set_partition: this optimizer's ranks are set already"});
+    const auto groups = opt.param_groups().size();
+    testing::expect_error<Error>(
+        [&] { opt.add_param_group(torch::optim::OptimizerParamGroup({at::zeros({2})})); },
+        {"HybridOptimizer::add_param_group: set_partition's owners cover only the groups before "
+         "it"});
+    EXPECT_EQ(opt.param_groups().size(), groups);  // nothing added
     HybridOptimizer fresh(routes, options);
     auto missing = owners;
     missing.pop_back();

@@ -70,6 +70,8 @@ class Communicator {
   int rank() const { return rank_; }
   int world_size() const { return world_; }
   Duration timeout() const { return timeout_; }
+  // Where the backend's tensors live: the CPU, or an NCCL group's CUDA device.
+  at::Device device() const { return device_; }
 
   // Σ over ranks of chunk rank() of `flat` (flat.numel() divisible by world_size(); 1-D,
   // contiguous). Gloo has no reduce-scatter: a ring of sends and receives, (N−1)/N of flat's bytes

@@ -149,10 +149,12 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // placeholders without a gradient for the rest. step() updates what has a gradient and reduces
   // over `communicator` only what needs every rank: the squared gradient norm (clipping,
   // non-finite steps) and QK-clip's largest logits; QK-clip rescales the owned weights only. The
-  // caller moves values between ranks. Instead of set_communicator, before the first step.
+  // caller moves values between ranks. Instead of set_communicator, before the first step and
+  // after the last add_param_group (later ones are refused).
   void set_partition(std::shared_ptr<Communicator> communicator,
                      const std::vector<std::pair<at::Tensor, int>>& owners);
-  // The rank that keeps `param`'s state and computes its update (0 without ranks).
+  // The rank that keeps `param`'s state and computes its update (0 without ranks; under
+  // set_partition −1 for a tensor that is not one of the trainable parameters).
   int owner_of(const at::Tensor& param) const;
   bool owns(const at::Tensor& param) const;
 

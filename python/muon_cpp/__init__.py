@@ -174,7 +174,8 @@ class HybridOptimizer(_EngineOptimizer):
     are copied to every rank here. state_dict() gathers every owner's state (a collective).
     A model sharded by FSDP2 (DTensor parameters) needs no process_group: each parameter's owner
     rank updates it whole, and clipping and QK-clip see every rank's gradients and logits
-    (docs/distributed.md §Python: parameters sharded by FSDP2).
+    (docs/distributed.md §Python: parameters sharded by FSDP2); there ``timeout`` bounds the two
+    reductions of step() (norm, logits), and the gathers and scatters wait for the group's own.
     ``timeout`` (a timedelta or seconds; torch's default, 30 minutes): how long one of those
     collectives waits before step() raises a RuntimeError saying another rank exited or hung.
 
@@ -205,7 +206,7 @@ class HybridOptimizer(_EngineOptimizer):
         self._process_group = process_group
         groups = engine.groups()
         if shards is not None:  # the model's parameters in param_groups, not the engine's tensors
-            parameter_of = {id(shards.engine_tensor(p)): p for _, p, _ in named}
+            parameter_of = {id(shards.engine_tensor(p)): p for p in shards.params}
             for group in groups:
                 group["params"] = [parameter_of[id(t)] for t in group["params"]]
         super().__init__(groups, {}, engine=engine, shards=shards)

@@ -66,8 +66,7 @@ def all_gather_objects(collectives, group, value):
     """Every rank's picklable ``value``, in rank order (torch.distributed.all_gather_object's
     result): the lengths of the pickles, then the pickles padded to the longest."""
     world = dist.get_world_size(group)
-    device = (torch.device("cuda", torch.cuda.current_device())
-              if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+    device = collectives.device  # the backend's: the CPU, or an NCCL group's GPU
     mine = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8)
     lengths = torch.empty(world, dtype=torch.int64, device=device)
     collectives.all_gather(torch.tensor([mine.numel()], device=device), lengths)

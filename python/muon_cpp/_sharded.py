@@ -62,6 +62,7 @@ class ShardedParams:
 
     def __init__(self, params, whole, matrices, process_group, who):
         self._check(params, who)
+        self.params = list(params)
         mesh = params[0].device_mesh
         self.group = mesh.get_group()
         if process_group is not None and _ranks(process_group) != _ranks(self.group):
@@ -271,12 +272,16 @@ def sharded_hybrid(named, config_text, total_steps, process_group, timeout_s):
     role_of = {}
     for name, p, _ in named:  # a tied parameter routed under its first name
         role_of.setdefault(id(p), roles.get(name))
-    shards = ShardedParams(unique, True, [role_of[id(p)] == "muon" for p in unique],
+    # Frozen parameters keep their stand-ins: nothing updates them, so no rank holds them whole
+    # (a model with nothing to train still plans them all, for the mesh's checks and group).
+    planned = [p for p in unique if role_of[id(p)] != "frozen"] or unique
+    shards = ShardedParams(planned, True, [role_of[id(p)] == "muon" for p in planned],
                            process_group, "build_optimizer")
+    held = {id(p): shards.engine_tensor(p) for p in planned}
     engine = _core.Engine.hybrid(routed, config_text, total_steps,
-                                 [shards.engine_tensor(p) for _, p, _ in named])
+                                 [held.get(id(p), stand_in[id(p)]) for _, p, _ in named])
     engine.set_partition(shards.group, timeout_s,
-                         [(shards.engine_tensor(p), shards.owner(p)) for p in unique
+                         [(held[id(p)], shards.owner(p)) for p in planned
                           if role_of[id(p)] != "frozen"])
     return engine, shards
 

@@ -150,3 +150,29 @@ def test_a_sharded_parameter_moved_after_the_optimizer_was_built_is_an_error(one
                                            "after the optimizer was built"):
         optimizer.step()
     assert torch.equal(model.weight.full_tensor(), moved)
+
+
+def test_the_sharded_hybrid_routes_and_steps_as_the_unsharded_one(one_rank):
+    """A frozen parameter keeps its stand-in (no rank holds it whole) and is left alone; routing
+    and the values after a step are the unsharded hybrid's."""
+    import copy
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 8),
+                                torch.nn.Linear(8, 3))
+    plain[0].weight.requires_grad_(False)
+    sharded = copy.deepcopy(plain)
+    fully_shard(sharded, mesh=init_device_mesh("cpu", (1,)))
+    ours = muon_cpp.build_optimizer(sharded, {"optimizer": {"grad_clip": 0.1}}, 10)
+    reference = muon_cpp.build_optimizer(plain, {"optimizer": {"grad_clip": 0.1}}, 10)
+    assert [(r["name"], r["role"]) for r in ours.report()] == [
+        (r["name"], r["role"]) for r in reference.report()]
+    assert "frozen" in [r["role"] for r in ours.report()]
+    x = torch.randn(5, 4)
+    for model, optimizer in ((plain, reference), (sharded, ours)):
+        model(x).square().sum().backward()
+        optimizer.step()
+    assert ours.last_step["clip_factor"] < 1
+    for p, q in zip(plain.parameters(), sharded.parameters()):
+        assert torch.equal(p.detach(), q.full_tensor().detach())

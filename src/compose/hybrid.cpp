@@ -128,8 +128,9 @@ HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
   warn_when_muon_gets_nothing();
 }
 
-// A hybrid whose matrices' algorithm (Muon, Dion) gets no parameter is a routing surprise more often than a choice (a CNN's
-// rank-4 kernels under higher_rank 'adamw'): said on stderr, as the library's other warnings.
+// A hybrid whose matrices' algorithm (Muon, Dion) gets no parameter is a routing surprise more
+// often than a choice (a CNN's rank-4 kernels under higher_rank 'adamw'): said on stderr, as the
+// library's other warnings.
 void HybridOptimizer::warn_when_muon_gets_nothing() const {
   if (options_.all_adamw) return;
   const ParameterReport* higher_rank = nullptr;
@@ -142,8 +143,7 @@ void HybridOptimizer::warn_when_muon_gets_nothing() const {
   if (!trainable) return;
   std::cerr << "muon: warning: no parameter is routed to "
             << algorithm_title(algorithm_name(options_.matrices_options()))
-            << "; every trainable one goes to "
-            << algorithm_name(options_.others_options());
+            << "; every trainable one goes to " << algorithm_name(options_.others_options());
   if (higher_rank != nullptr) {
     std::cerr << " (" << higher_rank->name << " " << at::IntArrayRef(higher_rank->shape)
               << " and any other tensor of rank > 2 under routing higher_rank 'adamw'; "
@@ -199,6 +199,9 @@ void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) 
 
 // Groups torch::optim::Optimizer::add_param_group added behind our back.
 void HybridOptimizer::adopt_added_groups(const char* who) {
+  check(!partition_ || base_.size() == param_groups_.size(), who,
+        ": a parameter group was added after set_partition, whose owners cover only the groups "
+        "before it; add every group before set_partition");
   for (size_t g = base_.size(); g < param_groups_.size(); ++g) {
     check_group(g, who);
     adopt_group(g, std::nullopt);
@@ -207,6 +210,9 @@ void HybridOptimizer::adopt_added_groups(const char* who) {
 
 void HybridOptimizer::add_param_group(const torch::optim::OptimizerParamGroup& group) {
   adopt_added_groups("HybridOptimizer::add_param_group");
+  check(!partition_,
+        "HybridOptimizer::add_param_group: set_partition's owners cover only the groups before "
+        "it; add every group before set_partition");
   Optimizer::add_param_group(group);
   compat::keep_group_options(param_groups_, param_groups_.size() - 1, {group});
   try {
