@@ -348,6 +348,7 @@ void bind_engine(py::module_& m) {
              e.hybrid().restore_counters(steps, skipped);
            })
       .def("reset_state", [](Engine& e) { e.hybrid().reset_state(); })
+      .def("init_state", [](Engine& e) { e.hybrid().init_state(); })
       .def("set_qk_clip_source", &Engine::set_qk_clip_source)
       .def("set_process_group",
            [](Engine& e, const py::object& group, double timeout_s) {

@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "muon/error.h"
 #include "muon/lion.h"
+#include "muon/param_state.h"
 
 namespace muon {
 namespace {
@@ -52,8 +53,8 @@ const ParameterReport& row_of(const HybridOptimizer& opt, const std::string& nam
 // decay on the embedding and none on the norm weights (the hybrid's no-decay group). Returns the
 // hybrid, for its report.
 template <class Options, class Matrices>
-std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options,
-                                                const Options& others, const Matrices& matrices) {
+std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options, const Options& others,
+                                                const Matrices& matrices) {
   at::manual_seed(0);
   demo::Gpt ours(tiny());
   demo::Gpt theirs(tiny());
@@ -620,6 +621,48 @@ TEST(Hybrid, FrozenParametersNeverMoveAndAdamWModeTakesEverything) {
   const auto before = model->norm->weight.detach().clone();
   opt.step();
   EXPECT_TRUE(at::equal(model->norm->weight, before));
+}
+
+}  // namespace
+}  // namespace muon
+
+namespace muon {
+namespace {
+
+// init_state makes, before any step, the state the first step would make (zeros, step 0), for
+// Muon, Dion and AdamW; the steps after it are those without it, bit for bit.
+TEST(Hybrid, InitStateMakesWhatTheFirstStepWould) {
+  for (const bool dion : {false, true}) {
+    at::manual_seed(0);
+    demo::Gpt eager(tiny()), lazy(tiny());
+    {
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < eager->parameters().size(); ++i) {
+        lazy->parameters()[i].copy_(eager->parameters()[i]);
+      }
+    }
+    HybridOptions options;
+    if (dion) options.matrices = DionOptions().rank_fraction(0.5);
+    HybridOptimizer a(route(*eager), options), b(route(*lazy), options);
+    a.init_state();
+    for (const auto& [name, p] : a.named_trainable()) {
+      const auto state = read_param_state(a, p);
+      ASSERT_TRUE(state.has_value()) << name;
+      EXPECT_EQ(state->step, 0) << name;
+      for (const auto& [slot, t] : state->tensors) {
+        EXPECT_EQ(t.abs().max().item<double>(), 0.0) << name << " " << slot;
+      }
+    }
+    for (uint64_t step = 0; step < 2; ++step) {
+      set_gradients(*eager, step);
+      set_gradients(*lazy, step);
+      a.step();
+      b.step();
+    }
+    for (size_t i = 0; i < eager->parameters().size(); ++i) {
+      EXPECT_TRUE(at::equal(eager->parameters()[i], lazy->parameters()[i])) << dion << " " << i;
+    }
+  }
 }
 
 }  // namespace

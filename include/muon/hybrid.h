@@ -188,6 +188,10 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
 
   // Clears all optimizer state (e.g. after an outer synchronization, DiLoCo style).
   void reset_state();
+  // Creates the state of every trainable parameter this rank owns as its first update would
+  // (zeros, step 0; Dion's Q is still drawn by that update), for what reads state before the first
+  // step: torch.distributed.checkpoint, which otherwise takes a step at lr 0 to make it.
+  void init_state();
 
   // Sets every group's lr to its construction-time lr × multiplier (for a caller's own schedule;
   // refused where options.schedule or a group's schedule sets lr).

@@ -210,6 +210,9 @@ class HybridOptimizer(_EngineOptimizer):
             for group in groups:
                 group["params"] = [parameter_of[id(t)] for t in group["params"]]
         super().__init__(groups, {}, engine=engine, shards=shards)
+        # The state exists from here, zeros as the first step would make it: what reads state
+        # before that step (torch.distributed.checkpoint) finds it, and takes no step of its own.
+        engine.init_state()
         self._show_counters()
 
     def _show_counters(self):
@@ -264,8 +267,10 @@ class HybridOptimizer(_EngineOptimizer):
         return self._engine.report_text()
 
     def reset_state(self):
-        """Clears momentum and moments (e.g. after an outer synchronization, DiLoCo style)."""
+        """Clears momentum and moments (e.g. after an outer synchronization, DiLoCo style): they
+        start again from zeros."""
         self._engine.reset_state()
+        self._engine.init_state()
 
     def set_qk_clip_source(self, source):
         """Enables QK-clip (optimizer: muonclip) for a model: ``source`` has qk_clip_targets() ->

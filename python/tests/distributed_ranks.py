@@ -34,9 +34,11 @@ TIMEOUT_S = 10  # the process group's: how long a rank waits for the others
 SHAPES = [(24, 16), (16, 24), (24, 16), (8, 8), (3, 12, 12), (40, 8), (16,), (5,)]
 
 
-# Clipping (the gradients' norm is about 45) and QK-clip (QkLogits's heads 0 and 2) every step.
+# Clipping (the gradients' norm is about 45) and QK-clip (QkLogits's heads 0 and 2) every step,
+# and a schedule, which torch.distributed.checkpoint's state-making step at lr 0 would trip.
 HYBRID_CONFIG = {"optimizer": {"name": "muon", "lr": 0.02, "adamw_lr": 0.01,
-                                "weight_decay": 0.01, "grad_clip": 10.0, "qk_clip": {"tau": 40.0}}}
+                                "weight_decay": 0.01, "grad_clip": 10.0, "qk_clip": {"tau": 40.0},
+                                "schedule": {"name": "cosine", "warmup_steps": 2}}}
 
 
 class QkLogits:

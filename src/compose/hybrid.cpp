@@ -324,6 +324,24 @@ void HybridOptimizer::reset_state() {
   state_.clear();
 }
 
+void HybridOptimizer::init_state() {
+  adopt_added_groups("HybridOptimizer::init_state");
+  for (auto& group : param_groups_) {
+    visit_algorithm(group.options(), [&](const auto& o) {
+      using Entry = Algorithm<std::decay_t<decltype(o)>>;
+      for (const auto& p : group.params()) {
+        if (!owns(p)) continue;
+        auto& slot = state_[compat::param_state_key(p)];
+        if constexpr (Entry::kind == ParamKind::matrices) {
+          Entry::make_state(slot, p, o, matrix_view(p));
+        } else {
+          Entry::make_state(slot, p, o);
+        }
+      }
+    });
+  }
+}
+
 std::vector<int64_t> HybridOptimizer::matrix_view(const at::Tensor& param) const {
   const auto it = views_.find(param.unsafeGetTensorImpl());
   return it != views_.end() ? it->second : param.sizes().vec();
