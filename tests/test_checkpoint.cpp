@@ -23,8 +23,8 @@ namespace {
 
 using testing::expect_error;
 
-demo::GptConfig tiny(int64_t d_model = 16, int64_t layers = 1) {
-  demo::GptConfig c;
+cli::GptConfig tiny(int64_t d_model = 16, int64_t layers = 1) {
+  cli::GptConfig c;
   c.n_layers = layers;
   c.d_model = d_model;
   c.n_heads = 2;
@@ -41,7 +41,7 @@ OptimConfig config_with(const std::string& state_dtype) {
 }
 
 // One training step on a batch that depends only on the step number.
-void train_step(demo::Gpt& model, HybridOptimizer& opt, int64_t step) {
+void train_step(cli::Gpt& model, HybridOptimizer& opt, int64_t step) {
   auto gen = testing::seeded(1000 + static_cast<uint64_t>(step));
   const auto tokens = at::randint(0, 32, {4, 8}, gen, at::kLong);
   opt.zero_grad();
@@ -49,7 +49,7 @@ void train_step(demo::Gpt& model, HybridOptimizer& opt, int64_t step) {
   opt.step();
 }
 
-std::vector<at::Tensor> weights(demo::Gpt& model) {
+std::vector<at::Tensor> weights(cli::Gpt& model) {
   std::vector<at::Tensor> out;
   for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
   return out;
@@ -58,12 +58,12 @@ std::vector<at::Tensor> weights(demo::Gpt& model) {
 // A model initialized under seed `seed` and its optimizer for a run of `total` steps under
 // `config`, trained for the steps before `steps`.
 struct Trained {
-  demo::Gpt model;
+  cli::Gpt model;
   std::unique_ptr<HybridOptimizer> opt;
 };
 Trained trained(const OptimConfig& config, uint64_t seed, int64_t steps, int64_t total) {
   at::manual_seed(seed);
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   auto opt = build_optimizer(*model, config, total);
   for (int64_t s = 0; s < steps; ++s) train_step(model, *opt, s);
   return {model, std::move(opt)};
@@ -103,7 +103,7 @@ TEST(Checkpoint, ResumeIsBitExactForFp32AndBf16State) {
 TEST(Checkpoint, TruncatedCorruptAndForeignFilesChangeNothing) {
   const auto config = config_with("float32");
   at::manual_seed(2);
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   auto opt = build_optimizer(*model, config, 10);
   train_step(model, *opt, 0);
   const auto path = temp_path("muon_ckpt_good.pt");
@@ -126,11 +126,11 @@ TEST(Checkpoint, TruncatedCorruptAndForeignFilesChangeNothing) {
                       {"cannot read"});
 
   // A checkpoint of a different model: names, then shapes.
-  demo::Gpt deeper(tiny(16, 2));
+  cli::Gpt deeper(tiny(16, 2));
   auto deeper_opt = build_optimizer(*deeper, config, 10);
   expect_error<Error>([&] { load_checkpoint(path, *deeper_opt, deeper.get()); },
                       {"has no state for parameter 'blocks.1.", "different model"});
-  demo::Gpt wider(tiny(32));
+  cli::Gpt wider(tiny(32));
   auto wider_opt = build_optimizer(*wider, config, 10);
   expect_error<Error>([&] { load_checkpoint(path, *wider_opt, wider.get()); },
                       {"has shape", "this optimizer needs"});
@@ -228,7 +228,7 @@ TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {
 
   // A real checkpoint passes; a changed byte fails its entry's CRC-32; an entry claiming 2 GB
   // fails, and load says so.
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   auto opt = build_optimizer(*model, config_with("float32"), 10);
   train_step(model, *opt, 0);
   const auto path = temp_path("muon_ckpt_sizes.pt");
@@ -258,7 +258,7 @@ TEST(Checkpoint, ArchiveChecksBoundEverySizeByTheFile) {
 TEST(Checkpoint, KillingTheWriterLeavesThePreviousCheckpointLoadable) {
   const auto config = config_with("float32");
   at::manual_seed(3);
-  demo::Gpt model(tiny(64, 2));
+  cli::Gpt model(tiny(64, 2));
   auto opt = build_optimizer(*model, config, 10);
   train_step(model, *opt, 0);
   const auto path = temp_path("muon_ckpt_crash.pt");
@@ -273,7 +273,7 @@ TEST(Checkpoint, KillingTheWriterLeavesThePreviousCheckpointLoadable) {
     kill(child, SIGKILL);
     int status = 0;
     waitpid(child, &status, 0);
-    demo::Gpt fresh(tiny(64, 2));
+    cli::Gpt fresh(tiny(64, 2));
     auto fresh_opt = build_optimizer(*fresh, config, 10);
     EXPECT_NO_THROW(load_checkpoint(path, *fresh_opt, fresh.get())) << "attempt " << attempt;
   }

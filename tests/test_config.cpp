@@ -284,14 +284,14 @@ TEST(Config, OptimizerNamesAreOneList) {
 }
 
 TEST(Config, BuildOptimizerAppliesGroupsRoutingAndSchedule) {
-  demo::GptConfig g;
+  cli::GptConfig g;
   g.n_layers = 1;
   g.d_model = 16;
   g.n_heads = 2;
   g.n_kv_heads = 1;
   g.seq_len = 8;
   g.vocab_size = 32;
-  demo::Gpt model(g);
+  cli::Gpt model(g);
   const auto config = OptimConfig::from_yaml(R"(
 optimizer:
   name: muon

@@ -33,7 +33,7 @@ using namespace std::chrono_literals;
 // Runs `body(communicator)` on `world` ranks (threads) and rethrows the first failure.
 void run_ranks(int world, const std::function<void(std::shared_ptr<Communicator>)>& body,
                std::chrono::milliseconds timeout = 60s) {
-  const int port = demo::free_local_port();
+  const int port = cli::free_local_port();
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
@@ -51,8 +51,8 @@ void run_ranks(int world, const std::function<void(std::shared_ptr<Communicator>
   }
 }
 
-demo::TrainConfig tiny_run(const std::string& out, int64_t batch_size, const std::string& opt) {
-  demo::TrainConfig c;
+cli::TrainConfig tiny_run(const std::string& out, int64_t batch_size, const std::string& opt) {
+  cli::TrainConfig c;
   c.data.source = MUON_TEST_DATA_DIR "/genesis.txt";
   c.data.val_fraction = 0.1;
   c.model.d_model = 32;
@@ -61,7 +61,7 @@ demo::TrainConfig tiny_run(const std::string& out, int64_t batch_size, const std
   c.model.n_kv_heads = 2;
   c.model.seq_len = 32;
   c.batch_size = batch_size;
-  c.optimizer = demo::demo_optimizer(opt);
+  c.optimizer = cli::demo_optimizer(opt);
   if (opt == "dion") c.optimizer.hybrid.matrices.as<DionOptions>()->rank_fraction(0.5);
   c.steps = 24;
   c.log_every = 12;
@@ -102,10 +102,10 @@ double max_difference(const std::map<std::string, at::Tensor>& a,
   return worst;
 }
 
-void train_on_ranks(int world, const demo::TrainConfig& config) {
+void train_on_ranks(int world, const cli::TrainConfig& config) {
   run_ranks(world, [&](std::shared_ptr<Communicator> communicator) {
     std::ostringstream log;
-    demo::train(config, log, communicator);
+    cli::train(config, log, communicator);
   });
 }
 
@@ -135,7 +135,7 @@ TEST(Distributed, TwoRanksEqualOneRankWithTheWholeBatch) {
   for (const std::string opt : {"muon", "dion", "adamw"}) {
     const auto one = temp_dir("one_" + opt), two = temp_dir("two_" + opt);
     std::ostringstream log;
-    demo::train(tiny_run(one, 8, opt), log);
+    cli::train(tiny_run(one, 8, opt), log);
     train_on_ranks(2, tiny_run(two, 4, opt));
     EXPECT_LT(max_difference(checkpoint_model(two), checkpoint_model(one)),
               opt == "adamw" ? kAdamwTolerance : kMuonTolerance)
@@ -264,7 +264,7 @@ TEST(Distributed, EachParameterIsUpdatedByExactlyOneRank) {
 // replaced by the tensor the optimizer holds on this rank (whole if owned, else a placeholder).
 class HeldQkSource : public QkClipSource {
  public:
-  HeldQkSource(demo::Gpt model, std::map<const void*, at::Tensor> held)
+  HeldQkSource(cli::Gpt model, std::map<const void*, at::Tensor> held)
       : model_(std::move(model)), held_(std::move(held)) {}
   std::vector<QkClipTarget> qk_clip_targets() override {
     auto targets = model_->qk_clip_targets();
@@ -277,12 +277,12 @@ class HeldQkSource : public QkClipSource {
   std::map<std::string, at::Tensor> qk_max_logits() override { return model_->qk_max_logits(); }
 
  private:
-  demo::Gpt model_;
+  cli::Gpt model_;
   std::map<const void*, at::Tensor> held_;
 };
 
-demo::GptConfig tiny_gpt() {
-  demo::GptConfig c;
+cli::GptConfig tiny_gpt() {
+  cli::GptConfig c;
   c.n_layers = 2;
   c.d_model = 16;
   c.n_heads = 4;
@@ -299,7 +299,7 @@ demo::GptConfig tiny_gpt() {
 TEST(Distributed, APartitionedHybridEqualsOneProcess) {
   constexpr int kWorld = 2, kSteps = 3;
   at::manual_seed(0);
-  demo::Gpt reference(tiny_gpt());
+  cli::Gpt reference(tiny_gpt());
   std::vector<at::Tensor> initial;
   for (const auto& p : reference->parameters()) initial.push_back(p.detach().clone());
   std::vector<at::Tensor> batches;
@@ -329,7 +329,7 @@ TEST(Distributed, APartitionedHybridEqualsOneProcess) {
   std::vector<std::vector<at::Tensor>> finals(kWorld);
   run_ranks(kWorld, [&](std::shared_ptr<Communicator> communicator) {
     const int rank = communicator->rank();
-    demo::Gpt model(tiny_gpt());
+    cli::Gpt model(tiny_gpt());
     {
       at::NoGradGuard no_grad;
       for (size_t i = 0; i < initial.size(); ++i) model->parameters()[i].copy_(initial[i]);
@@ -483,7 +483,7 @@ TEST(Distributed, AMissingRankIsAClearErrorWithinTheTimeout) {
   // Rank 1 of 2 never comes: rank 0 cannot meet it.
   const auto start = std::chrono::steady_clock::now();
   testing::expect_error<DistributedError>(
-      [] { Communicator::connect(0, 2, "127.0.0.1", demo::free_local_port(), 1500ms); },
+      [] { Communicator::connect(0, 2, "127.0.0.1", cli::free_local_port(), 1500ms); },
       {"distributed: rank 0 of 2 could not reach the other ranks through 127.0.0.1:",
        "within 1.5 s", "are all 2 ranks running"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
@@ -579,8 +579,8 @@ TEST(Distributed, EnvironmentVariablesAreChecked) {
 // cause when another failed on its own, whatever order they were reaped in; a rank killed by
 // something else (the kernel's OOM killer: 137 too) is.
 TEST(Distributed, TheLauncherNamesTheFailureThatCausedTheOthers) {
-  using demo::failure_cause;
-  using demo::RankFailure;
+  using cli::failure_cause;
+  using cli::RankFailure;
   const auto cause = [](std::vector<RankFailure> failures) {
     const auto& f = failure_cause(failures);
     return std::pair{f.rank, f.code};

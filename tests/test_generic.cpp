@@ -354,8 +354,8 @@ TEST(Generic, MuonAgreesWithTheBlisMethodsToTheirPrecision) {
 
 // ---- Hybrid: groups, schedules, clipping, QK-clip, bf16 state; checkpoints across paths ----
 
-demo::GptConfig tiny() {
-  demo::GptConfig c;
+cli::GptConfig tiny() {
+  cli::GptConfig c;
   c.n_layers = 2;
   c.d_model = 16;
   c.n_heads = 2;
@@ -388,7 +388,7 @@ OptimConfig hybrid_config(const std::string& fused) {
       "    - {name: rest, patterns: ['*']}\n");
 }
 
-void train_step(demo::Gpt& model, HybridOptimizer& opt, int64_t step) {
+void train_step(cli::Gpt& model, HybridOptimizer& opt, int64_t step) {
   auto gen = seeded(1000 + static_cast<uint64_t>(step));
   const auto tokens = at::randint(0, 32, {4, 8}, gen, at::kLong);
   opt.zero_grad();
@@ -396,7 +396,7 @@ void train_step(demo::Gpt& model, HybridOptimizer& opt, int64_t step) {
   opt.step();
 }
 
-std::vector<at::Tensor> weights(demo::Gpt& model) {
+std::vector<at::Tensor> weights(cli::Gpt& model) {
   std::vector<at::Tensor> out;
   for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
   return out;
@@ -412,7 +412,7 @@ TEST(Generic, HybridWithGroupsSchedulesClippingAndQkClipEqualsTheFusedPath) {
     EXPECT_NE(config.to_yaml().find(std::string("fused: ") + fused), std::string::npos)
         << config.to_yaml();
     at::manual_seed(3);
-    demo::Gpt model(tiny());
+    cli::Gpt model(tiny());
     auto opt = build_optimizer(*model, config, steps);
     opt->set_qk_clip_source(model.get());
     bool clipped_qk = false;
@@ -440,7 +440,7 @@ TEST(Generic, CheckpointsMoveBetweenTheFusedAndGenericPaths) {
   const auto fused = hybrid_config("null");
   const auto generic = hybrid_config("false");
   at::manual_seed(4);
-  demo::Gpt straight(tiny());
+  cli::Gpt straight(tiny());
   auto straight_opt = build_optimizer(*straight, fused, 2 * K);
   straight_opt->set_qk_clip_source(straight.get());
   for (int64_t s = 0; s < 2 * K; ++s) train_step(straight, *straight_opt, s);
@@ -449,14 +449,14 @@ TEST(Generic, CheckpointsMoveBetweenTheFusedAndGenericPaths) {
   for (const auto& [first_config, second_config] :
        {std::pair{&fused, &generic}, std::pair{&generic, &fused}}) {
     at::manual_seed(4);
-    demo::Gpt first(tiny());
+    cli::Gpt first(tiny());
     auto first_opt = build_optimizer(*first, *first_config, 2 * K);
     first_opt->set_qk_clip_source(first.get());
     for (int64_t s = 0; s < K; ++s) train_step(first, *first_opt, s);
     const auto path = (std::filesystem::temp_directory_path() / "muon_generic_ckpt.pt").string();
     save_checkpoint(path, *first_opt, first.get(), first_config->to_yaml());
     at::manual_seed(5);
-    demo::Gpt second(tiny());
+    cli::Gpt second(tiny());
     auto second_opt = build_optimizer(*second, *second_config, 2 * K);
     second_opt->set_qk_clip_source(second.get());
     load_checkpoint(path, *second_opt, second.get());

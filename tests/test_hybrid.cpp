@@ -18,8 +18,8 @@ namespace {
 
 using testing::expect_error;
 
-demo::GptConfig tiny(bool tied = true) {
-  demo::GptConfig c;
+cli::GptConfig tiny(bool tied = true) {
+  cli::GptConfig c;
   c.n_layers = 1;
   c.d_model = 16;
   c.n_heads = 2;
@@ -56,8 +56,8 @@ template <class Options, class Matrices>
 std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options, const Options& others,
                                                 const Matrices& matrices) {
   at::manual_seed(0);
-  demo::Gpt ours(tiny());
-  demo::Gpt theirs(tiny());
+  cli::Gpt ours(tiny());
+  cli::Gpt theirs(tiny());
   {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < ours->parameters().size(); ++i) {
@@ -140,7 +140,7 @@ TEST(Hybrid, MatricesRunDion) {
 }
 
 TEST(Hybrid, MatricesErrors) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   const auto routes = route(*model);
   HybridOptions options;
   options.matrices = AdamWOptions();
@@ -186,7 +186,7 @@ TEST(Hybrid, AlgorithmOptionsHoldTheirTypeByValue) {
 }
 
 TEST(Hybrid, OthersErrors) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   const auto routes = route(*model);
   HybridOptions options;
   options.others = MuonOptions();
@@ -253,7 +253,7 @@ TEST(Hybrid, RoutedHeadSplitsOrthogonalizeEachHeadAlone) {
 }
 
 TEST(Hybrid, ClosureRunsOnceAndSchedulersReachEveryGroup) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptimizer opt(route(*model), MuonOptions(0.02), AdamWOptions(0.004));
   ASSERT_EQ(opt.param_groups().size(), 3u);  // muon; adamw with decay; adamw without
   int calls = 0;
@@ -287,7 +287,7 @@ TEST(Hybrid, ClosureRunsOnceAndSchedulersReachEveryGroup) {
 }
 
 TEST(Hybrid, GroupsFirstMatchWinsAndTheReportShowsTheirSettings) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptions options;
   options.muon = MuonOptions(0.02).weight_decay(0.1);
   options.adamw = AdamWOptions(0.004).weight_decay(0.01);
@@ -324,7 +324,7 @@ TEST(Hybrid, GroupsFirstMatchWinsAndTheReportShowsTheirSettings) {
 }
 
 TEST(Hybrid, GroupErrors) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   const auto routes = route(*model);
   auto build = [&](std::vector<ParamGroupSpec> groups) {
     HybridOptions options;
@@ -344,7 +344,7 @@ TEST(Hybrid, GroupErrors) {
 }
 
 TEST(Hybrid, MupAndNanochatPresets) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptions options;
   options.muon = MuonOptions(0.02);
   options.adamw = AdamWOptions(0.004).weight_decay(0.1);
@@ -357,7 +357,7 @@ TEST(Hybrid, MupAndNanochatPresets) {
   EXPECT_EQ(row_of(mup, "blocks.0.mlp.up_proj.weight").group, "mup");
   EXPECT_DOUBLE_EQ(row_of(mup, "blocks.0.mlp.up_proj.weight").lr, 0.02 / 4);
 
-  demo::Gpt untied(tiny(/*tied=*/false));
+  cli::Gpt untied(tiny(/*tied=*/false));
   NanochatSettings settings;
   settings.d_model = 3072;  // d = (3072/768)^-0.5 = 0.5
   const auto preset = nanochat_preset(settings);
@@ -393,7 +393,7 @@ TEST(Hybrid, MupAndNanochatPresets) {
 }
 
 TEST(Hybrid, ClippingEqualsAStraightforwardComputation) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptions options;
   options.max_grad_norm = 1.0;
   HybridOptimizer opt(route(*model), options);
@@ -413,7 +413,7 @@ TEST(Hybrid, ClippingEqualsAStraightforwardComputation) {
   EXPECT_NEAR(opt.last_step().clip_factor, 1.0 / norm, 1e-12);
   // The update used the clipped gradients (those of an unclipped optimizer given g / norm), and
   // .grad is the caller's own gradient still.
-  demo::Gpt reference(tiny());
+  cli::Gpt reference(tiny());
   {
     at::NoGradGuard no_grad;
     for (const auto& [name, p] : opt.named_trainable()) {
@@ -439,7 +439,7 @@ TEST(Hybrid, ClippingEqualsAStraightforwardComputation) {
 }
 
 TEST(Hybrid, NanGradientUnderSkipLeavesEveryParameterAndStateBitIdentical) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptimizer opt(route(*model), HybridOptions{});
   set_gradients(*model, 5);
   opt.step();  // creates state
@@ -454,8 +454,7 @@ TEST(Hybrid, NanGradientUnderSkipLeavesEveryParameterAndStateBitIdentical) {
     }
   }
   set_gradients(*model, 6);
-  model->blocks[0]->as<demo::BlockImpl>()->mlp->up_proj->weight.mutable_grad()[0][0] =
-      std::nanf("");
+  model->blocks[0]->as<cli::BlockImpl>()->mlp->up_proj->weight.mutable_grad()[0][0] = std::nanf("");
   opt.step();
   EXPECT_TRUE(opt.last_step().skipped);
   EXPECT_EQ(opt.last_step().skipped_steps, 1);
@@ -493,7 +492,7 @@ size_t states_of(const torch::optim::Optimizer& opt) {
 }
 
 TEST(Hybrid, SparseGradientChangesNothingAndResetStateClearsBothAlgorithms) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptimizer opt(route(*model), MuonOptions(), AdamWOptions());
   set_gradients(*model, 1);
   opt.step();
@@ -501,7 +500,7 @@ TEST(Hybrid, SparseGradientChangesNothingAndResetStateClearsBothAlgorithms) {
   EXPECT_GT(states_of<AdamParamState>(opt), 0u);
   const auto params = snapshot(*model);
   set_gradients(*model, 2);
-  model->blocks[0]->as<demo::BlockImpl>()->attn_norm->weight.mutable_grad() =
+  model->blocks[0]->as<cli::BlockImpl>()->attn_norm->weight.mutable_grad() =
       at::ones({16}).to_sparse();
   expect_error<Error>([&] { opt.step(); }, {"does not support sparse gradients"});
   for (size_t i = 0; i < params.size(); ++i) {
@@ -512,7 +511,7 @@ TEST(Hybrid, SparseGradientChangesNothingAndResetStateClearsBothAlgorithms) {
 }
 
 TEST(Hybrid, SchedulesDriveRatesMomentumAndDecayFromTheStepCount) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptions options;
   options.muon = MuonOptions(0.02).weight_decay(0.1);
   options.adamw = AdamWOptions(0.004).weight_decay(0.1);
@@ -557,7 +556,7 @@ TEST(Hybrid, SchedulesDriveRatesMomentumAndDecayFromTheStepCount) {
 }
 
 TEST(Hybrid, WhatAScheduleSetsIsNotChangedBehindItsBackAndTheRestIsTheCallers) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptions options;
   options.muon = MuonOptions(0.02);
   options.adamw = AdamWOptions(0.004);
@@ -586,7 +585,7 @@ TEST(Hybrid, WhatAScheduleSetsIsNotChangedBehindItsBackAndTheRestIsTheCallers) {
   // Only a momentum schedule: lr is the caller's, and a changed one is what the step uses.
   options.schedule.reset();
   options.momentum_schedule = MomentumSchedule{0.85, 0.95, 4};
-  demo::Gpt other(tiny());
+  cli::Gpt other(tiny());
   HybridOptimizer mine(route(*other), options);
   for (auto& g : mine.param_groups()) g.options().set_lr(0.0);
   const auto still = snapshot(*other);
@@ -605,7 +604,7 @@ TEST(Hybrid, WhatAScheduleSetsIsNotChangedBehindItsBackAndTheRestIsTheCallers) {
 }
 
 TEST(Hybrid, FrozenParametersNeverMoveAndAdamWModeTakesEverything) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   model->norm->weight.set_requires_grad(false);
   HybridOptions options;
   options.all_adamw = true;
@@ -634,7 +633,7 @@ namespace {
 TEST(Hybrid, InitStateMakesWhatTheFirstStepWould) {
   for (const bool dion : {false, true}) {
     at::manual_seed(0);
-    demo::Gpt eager(tiny()), lazy(tiny());
+    cli::Gpt eager(tiny()), lazy(tiny());
     {
       at::NoGradGuard no_grad;
       for (size_t i = 0; i < eager->parameters().size(); ++i) {

@@ -204,7 +204,7 @@ TEST(Lion, RejectsBadOptionsAndGradientsNamingThemAndChangingNothing) {
 }
 
 TEST(Lion, RunsAsAGroupOfTheHybridAsOnItsOwn) {
-  demo::Gpt model(golden::tiny_gpt());
+  cli::Gpt model(golden::tiny_gpt());
   HybridOptions options;
   HybridOptimizer hybrid(route(*model), options);
   auto gen = seeded(15);

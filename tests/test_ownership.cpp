@@ -19,8 +19,8 @@ namespace {
 
 using testing::expect_error;
 
-demo::GptConfig tiny() {
-  demo::GptConfig c;
+cli::GptConfig tiny() {
+  cli::GptConfig c;
   c.n_layers = 1;
   c.d_model = 16;
   c.n_heads = 2;
@@ -75,7 +75,7 @@ template <class Make>
 // `scheduled`: a schedule sets lr at every step (so it is not changed by hand here; the restored
 // lr is then the schedule's value after two steps, not the constructed one).
 void expect_round_trip(Make make, const std::string& name, bool scheduled = false) {
-  demo::Gpt model_a(tiny()), model_b(tiny());
+  cli::Gpt model_a(tiny()), model_b(tiny());
   copy_values(model_a->parameters(), model_b->parameters());
   auto a = make(*model_a);
   auto b = make(*model_b);
@@ -115,12 +115,10 @@ TEST(Ownership, TorchSaveAndLoadRoundTripTheHybrid) {
   options.schedule = schedule;
   options.total_steps = 10;
   expect_round_trip(
-      [&](demo::GptImpl& model) {
-        return std::make_unique<HybridOptimizer>(route(model), options);
-      },
+      [&](cli::GptImpl& model) { return std::make_unique<HybridOptimizer>(route(model), options); },
       "hybrid", /*scheduled=*/true);
   // The counters travel too: the schedules continue from the saved step.
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptimizer a(route(*model), options), b(route(*model), options);
   set_gradients(model->parameters(), 0);
   a.step();
@@ -133,7 +131,7 @@ TEST(Ownership, TorchSaveAndLoadRoundTripTheHybrid) {
 }
 
 TEST(Ownership, TorchSaveAndLoadRoundTripTheStandaloneOptimizers) {
-  const auto matrices = [](demo::GptImpl& model) {
+  const auto matrices = [](cli::GptImpl& model) {
     std::vector<at::Tensor> out;
     for (const auto& p : model.parameters()) {
       if (p.dim() == 2) out.push_back(p);
@@ -141,25 +139,25 @@ TEST(Ownership, TorchSaveAndLoadRoundTripTheStandaloneOptimizers) {
     return out;
   };
   expect_round_trip(
-      [&](demo::GptImpl& model) {
+      [&](cli::GptImpl& model) {
         return std::make_unique<Muon>(matrices(model), MuonOptions(0.02).normuon(NorMuonOptions{}));
       },
       "muon");
   expect_round_trip(
-      [](demo::GptImpl& model) {
+      [](cli::GptImpl& model) {
         return std::make_unique<AdamW>(model.parameters(),
                                        AdamWOptions(1e-3).state_dtype(at::kBFloat16));
       },
       "adamw");
   expect_round_trip(
-      [](demo::GptImpl& model) {
+      [](cli::GptImpl& model) {
         return std::make_unique<Lamb>(model.parameters(), LambOptions(1e-3).weight_decay(0.01));
       },
       "lamb");
 }
 
 TEST(Ownership, LoadingAMismatchedArchiveChangesNothing) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptimizer saved(route(*model), HybridOptions{});
   set_gradients(model->parameters(), 0);
   saved.step();
@@ -169,7 +167,7 @@ TEST(Ownership, LoadingAMismatchedArchiveChangesNothing) {
   // Another model: the groups have other sizes.
   auto other_config = tiny();
   other_config.n_layers = 2;
-  demo::Gpt other(other_config);
+  cli::Gpt other(other_config);
   HybridOptimizer target(route(*other), HybridOptions{});
   set_gradients(other->parameters(), 1);
   target.step();
@@ -194,7 +192,7 @@ TEST(Ownership, LoadingAMismatchedArchiveChangesNothing) {
 }
 
 TEST(Ownership, AddParamGroupRunsTheAlgorithmItsOptionsName) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptimizer opt(route(*model), HybridOptions{});
   const auto groups = opt.param_groups().size();
   auto matrix = at::randn({8, 4}).requires_grad_(true);
@@ -232,7 +230,7 @@ TEST(Ownership, AddParamGroupRunsTheAlgorithmItsOptionsName) {
 }
 
 TEST(Ownership, AddParamGroupRefusesWhatTheHybridCannotRun) {
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   HybridOptimizer opt(route(*model), HybridOptions{});
   const auto groups = opt.param_groups().size();
   auto vector = at::randn({4}).requires_grad_(true);

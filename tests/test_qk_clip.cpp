@@ -112,8 +112,8 @@ TEST(QkClip, ErrorsChangeNothing) {
       {"layer 'attn' has 2 heads", "[3]"});
 }
 
-demo::GptConfig tiny() {
-  demo::GptConfig c;
+cli::GptConfig tiny() {
+  cli::GptConfig c;
   c.n_layers = 2;
   c.d_model = 16;
   c.n_heads = 4;
@@ -125,10 +125,10 @@ demo::GptConfig tiny() {
 
 TEST(QkClip, DemoGptReportsPerHeadMaxLogitsAndTheHybridClips) {
   at::manual_seed(0);
-  demo::Gpt model(tiny());
+  cli::Gpt model(tiny());
   const auto tokens = at::randint(0, 32, {2, 8}, at::kLong);
   // Recompute layer 0's logits by hand from its projections.
-  auto& block = *model->blocks[0]->as<demo::BlockImpl>();
+  auto& block = *model->blocks[0]->as<cli::BlockImpl>();
   {
     at::NoGradGuard no_grad;
     model->forward(tokens);
@@ -147,10 +147,10 @@ TEST(QkClip, DemoGptReportsPerHeadMaxLogitsAndTheHybridClips) {
   const auto targets = model->qk_clip_targets();
   ASSERT_EQ(targets.size(), 2u);
   EXPECT_TRUE(
-      targets[1].q_weight.is_same(model->blocks[1]->as<demo::BlockImpl>()->attn->q_proj->weight));
+      targets[1].q_weight.is_same(model->blocks[1]->as<cli::BlockImpl>()->attn->q_proj->weight));
 
   // No statistics → exactly the step without QK-clip.
-  demo::Gpt a(tiny()), b(tiny());
+  cli::Gpt a(tiny()), b(tiny());
   {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < a->parameters().size(); ++i)

@@ -24,8 +24,8 @@ std::map<std::string, const RoutedParameter*> by_name(const std::vector<RoutedPa
   return out;
 }
 
-demo::GptConfig small_gpt(int64_t layers, bool tied) {
-  demo::GptConfig c;
+cli::GptConfig small_gpt(int64_t layers, bool tied) {
+  cli::GptConfig c;
   c.n_layers = layers;
   c.d_model = 32;
   c.n_heads = 4;
@@ -37,7 +37,7 @@ demo::GptConfig small_gpt(int64_t layers, bool tied) {
 
 TEST(Routing, TiedGptSendsSevenMatricesPerLayerToMuonAndTheRestToAdamW) {
   for (int64_t layers : {1, 3}) {
-    demo::Gpt model(small_gpt(layers, /*tied=*/true));
+    cli::Gpt model(small_gpt(layers, /*tied=*/true));
     const auto routes = route(*model);
     const auto muon = tensors_with_role(routes, Role::muon);
     const auto adamw = tensors_with_role(routes, Role::adamw);
@@ -66,7 +66,7 @@ TEST(Routing, TiedGptSendsSevenMatricesPerLayerToMuonAndTheRestToAdamW) {
 }
 
 TEST(Routing, UntiedHeadIsAdamWByName) {
-  demo::Gpt model(small_gpt(2, /*tied=*/false));
+  cli::Gpt model(small_gpt(2, /*tied=*/false));
   const auto routes = route(*model);
   EXPECT_EQ(tensors_with_role(routes, Role::muon).size(), 14u);
   EXPECT_EQ(tensors_with_role(routes, Role::adamw).size(), 2u * 2 + 3);
@@ -76,8 +76,8 @@ TEST(Routing, UntiedHeadIsAdamWByName) {
 }
 
 TEST(Routing, FrozenParametersAreInNeitherOptimizer) {
-  demo::Gpt model(small_gpt(1, true));
-  model->blocks[0]->as<demo::BlockImpl>()->attn->q_proj->weight.set_requires_grad(false);
+  cli::Gpt model(small_gpt(1, true));
+  model->blocks[0]->as<cli::BlockImpl>()->attn->q_proj->weight.set_requires_grad(false);
   model->norm->weight.set_requires_grad(false);
   const auto routes = route(*model);
   const auto named = by_name(routes);
@@ -155,11 +155,11 @@ TEST(Routing, OutputLayersOfCommonModelsGoToAdamW) {
 }
 
 TEST(Routing, OverridesByPatternAndByTagWithClearErrors) {
-  demo::Gpt model(small_gpt(1, true));
+  cli::Gpt model(small_gpt(1, true));
   RoutingRules rules;
   rules.adamw_patterns = {"*.mlp.*"};
   rules.muon_patterns = {"*.up_proj.weight"};  // muon patterns are checked before adamw ones
-  rules.tag_module(*model->blocks[0]->as<demo::BlockImpl>()->attn->v_proj, Role::adamw);
+  rules.tag_module(*model->blocks[0]->as<cli::BlockImpl>()->attn->v_proj, Role::adamw);
   const auto routes = route(*model, rules);
   const auto named = by_name(routes);
   EXPECT_EQ(named.at("blocks.0.mlp.gate_proj.weight")->role, Role::adamw);
@@ -322,7 +322,7 @@ TEST(Routing, ModulesReportTheirTypeNames) {
 }
 
 TEST(Routing, ReportListsEveryParameterAligned) {
-  demo::Gpt model(small_gpt(1, true));
+  cli::Gpt model(small_gpt(1, true));
   const auto report = format_routing_report(route(*model));
   EXPECT_NE(report.find("blocks.0.attn.q_proj.weight"), std::string::npos);
   EXPECT_NE(report.find("[32, 32]"), std::string::npos);

@@ -18,7 +18,7 @@
 #include "muon/error.h"
 #include "run_flags.h"
 
-namespace muon::demo {
+namespace muon::cli {
 namespace {
 
 TrainConfig fixture_config(const std::string& out) {
@@ -568,4 +568,4 @@ TEST(Data, WindowsAreShiftedByOneByte) {
 }
 
 }  // namespace
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -62,8 +62,8 @@ inline std::vector<at::Tensor> assorted(uint64_t seed) {
   return out;
 }
 
-inline demo::GptConfig tiny_gpt() {
-  demo::GptConfig c;
+inline cli::GptConfig tiny_gpt() {
+  cli::GptConfig c;
   c.n_layers = 2;
   c.d_model = 16;
   c.n_heads = 2;
@@ -74,7 +74,7 @@ inline demo::GptConfig tiny_gpt() {
 }
 
 // The demo GPT trained `steps` steps by `optimizer` on batches that depend only on the step.
-inline void record_training(Results& out, const std::string& name, demo::Gpt& model,
+inline void record_training(Results& out, const std::string& name, cli::Gpt& model,
                             HybridOptimizer& optimizer, int steps) {
   for (int s = 0; s < steps; ++s) {
     auto gen = generator(100 + static_cast<uint64_t>(s));
@@ -133,13 +133,13 @@ inline Results run_all() {
   }
   {
     at::manual_seed(15);
-    demo::Gpt model(tiny_gpt());
+    cli::Gpt model(tiny_gpt());
     HybridOptimizer opt(route(*model), HybridOptions{});
     record_training(out, "hybrid_default", model, opt, 4);
   }
   {
     at::manual_seed(16);
-    demo::Gpt model(tiny_gpt());
+    cli::Gpt model(tiny_gpt());
     const auto config = OptimConfig::from_yaml(
         "optimizer:\n  name: muonclip\n  qk_clip: {tau: 0.001}\n  grad_clip: 0.5\n"
         "  weight_decay: 0.05\n  normuon: true\n  state_dtype: bfloat16\n"

@@ -30,7 +30,7 @@
 #include "muon/orthogonalize.h"
 #include "muon/routing.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 void plain_muon_step(std::vector<at::Tensor>& params, std::vector<at::Tensor>& buffers, double lr,
                      double beta, double weight_decay) {
@@ -360,4 +360,4 @@ BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
   return report;
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

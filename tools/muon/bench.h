@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace muon::demo {
+namespace muon::cli {
 
 struct BenchConfig {
   bool orthogonalize = true;
@@ -96,4 +96,4 @@ BenchReport run_bench(const BenchConfig& config, std::ostream& log);
 void compare_openblas_settings(const BenchReport& as_set, const std::string& unset_json,
                                std::ostream& log);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

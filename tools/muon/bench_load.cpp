@@ -11,7 +11,7 @@
 #include "muon/internal/newton_schulz_bf16.h"
 #include "muon/muon.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -93,4 +93,4 @@ void bench_load(BenchReport& report, std::ostream& log) {
   log << table << std::flush;
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

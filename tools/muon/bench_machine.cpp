@@ -15,7 +15,7 @@
 #include "muon/internal/dnnl.h"
 #include "muon/internal/kernel_choice.h"
 
-namespace muon::demo {
+namespace muon::cli {
 namespace {
 
 std::string cpuinfo_field(const std::string& field) {
@@ -140,4 +140,4 @@ int set_all_threads(int threads) {
   return set_openblas_threads(threads);
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace muon::demo {
+namespace muon::cli {
 
 // "AMD EPYC 7B13 (cpu family 25); avx2 fma": the brand string, /proc/cpuinfo's family, the
 // feature bits the kernel choices read.
@@ -66,4 +66,4 @@ int set_all_threads(int threads);
 // OpenBLAS's own thread count (0 when it is not loaded); returns the old one.
 int set_openblas_threads(int threads);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

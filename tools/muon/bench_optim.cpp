@@ -16,7 +16,7 @@
 #include "muon/hybrid.h"
 #include "muon/routing.h"
 
-namespace muon::demo {
+namespace muon::cli {
 namespace {
 
 // ---- AdamW ----
@@ -222,4 +222,4 @@ void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostr
   log << line << std::flush;
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -15,7 +15,7 @@
 
 #include "bench.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 inline double seconds(const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
@@ -72,4 +72,4 @@ void bench_adamw(const BenchConfig& config, BenchReport& report, std::ostream& l
 // The demo GPT's hybrid step on 1 and on 2 ranks (one process each, over loopback).
 void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostream& log);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

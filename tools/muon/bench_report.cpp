@@ -5,7 +5,7 @@
 
 #include "bench.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -125,4 +125,4 @@ void compare_openblas_settings(const BenchReport& as_set, const std::string& uns
   log << std::flush;
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

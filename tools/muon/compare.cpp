@@ -13,7 +13,7 @@
 #include "muon/internal/read_file.h"
 #include "plot.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace fs = std::filesystem;
 
@@ -232,4 +232,4 @@ void report(const TrainConfig& base, CompareResult& result, std::ostream& log) {
 
 }  // namespace
 
-}  // namespace muon::demo
+}  // namespace muon::cli

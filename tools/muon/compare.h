@@ -9,7 +9,7 @@
 
 #include "train.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 struct CompareEntry {
   std::string name;    // shown in tables and the plot
@@ -52,4 +52,4 @@ CompareEntry compare_entry(const std::string& spec);
 CompareResult compare(const TrainConfig& base, const std::vector<CompareEntry>& entries,
                       const CompareOptions& options, std::ostream& log);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -8,7 +8,7 @@
 #include "muon/error.h"
 #include "muon/internal/read_file.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 std::string load_kjv() {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen("bible 'Gen1:1-Rev22:21' 2>/dev/null", "r"),
@@ -89,4 +89,4 @@ std::pair<at::Tensor, at::Tensor> TextDataset::val_batch(int64_t index, int64_t 
   return windows(val_, starts, seq_len);
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-namespace muon::demo {
+namespace muon::cli {
 
 // The whole KJV text, as `bible "Gen1:1-Rev22:21"` prints it (about 4.3 MB). Throws muon::Error
 // naming the package if the `bible` program is missing.
@@ -36,4 +36,4 @@ class TextDataset {
   at::Tensor train_, val_;  // int64 byte values
 };
 
-}  // namespace muon::demo
+}  // namespace muon::cli

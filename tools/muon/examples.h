@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-namespace muon::demo {
+namespace muon::cli {
 
 // (name, YAML text) of every example optimizer configuration, by name.
 const std::vector<std::pair<std::string, std::string>>& builtin_examples();
 
-}  // namespace muon::demo
+}  // namespace muon::cli

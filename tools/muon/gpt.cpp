@@ -10,7 +10,7 @@
 
 #include "muon/error.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace F = torch::nn::functional;
 
@@ -212,4 +212,4 @@ std::string generate(Gpt& model, const std::string& prompt, int64_t n_bytes, dou
   return text;
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

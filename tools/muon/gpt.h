@@ -14,7 +14,7 @@
 #include "muon/option_schema.h"
 #include "muon/qk_clip.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 // The model's shape, one declaration per field (the `model` section of a run config).
 // clang-format off
@@ -126,4 +126,4 @@ TORCH_MODULE(Gpt);
 std::string generate(Gpt& model, const std::string& prompt, int64_t n_bytes, double temperature,
                      at::Generator generator);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

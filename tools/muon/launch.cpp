@@ -19,7 +19,7 @@
 
 #include "muon/error.h"
 
-namespace muon::demo {
+namespace muon::cli {
 namespace {
 
 constexpr int kInterrupted = 128 + SIGINT;  // muon train's exit code after a signal
@@ -207,4 +207,4 @@ std::string rerun_with_openblas_unset(const std::vector<std::string>& args) {
   return text;
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace muon::demo {
+namespace muon::cli {
 
 // Runs `args` (argv of this program, --nproc removed) as `nproc` child processes with RANK,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT set, and
@@ -40,4 +40,4 @@ std::string rerun_with_openblas_unset(const std::vector<std::string>& args);
 std::vector<std::string> without_option(const std::vector<std::string>& args,
                                         const std::string& name);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -7,7 +7,7 @@
 
 #include "muon/error.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -36,4 +36,4 @@ void check_memory_need(double bytes, const std::string& what, const std::string&
               " smaller" + (overridden ? "" : " (or set MUON_MEMORY_LIMIT=GiB to try anyway)"));
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

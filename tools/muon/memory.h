@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace muon::demo {
+namespace muon::cli {
 
 // The bytes a command may plan to use: the machine's physical memory, or MUON_MEMORY_LIMIT (GiB)
 // when set.
@@ -17,4 +17,4 @@ double memory_limit_bytes();
 void check_memory_need(double bytes, const std::string& what, const std::string& detail,
                        const std::string& smaller);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -6,7 +6,7 @@
 #include "muon/error.h"
 #include "muon/internal/number_text.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 const char* const kMetricsHeader =
     "step,train_loss,val_loss,muon_lr,adamw_lr,grad_norm,clip_factor,tokens_per_s,elapsed_s";
@@ -127,4 +127,4 @@ void MetricsLog::append(const MetricsRow& row) {
   jsonl_ << json_line(row) << std::flush;
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace muon::demo {
+namespace muon::cli {
 
 struct MetricsRow {
   int64_t step = 0;   // updates done (0: the validation loss before training)
@@ -47,4 +47,4 @@ class MetricsLog {
   std::ofstream csv_, jsonl_;
 };
 
-}  // namespace muon::demo
+}  // namespace muon::cli

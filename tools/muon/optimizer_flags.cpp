@@ -9,7 +9,7 @@
 #include "muon/internal/number_text.h"
 #include "run_flags.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -155,4 +155,4 @@ std::vector<RunFlag> optimizer_flags(CLI::App& train, ParsedFlags& values) {
   return flags;
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

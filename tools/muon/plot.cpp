@@ -6,7 +6,7 @@
 #include <limits>
 #include <sstream>
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -88,4 +88,4 @@ std::string svg_line_chart(const std::vector<Series>& series, const std::string&
   return svg.str();
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-namespace muon::demo {
+namespace muon::cli {
 
 struct Series {
   std::string name;
@@ -16,4 +16,4 @@ struct Series {
 std::string svg_line_chart(const std::vector<Series>& series, const std::string& title,
                            const std::string& x_label, const std::string& y_label);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

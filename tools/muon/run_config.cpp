@@ -5,7 +5,7 @@
 #include "muon/internal/schema_yaml.h"
 #include "train.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -94,4 +94,4 @@ TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig def
   return with_context(path, [&] { return train_config_from_yaml(text, std::move(defaults)); });
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -7,7 +7,7 @@
 #include "muon/internal/yaml_section.h"
 #include "train.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace fs = std::filesystem;
 
@@ -91,4 +91,4 @@ void check_out_dir(const TrainConfig& config) {
               "continued; pass --overwrite to start it again there, or choose another --out");
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -13,7 +13,7 @@
 #include "muon/internal/number_text.h"
 #include "muon/internal/yaml_section.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -320,4 +320,4 @@ std::string did_you_mean(const CLI::App& app, const std::vector<std::string>& ar
   return "";
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -12,7 +12,7 @@
 
 #include "train.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 struct RunFlag {
   std::string name;     // "--layers"
@@ -95,4 +95,4 @@ CLI::Validator number_in(double least, double most);
 // nothing is close). `args` are the program's arguments without its name.
 std::string did_you_mean(const CLI::App& app, const std::vector<std::string>& args);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <csignal>
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -56,4 +56,4 @@ int StopRequests::signal() {
   return received.load();
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

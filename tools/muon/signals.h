@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace muon::demo {
+namespace muon::cli {
 
 // Installs the handlers for as long as the guard lives (the previous ones come back after, unless
 // a signal arrived: then they stay, for the process is stopping).
@@ -20,4 +20,4 @@ class StopRequests {
   static int signal();      // which (0: none)
 };
 
-}  // namespace muon::demo
+}  // namespace muon::cli

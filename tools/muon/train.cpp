@@ -26,7 +26,7 @@
 #include "signals.h"
 #include "train_log.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 double evaluate(Gpt& model, const TextDataset& data, const TrainConfig& config, int64_t world) {
   at::NoGradGuard no_grad;
@@ -394,4 +394,4 @@ TrainResult train(const TrainConfig& config, std::ostream& rank0_log,
   return run.finish();
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

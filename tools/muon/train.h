@@ -16,7 +16,7 @@
 #include "muon/hybrid.h"
 #include "muon/schedule.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 // Where the text comes from (the `data` section of a run config).
 // clang-format off
@@ -161,4 +161,4 @@ double evaluate(Gpt& model, const class TextDataset& data, const TrainConfig& co
 TrainResult train(const TrainConfig& config, std::ostream& log,
                   std::shared_ptr<Communicator> communicator = nullptr);
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -7,7 +7,7 @@
 
 #include "plot.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 namespace {
 
@@ -105,4 +105,4 @@ std::optional<std::string> LossMonitor::observe(int64_t step, double loss) {
   return std::string(line);
 }
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -9,7 +9,7 @@
 #include "metrics.h"
 #include "train.h"
 
-namespace muon::demo {
+namespace muon::cli {
 
 // The SVG chart of the train and validation losses of `rows`.
 std::string loss_chart(const std::vector<MetricsRow>& rows);
@@ -24,4 +24,4 @@ void draw_progress(std::ostream& log, int64_t done, int64_t last, double loss, d
 std::string progress_line(const MetricsRow& row, int64_t steps, int64_t steps_here,
                           double seconds_here, const std::string& others = "adamw");
 
-}  // namespace muon::demo
+}  // namespace muon::cli

@@ -31,7 +31,7 @@ class Bench : public Command {
                  "skip the second run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset");
     cmd.add_option("--json", json_, "also write every figure to this JSON file");
     cmd.add_option("--reps", config_.reps, "timed repetitions per figure (the best counts)")
-        ->check(demo::whole_number(1, 1000))
+        ->check(cli::whole_number(1, 1000))
         ->capture_default_str();
     add_count(cmd, "--muon-layers", config_.muon_layers,
               "layers of the GPT-shaped Muon step (7 matrices each)");
@@ -58,20 +58,20 @@ class Bench : public Command {
       config_.distributed = wanted("distributed");
       config_.load = wanted("load");
     }
-    const auto report = demo::run_bench(config_, std::cout);
+    const auto report = cli::run_bench(config_, std::cout);
     if (!json_.empty()) {
-      demo::write_atomically(json_, report.to_json());
+      cli::write_atomically(json_, report.to_json());
       std::cout << "\nwrote " << json_ << '\n';
     }
     if (report.openblas_env != "unset" && !one_environment_) {
-      const auto unset = demo::rerun_with_openblas_unset(args);
-      if (!unset.empty()) demo::compare_openblas_settings(report, unset, std::cout);
+      const auto unset = cli::rerun_with_openblas_unset(args);
+      if (!unset.empty()) cli::compare_openblas_settings(report, unset, std::cout);
     }
     return 0;
   }
 
  private:
-  demo::BenchConfig config_;
+  cli::BenchConfig config_;
   std::vector<std::string> only_;
   bool one_environment_ = false;
   std::string json_;

@@ -38,13 +38,13 @@ std::unique_ptr<Command> bench_command(CLI::App& program);
 template <class T>
 CLI::Option* add_count(CLI::App& cmd, const char* name, T& value, const char* help,
                        int64_t least = 1) {
-  return cmd.add_option(name, value, help)->check(demo::whole_number(least))->capture_default_str();
+  return cmd.add_option(name, value, help)->check(cli::whole_number(least))->capture_default_str();
 }
 
 // --threads (0: one per core, or LibTorch's default: `help` says which).
 CLI::Option* add_threads(CLI::App& cmd, int& threads, const char* help);
 
-// The model's flags (--layers, --d-model, ...: demo::field_flags() of section model) on `model`.
-void add_model_options(CLI::App& cmd, demo::GptConfig& model);
+// The model's flags (--layers, --d-model, ...: cli::field_flags() of section model) on `model`.
+void add_model_options(CLI::App& cmd, cli::GptConfig& model);
 
 }  // namespace muon::cli

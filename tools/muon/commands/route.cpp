@@ -25,21 +25,21 @@ class Route : public Command {
 
   int run(const std::vector<std::string>&) override {
     model_.tie_embeddings = !untied_;
-    demo::TrainConfig run;
+    cli::TrainConfig run;
     run.model = model_;
-    if (!config_path_.empty()) run = demo::train_config_from_yaml_file(config_path_, run);
+    if (!config_path_.empty()) run = cli::train_config_from_yaml_file(config_path_, run);
     run.model.check();
-    demo::check_memory_need(4 * run.model.weight_count() + run.model.rope_bytes(),
-                            "route: the model", "its weights and RoPE tables",
-                            "--d-model, --layers or --seq-len");
-    demo::Gpt model(run.model);
+    cli::check_memory_need(4 * run.model.weight_count() + run.model.rope_bytes(),
+                           "route: the model", "its weights and RoPE tables",
+                           "--d-model, --layers or --seq-len");
+    cli::Gpt model(run.model);
     const auto optimizer = build_optimizer(*model, run.optimizer, run.steps);
     std::cout << optimizer->report_text();
     return 0;
   }
 
  private:
-  demo::GptConfig model_;
+  cli::GptConfig model_;
   bool untied_ = false;
   std::string config_path_;
 };

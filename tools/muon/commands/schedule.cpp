@@ -31,15 +31,15 @@ void print_schedule(const OptimConfig& c, int64_t steps, int64_t every,
     return h.weight_decay_schedule ? h.weight_decay_schedule->multiplier(t, steps) : 1.0;
   };
   if (!svg_path.empty()) {
-    demo::Series lrs{"lr multiplier", {}}, momenta{"momentum", {}}, wds{"wd multiplier", {}};
+    cli::Series lrs{"lr multiplier", {}}, momenta{"momentum", {}}, wds{"wd multiplier", {}};
     for (int64_t t = 0; t < steps; ++t) {
       const auto x = static_cast<double>(t);
       lrs.points.emplace_back(x, lr(t));
       momenta.points.emplace_back(x, momentum(t));
       wds.points.emplace_back(x, wd(t));
     }
-    demo::write_atomically(
-        svg_path, demo::svg_line_chart({lrs, momenta, wds}, "schedules", "step", "value"));
+    cli::write_atomically(
+        svg_path, cli::svg_line_chart({lrs, momenta, wds}, "schedules", "step", "value"));
   }
   std::printf("%8s  %12s  %10s  %10s\n", "step", "lr_multiplier", "momentum", "wd_multiplier");
   for (int64_t t = 0; t < steps; t += every) {
@@ -63,14 +63,14 @@ class Schedule : public Command {
     steps_option_ =
         cmd.add_option("--steps", steps_,
                        "the run's length (default: the config's train.steps, else muon train's 400)")
-            ->check(demo::whole_number(1));
+            ->check(cli::whole_number(1));
     add_count(cmd, "--every", every_, "print every N steps (0: about 20 rows)", 0);
     cmd.add_option("--svg", svg_, "also plot the curves into this SVG file");
   }
 
   // The optimizer `muon train --config` would run, with the run's length unless given.
   int run(const std::vector<std::string>&) override {
-    const auto run = demo::train_config_from_yaml_file(config_path_);
+    const auto run = cli::train_config_from_yaml_file(config_path_);
     const int64_t steps = steps_option_->count() > 0 ? steps_ : run.steps;
     print_schedule(run.optimizer, steps, every_ > 0 ? every_ : std::max<int64_t>(1, steps / 20),
                    svg_);

@@ -31,7 +31,7 @@ class Train : public Command {
             "SIGTERM: the current step finishes, a checkpoint is written and the resume command "
             "printed; a second one exits at once.")) {
     auto& cmd = *app_;
-    run_flags_ = demo::add_run_flags(cmd, parsed_);
+    run_flags_ = cli::add_run_flags(cmd, parsed_);
     out_ = cmd.add_option("--out", invocation_.out_dir,
                           "output directory (with --resume: that one)")
                ->capture_default_str();
@@ -49,11 +49,11 @@ class Train : public Command {
     cmd.add_option("--nproc", nproc_,
                    "data-parallel ranks to launch on this machine (loopback, Gloo); under an "
                    "external launcher set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT instead")
-        ->check(demo::whole_number(1, 256))
+        ->check(cli::whole_number(1, 256))
         ->capture_default_str();
     cmd.add_option("--dist-timeout", dist_timeout_,
                    "seconds a rank waits for the others before failing")
-        ->check(demo::number_in(0.001, 86400))
+        ->check(cli::number_in(0.001, 86400))
         ->capture_default_str();
     cmd.add_flag("--print-config", print_config_,
                  "print the run config (the YAML the run stores as config.yaml) and exit");
@@ -64,7 +64,7 @@ class Train : public Command {
     invocation_.progress_bar = isatty(STDOUT_FILENO) != 0;
     invocation_.handle_signals = true;
     invocation_.program = args.at(0);
-    const auto run = demo::resolve_run(invocation_, out_->count() > 0, run_flags_, config_path_,
+    const auto run = cli::resolve_run(invocation_, out_->count() > 0, run_flags_, config_path_,
                                        std::cerr);
     if (print_config_) {
       std::cout << run.to_yaml();
@@ -74,16 +74,16 @@ class Train : public Command {
         std::chrono::milliseconds(static_cast<int64_t>(std::ceil(dist_timeout_ * 1000)));
     if (nproc_ > 1 && std::getenv("WORLD_SIZE") == nullptr) {
       // The launched ranks must not launch again.
-      return demo::launch_local_ranks(nproc_, demo::without_option(args, "--nproc"), timeout);
+      return cli::launch_local_ranks(nproc_, cli::without_option(args, "--nproc"), timeout);
     }
-    const auto result = demo::train(run, std::cout, Communicator::from_environment(timeout));
+    const auto result = cli::train(run, std::cout, Communicator::from_environment(timeout));
     return result.interrupted_by != 0 ? 128 + SIGINT : 0;
   }
 
  private:
-  demo::ParsedFlags parsed_;
-  std::vector<demo::RunFlag> run_flags_;
-  demo::TrainConfig invocation_;
+  cli::ParsedFlags parsed_;
+  std::vector<cli::RunFlag> run_flags_;
+  cli::TrainConfig invocation_;
   CLI::Option* out_ = nullptr;
   int threads_ = 0;
   std::string config_path_;
