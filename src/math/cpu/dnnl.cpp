@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 namespace muon::detail::dnnl {
 namespace {
@@ -39,9 +40,12 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, in
                        int64_t, int64_t, float>;
 
 // beta ≠ 0 adds beta·C to the product through a sum post-op, in the kernel's own pass over C.
+// Every call brings its own scratchpad (scratchpad_mode::user), so that threads may run products
+// at once, the same primitive included: oneDNN's own would be shared.
 ::dnnl::matmul::primitive_desc make_pd(const memory::desc& a, const memory::desc& b,
                                        const memory::desc& c, float beta) {
   ::dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(::dnnl::scratchpad_mode::user);
   if (beta != 0.0f) {
     ::dnnl::post_ops post;
     post.append_sum(beta);
@@ -74,6 +78,17 @@ const Product& product(const Key& key, const memory::desc& a, const memory::desc
   return it->second;
 }
 
+// This thread's scratchpad of at least `bytes`, 64-byte aligned; it only grows, so the same
+// products allocate nothing after their first call.
+void* scratchpad(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  thread_local std::vector<unsigned char> buffer;
+  if (buffer.size() < bytes + kAlign) buffer.resize(bytes + kAlign);
+  void* p = buffer.data();
+  size_t space = buffer.size();
+  return std::align(kAlign, bytes, p, space);
+}
+
 }  // namespace
 
 bool available() {
@@ -98,9 +113,13 @@ void matmul(int64_t m, int64_t n, int64_t k, Type in, Operand a, Operand b, Type
   memory a_mem(a_md, engine(), const_cast<void*>(a.data));
   memory b_mem(b_md, engine(), const_cast<void*>(b.data));
   memory c_mem(c_md, engine(), c);
+  const auto scratch_md = p.pd->scratchpad_desc();
+  memory scratch_mem(scratch_md, engine(), scratchpad(scratch_md.get_size()));
   ::dnnl::stream stream(engine());
-  p.primitive->execute(stream,
-                       {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  p.primitive->execute(stream, {{DNNL_ARG_SRC, a_mem},
+                                {DNNL_ARG_WEIGHTS, b_mem},
+                                {DNNL_ARG_DST, c_mem},
+                                {DNNL_ARG_SCRATCHPAD, scratch_mem}});
   stream.wait();
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "muon/internal/dnnl.h"
 #include "muon/internal/kernel_choice.h"
@@ -80,16 +81,42 @@ struct UpperBlocks {
   }
 };
 
+// The row blocks of a k×k upper triangle (their first rows) dealt to `threads` threads so that
+// each computes about as many elements: the largest block first, each to the least loaded thread.
+std::vector<std::vector<int64_t>> deal_blocks(int64_t k, int64_t threads) {
+  std::vector<std::vector<int64_t>> dealt(static_cast<size_t>(std::max<int64_t>(threads, 1)));
+  std::vector<int64_t> load(dealt.size(), 0);
+  for (int64_t i0 = 0; i0 < k; i0 += kBlockRows) {  // widest (first) blocks first
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    dealt[least].push_back(i0);
+    load[least] += std::min(kBlockRows, k - i0) * (k - i0);
+  }
+  return dealt;
+}
+
 // C ← the upper triangle of A·Bᵀ for bf16 A and B (k×n each) whose product is symmetric — W·Wᵀ,
 // or A·B for a symmetric B: one product per block of rows, the diagonal block whole. Bᵀ rather
-// than B makes each block's right operand rows of B, read densely.
+// than B makes each block's right operand rows of B, read densely. The blocks are dealt to the
+// threads, each running its blocks' products on its own core in one parallel region: a product
+// per block spread over every thread paid a fork, a join and an uneven tail per block, which on
+// a CPU with AMX cost as much as the smaller blocks' arithmetic.
 void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlocks& C,
                         Bf16Products products) {
   const int64_t k = A.size(0);
-  for (int64_t i0 = 0; i0 < k; i0 += kBlockRows) {
+  const auto block = [&](int64_t i0) {
     const int64_t rows = std::min(kBlockRows, k - i0);
     product_into(A.narrow(0, i0, rows), B.narrow(0, i0, k - i0).t(), C.block(i0), 0.0, products);
+  };
+  if (products == Bf16Products::emulated) {  // at::mm threads itself
+    for (int64_t i0 = 0; i0 < k; i0 += kBlockRows) block(i0);
+    return;
   }
+  const auto dealt = deal_blocks(k, at::get_num_threads());
+  at::parallel_for(0, static_cast<int64_t>(dealt.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (const int64_t i0 : dealt[t]) block(i0);
+    }
+  });
 }
 
 // Rounds n fp32 values to bf16, to nearest even (a loop the compiler vectorizes).
