@@ -329,9 +329,14 @@ TEST(Orthogonalize, TheResultDoesNotDependOnTheInputsScale) {
         const auto x = at::randn(shape, gen, at::kDouble).to(dtype == at::kDouble ? dtype
                                                                                    : at::kFloat);
         const auto unscaled = orthogonalize(x, options);
-        // A power of two scales X/max|X| exactly: the same bits on every path.
+        // A power of two scales X/max|X| exactly: the same bits on every path. Also where the
+        // largest magnitude is a negative entry (every entry negative here).
+        const auto negative = -x.abs();
+        const auto negative_unscaled = orthogonalize(negative, options);
         for (const double scale : {0x1p-100, 0x1p-33, 0x1p33, 0x1p100}) {
           EXPECT_TRUE(at::equal(orthogonalize(x * scale, options), unscaled)) << scale;
+          EXPECT_TRUE(at::equal(orthogonalize(negative * scale, options), negative_unscaled))
+              << "negative, " << scale;
         }
         // Other factors round X/max|X| in its last bit, which the iterations amplify — to 1.5e-5
         // in float32 and 2.7e-14 in float64 (measured), and bf16 products to their own
