@@ -197,9 +197,9 @@ TEST(OrthogonalizeBf16, AReusedWorkspaceGivesItsBufferAndTheSameBits) {
 
 TEST(OrthogonalizeBf16, WithoutBf16DotProductsCpuBf16IsAClearError) {
   if (bf16_products_available()) {
-    // The hardware path and the emulation: the same arithmetic, summed in another order. 128
-    // rows are one block of the half products; 600 are five, of three sizes, which the threads
-    // share (a block left out or computed twice would be far off).
+    // The hardware path and the emulation: the same arithmetic, summed in another order. A side
+    // of 128 is one block of the half products; 600 is four (the last of 24 rows), which the
+    // threads share (a block left out or computed twice would be far off).
     auto gen = seeded(2);
     for (const auto& x : {at::randn({128, 384}, gen), at::randn({1500, 600}, gen)}) {
       for (auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
