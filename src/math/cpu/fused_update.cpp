@@ -151,6 +151,10 @@ inline C lamb_direction(const LambConstants<C>& k, C m, C v, C w) {
 }
 
 constexpr int64_t kLambBlock = 1 << 14;  // fixed blocks: sums independent of the thread count
+// Partial sums per block: element i adds to lane i mod kLambLanes, so the loop vectorizes (one
+// running sum would serialize it, and its division and square root with it) while every lane
+// sums in the same order on every instruction set; the lanes are then added in order.
+constexpr int64_t kLambLanes = 16;
 
 template <class P, class S>
 MUON_TARGET_CLONES void lamb_moments_range(const LambConstants<compute_t<P>>& k,
@@ -158,8 +162,8 @@ MUON_TARGET_CLONES void lamb_moments_range(const LambConstants<compute_t<P>>& k,
                                            S* __restrict__ m, S* __restrict__ v, int64_t begin,
                                            int64_t end, double* w_sq, double* r_sq) {
   using C = compute_t<P>;
-  C sum_w = 0, sum_r = 0;
-  for (int64_t i = begin; i < end; ++i) {
+  C sum_w[kLambLanes] = {}, sum_r[kLambLanes] = {};
+  const auto element = [&](int64_t i, int64_t lane) {
     const C w = widen(p[i]);
     const C grad = widen(g[i]);
     const C mi = widen(m[i]) * k.adam.beta1 + grad * k.adam.one_minus_beta1;
@@ -167,11 +171,21 @@ MUON_TARGET_CLONES void lamb_moments_range(const LambConstants<compute_t<P>>& k,
     m[i] = mi;
     v[i] = vi;
     const C r = lamb_direction(k, mi, vi, w);
-    sum_w += w * w;
-    sum_r += r * r;
+    sum_w[lane] += w * w;
+    sum_r[lane] += r * r;
+  };
+  int64_t i = begin;
+  for (; i + kLambLanes <= end; i += kLambLanes) {
+    for (int64_t lane = 0; lane < kLambLanes; ++lane) element(i + lane, lane);
   }
-  *w_sq = sum_w;
-  *r_sq = sum_r;
+  for (int64_t lane = 0; i < end; ++i, ++lane) element(i, lane);
+  C total_w = 0, total_r = 0;
+  for (int64_t lane = 0; lane < kLambLanes; ++lane) {
+    total_w += sum_w[lane];
+    total_r += sum_r[lane];
+  }
+  *w_sq = total_w;
+  *r_sq = total_r;
 }
 
 template <class P, class S>
