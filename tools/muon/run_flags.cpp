@@ -10,7 +10,6 @@
 
 #include "muon/algorithms.h"
 #include "muon/error.h"
-#include "muon/internal/number_text.h"
 #include "muon/internal/yaml_section.h"
 
 namespace muon::cli {
@@ -19,9 +18,6 @@ namespace {
 
 std::string text_of(const std::string& v) {
   return v;
-}
-std::string text_of(double v) {
-  return detail::shortest_text(v);
 }
 std::string text_of(int64_t v) {
   return std::to_string(v);
