@@ -3,6 +3,7 @@
 // products are emulated (fp32 products of bf16-rounded operands: the same arithmetic as oneDNN's
 // bf16 kernels, summed in another order), so this runs on any CPU; where the CPU has bf16 dot
 // products the same iterations run on oneDNN and are compared with the emulation.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -198,18 +199,24 @@ TEST(OrthogonalizeBf16, AReusedWorkspaceGivesItsBufferAndTheSameBits) {
 TEST(OrthogonalizeBf16, WithoutBf16DotProductsCpuBf16IsAClearError) {
   if (bf16_products_available()) {
     // The hardware path and the emulation: the same arithmetic, summed in another order. A side
-    // of 128 is one block of the half products; 600 is four (the last of 24 rows), which the
-    // threads share (a block left out or computed twice would be far off).
+    // of 128 is one block of the half products, spread over the threads; 600 is four (the last
+    // of 24 rows): dealt whole to 1 or 2 threads, spread over 4 (a block left out would be far
+    // off).
     auto gen = seeded(2);
-    for (const auto& x : {at::randn({128, 384}, gen), at::randn({1500, 600}, gen)}) {
-      for (auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
-        const auto table = CoefficientTable::quintic();
-        EXPECT_LT(distance(ours_bf16(x, method, table, 5, Bf16Products::onednn),
-                           ours_bf16(x, method, table, 5)),
-                  2e-2)
-            << to_string(method) << " " << x.sizes();
+    const int threads = at::get_num_threads();
+    for (const int run_on : {1, 2, 4}) {
+      at::set_num_threads(run_on);
+      for (const auto& x : {at::randn({128, 384}, gen), at::randn({1500, 600}, gen)}) {
+        for (auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
+          const auto table = CoefficientTable::quintic();
+          EXPECT_LT(distance(ours_bf16(x, method, table, 5, Bf16Products::onednn),
+                             ours_bf16(x, method, table, 5)),
+                    2e-2)
+              << to_string(method) << " " << x.sizes() << " on " << run_on << " threads";
+        }
       }
     }
+    at::set_num_threads(threads);
     EXPECT_EQ(resolve_method(at::zeros({128, 384}), OrthogonalizeOptions().dtype(at::kBFloat16)),
               NsMethod::gram);
     EXPECT_EQ(resolve_method(at::zeros({128, 256}), OrthogonalizeOptions().dtype(at::kBFloat16)),

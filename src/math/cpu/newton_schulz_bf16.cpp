@@ -2,13 +2,18 @@
 
 #include <ATen/Parallel.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "muon/error.h"
 #include "muon/internal/dnnl.h"
 #include "muon/internal/kernel_choice.h"
-#include "muon/error.h"
 #include "muon/stochastic_rounding.h"
 
 namespace muon::detail {
@@ -98,10 +103,14 @@ std::vector<std::vector<int64_t>> deal_blocks(int64_t k, int64_t threads) {
 
 // C ← the upper triangle of A·Bᵀ for bf16 A and B (k×n each) whose product is symmetric — W·Wᵀ,
 // or A·B for a symmetric B: one product per block of rows, the diagonal block whole. Bᵀ rather
-// than B makes each block's right operand rows of B, read densely. The blocks are dealt to the
-// threads, each running its blocks' products on its own core in one parallel region: a product
-// per block spread over every thread paid a fork, a join and an uneven tail per block, which on
-// a CPU with AMX cost as much as the smaller blocks' arithmetic.
+// than B makes each block's right operand rows of B, read densely.
+//
+// With at least two blocks per thread the blocks are dealt to the threads, each running its
+// blocks' products on its own core in one parallel region: a product per block spread over every
+// thread paid a fork, a join and an uneven tail per block, which on a CPU with AMX cost as much
+// as the smaller blocks' arithmetic. With fewer, dealt blocks would leave cores idle (and each
+// thread's oneDNN scratchpad is sized for every thread), so each block's product is spread over
+// all of them.
 void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlocks& C,
                         Bf16Products products) {
   const int64_t k = A.size(0);
@@ -109,11 +118,13 @@ void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlo
     const int64_t rows = std::min(kBlockRows, k - i0);
     product_into(A.narrow(0, i0, rows), B.narrow(0, i0, k - i0).t(), C.block(i0), 0.0, products);
   };
-  if (products == Bf16Products::emulated) {  // at::mm threads itself
+  const int64_t threads = at::get_num_threads();
+  const int64_t blocks = (k + kBlockRows - 1) / kBlockRows;
+  if (products == Bf16Products::emulated || blocks < 2 * threads) {  // at::mm threads itself
     for (int64_t i0 = 0; i0 < k; i0 += kBlockRows) block(i0);
     return;
   }
-  const auto dealt = deal_blocks(k, at::get_num_threads());
+  const auto dealt = deal_blocks(k, threads);
   at::parallel_for(0, static_cast<int64_t>(dealt.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (const int64_t i0 : dealt[t]) block(i0);
@@ -124,6 +135,60 @@ void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlo
 // Rounds n fp32 values to bf16, to nearest even (a loop the compiler vectorizes).
 void round_to_bf16(const float* in, at::BFloat16* out, int64_t n) {
   for (int64_t j = 0; j < n; ++j) out[j].x = sr::nearest_bits(in[j]);
+}
+
+// dst ← the transpose of the 8×8 block of 16-bit values at src (rows `src_stride` elements apart;
+// dst's rows `dst_stride` apart): in SSE2 registers by three rounds of interleaving (16-, 32-, then
+// 64-bit), where an element at a time made the mirror writes half of a symmetric fill's time.
+void transpose_8x8(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+#if defined(__SSE2__)
+  __m128i r[8], a[8], b[8];
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
+  }
+  for (int i = 0; i < 4; ++i) {  // a[2i] = r0 r1 interleaved: 00 10 01 11 02 12 03 13 for i = 0
+    a[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // b[4h] = 00 10 20 30 01 11 21 31 for h = 0
+    for (int i = 0; i < 2; ++i) {
+      b[4 * h + 2 * i] = _mm_unpacklo_epi32(a[4 * h + i], a[4 * h + i + 2]);
+      b[4 * h + 2 * i + 1] = _mm_unpackhi_epi32(a[4 * h + i], a[4 * h + i + 2]);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {  // column 2j, then 2j + 1: the first four rows, then the last four
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * j * dst_stride),
+                     _mm_unpacklo_epi64(b[j], b[j + 4]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * j + 1) * dst_stride),
+                     _mm_unpackhi_epi64(b[j], b[j + 4]));
+  }
+#else
+  for (int64_t j = 0; j < 8; ++j) {
+    for (int64_t i = 0; i < 8; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
+  }
+#endif
+}
+
+// dst(j, i) ← tile(i, j) for i < rows and j < cols — only for i < j when `above_diagonal` — where
+// the tile's rows are `tile_stride` elements apart and dst's `dst_stride`: by 8×8 blocks, an
+// element at a time only along the edges and the diagonal.
+void write_transposed(const at::BFloat16* tile, int64_t tile_stride, int64_t rows, int64_t cols,
+                      bool above_diagonal, at::BFloat16* dst, int64_t dst_stride) {
+  const auto* t = reinterpret_cast<const uint16_t*>(tile);
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t jb = 0; jb < cols; jb += 8) {
+    for (int64_t ib = 0; ib < rows; ib += 8) {
+      if (above_diagonal && ib >= jb + 8) break;  // this block and the ones under it: i > j
+      if (ib + 8 <= rows && jb + 8 <= cols && (!above_diagonal || ib + 8 <= jb)) {
+        transpose_8x8(t + ib * tile_stride + jb, tile_stride, d + jb * dst_stride + ib, dst_stride);
+        continue;
+      }
+      for (int64_t j = jb; j < std::min(jb + 8, cols); ++j) {
+        const int64_t end = std::min(ib + 8, above_diagonal ? std::min(j, rows) : rows);
+        for (int64_t i = ib; i < end; ++i) d[j * dst_stride + i] = t[i * tile_stride + j];
+      }
+    }
+  }
 }
 
 // Fills the symmetric k×k bf16 S from its upper triangle, rounded to nearest even:
@@ -151,10 +216,7 @@ void fill_symmetric(const at::Tensor& S, RowValues row_values) {
         round_to_bf16(values, tile[i] + from, cols - from);
         std::copy(tile[i] + from, tile[i] + cols, s + (i0 + i) * k + j0 + from);
       }
-      for (int64_t j = 0; j < cols; ++j) {
-        const int64_t below = diagonal ? std::min(j, rows) : rows;  // (i, j) above the diagonal
-        for (int64_t i = 0; i < below; ++i) s[(j0 + j) * k + i0 + i] = tile[i][j];
-      }
+      write_transposed(tile[0], kCols, rows, cols, diagonal, s + j0 * k + i0, k);
     }
   };
   at::parallel_for(0, (tile_rows + 1) / 2, 1, [&](int64_t begin, int64_t end) {
@@ -202,9 +264,7 @@ void round_transposed(const at::Tensor& X, const at::Tensor& W16) {
       for (int64_t j0 = 0; j0 < k; j0 += kTile) {
         const int64_t cols = std::min(kTile, k - j0);
         for (int64_t i = 0; i < rows; ++i) round_to_bf16(x + (i0 + i) * k + j0, tile[i], cols);
-        for (int64_t j = 0; j < cols; ++j) {
-          for (int64_t i = 0; i < rows; ++i) w[(j0 + j) * m + i0 + i] = tile[i][j];
-        }
+        write_transposed(tile[0], kTile, rows, cols, false, w + j0 * m + i0, m);
       }
     }
   });
@@ -212,7 +272,7 @@ void round_transposed(const at::Tensor& X, const at::Tensor& W16) {
 
 // One matrix of the batch, seen on its smaller side k×m (k ≤ m): W is X, or Xᵀ when X is tall.
 // X holds the iterate in fp32 and is updated in place; W16 holds W rounded to bf16, k×m row-major
-// either way: for the 128-row blocks of W·Wᵀ with a transposed left operand oneDNN 2.6 has no
+// either way: for the row blocks of W·Wᵀ with a transposed left operand oneDNN 2.6 has no
 // bf16 brgemm kernel, and its fallback fails beside PyPI's torch.
 struct Iterate {
   at::Tensor X, W16;  // rows×cols fp32, k×m bf16
@@ -339,8 +399,12 @@ at::Tensor& bf16_iterations(at::Tensor& X, NsMethod method, const CoefficientTab
   const auto k16 = operands.narrow(0, rows * cols, 4 * k * k).view({4, k, k});
   const int64_t upper = UpperBlocks::elements(k);
   auto k32 = ws.get(OrthogonalizeWorkspace::Slot::squares, {2 * upper}, X.options());
-  Squares sq{{k32.narrow(0, 0, upper), k}, {k32.narrow(0, upper, upper), k}, k16[0], k16[1],
-             k16[2], k16[3]};
+  Squares sq{{k32.narrow(0, 0, upper), k},
+             {k32.narrow(0, upper, upper), k},
+             k16[0],
+             k16[1],
+             k16[2],
+             k16[3]};
   for (int64_t i = 0; i < X.size(0); ++i) {
     const Iterate w{X[i], operands.narrow(0, 0, rows * cols).view({k, rows * cols / k}),
                     rows > cols};
