@@ -117,7 +117,8 @@ void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlo
   };
   const int64_t threads = at::get_num_threads();
   const int64_t blocks = (k + kBlockRows - 1) / kBlockRows;
-  if (products == Bf16Products::emulated || blocks < 2 * threads) {  // at::mm threads itself
+  // The emulation's at::mm threads itself; too few blocks are each spread over every thread.
+  if (products == Bf16Products::emulated || blocks < 2 * threads) {
     for (int64_t i0 = 0; i0 < k; i0 += kBlockRows) block(i0);
     return;
   }
