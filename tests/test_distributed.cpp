@@ -499,6 +499,12 @@ TEST(Distributed, AMissingRankIsAClearErrorWithinTheTimeout) {
         testing::expect_error<DistributedError>([&] { communicator->all_reduce(t, ReduceOp::sum); },
                                                 {"distributed: all_reduce failed on rank 0 of 2",
                                                  "another rank exited, hung", "(timeout 2 s)"});
+        // Gloo's point-to-point send and receive (the ring reduce-scatter) run part of their
+        // work when started: a peer gone fails there, and is reported the same way.
+        testing::expect_error<DistributedError>(
+            [&] { communicator->reduce_scatter(at::ones({4})); },
+            {"distributed: reduce_scatter (ring send) failed on rank 0 of 2",
+             "another rank exited, hung"});
         // reason(): the backend's own words alone, which the message quotes.
         try {
           communicator->all_reduce(t, ReduceOp::sum);

@@ -111,7 +111,16 @@ class Communicator {
   int64_t bytes_sent() const { return bytes_sent_; }
 
  private:
+  // Starts a collective: `issue` asks the backend for its work. A backend may do part of the work
+  // at once (Gloo's send and receive do) and throw there when a peer is gone, which is reported
+  // as a failed wait is.
+  template <class Issue>
+  c10::intrusive_ptr<c10d::Work> start(const std::string& what, Issue&& issue);
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
+  template <class Issue>
+  void run(const std::string& what, Issue&& issue) {  // starts, then waits
+    wait(start(what, std::forward<Issue>(issue)), what);
+  }
   template <class Collective>
   void on_device(at::Tensor& tensor, Collective&& collective);
   [[noreturn]] void fail(const std::string& what, const std::string& reason) const;

@@ -178,6 +178,15 @@ void Communicator::fail(const std::string& what, const std::string& reason) cons
       reason);
 }
 
+template <class Issue>
+c10::intrusive_ptr<c10d::Work> Communicator::start(const std::string& what, Issue&& issue) {
+  try {
+    return issue();
+  } catch (const std::exception& e) {
+    fail(what, first_line(e.what()));
+  }
+}
+
 void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
   bool completed = false;
   try {
@@ -199,7 +208,7 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& flat) {
     auto out = at::empty({chunk}, flat.options());
     std::vector<at::Tensor> outputs{out};
     std::vector<std::vector<at::Tensor>> inputs{for_backend(flat.split(chunk))};
-    wait(group_->reduce_scatter(outputs, inputs), "reduce_scatter");
+    run("reduce_scatter", [&] { return group_->reduce_scatter(outputs, inputs); });
     return out;
   }
   // Ring: at step s rank r sends its partial sum of chunk (r − s − 1) mod N to r + 1 and adds the
@@ -214,8 +223,9 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& flat) {
     const int tag = static_cast<int>(tag_++ % (1 << 30));
     std::vector<at::Tensor> send{for_backend(piece(rank_ - s - 1))};
     std::vector<at::Tensor> receive{incoming};
-    auto sent = group_->send(send, next, tag);
-    auto received = group_->recv(receive, previous, tag);
+    auto sent = start("reduce_scatter (ring send)", [&] { return group_->send(send, next, tag); });
+    auto received = start("reduce_scatter (ring receive)",
+                          [&] { return group_->recv(receive, previous, tag); });
     wait(received, "reduce_scatter (ring receive)");
     wait(sent, "reduce_scatter (ring send)");
     piece(rank_ - s - 2).add_(incoming);
@@ -246,7 +256,8 @@ Communicator::Pending Communicator::all_gather(const at::Tensor& shard, at::Tens
   bytes_sent_ += (world_ - 1) * shard.numel() * static_cast<int64_t>(shard.element_size());
   std::vector<at::Tensor> input{for_backend(shard.contiguous())};
   std::vector<std::vector<at::Tensor>> outputs{for_backend(flat.split(shard.numel()))};
-  return Pending(this, group_->allgather(outputs, input), "all_gather");
+  return Pending(this, start("all_gather", [&] { return group_->allgather(outputs, input); }),
+                 "all_gather");
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
@@ -257,7 +268,7 @@ void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
     std::vector<at::Tensor> tensors{for_backend(t)};
     c10d::AllreduceOptions options;
     options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
-    wait(group_->allreduce(tensors, options), "all_reduce");
+    run("all_reduce", [&] { return group_->allreduce(tensors, options); });
   });
 }
 
@@ -270,7 +281,7 @@ void Communicator::broadcast(at::Tensor& tensor, int root) {
     std::vector<at::Tensor> tensors{for_backend(t)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    wait(group_->broadcast(tensors, options), "broadcast");
+    run("broadcast", [&] { return group_->broadcast(tensors, options); });
   });
 }
 
@@ -293,7 +304,7 @@ void Communicator::gather(const at::Tensor& sent, std::vector<at::Tensor>& parts
   if (rank_ == root) outputs.push_back(for_backend(parts));
   c10d::GatherOptions options;
   options.rootRank = root;
-  wait(group_->gather(outputs, input, options), "gather");
+  run("gather", [&] { return group_->gather(outputs, input, options); });
 }
 
 void Communicator::scatter(at::Tensor& received, const std::vector<at::Tensor>& parts, int root) {
@@ -310,12 +321,12 @@ void Communicator::scatter(at::Tensor& received, const std::vector<at::Tensor>& 
   if (rank_ == root) inputs.push_back(for_backend(parts));
   c10d::ScatterOptions options;
   options.rootRank = root;
-  wait(group_->scatter(output, inputs, options), "scatter");
+  run("scatter", [&] { return group_->scatter(output, inputs, options); });
 }
 
 void Communicator::barrier() {
   if (world_ == 1) return;
-  wait(group_->barrier(), "barrier");
+  run("barrier", [&] { return group_->barrier(); });
 }
 
 }  // namespace muon
