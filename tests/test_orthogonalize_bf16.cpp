@@ -55,14 +55,14 @@ at::Tensor keller_jordan_bf16(const at::Tensor& g, const CoefficientTable& table
   return f(tall ? X.t() : X).to(at::kDouble);
 }
 
-// Ours in bf16 by `method`, normalized as orthogonalize() normalizes.
+// Ours in bf16 by `method` (which normalizes as orthogonalize() does).
 at::Tensor ours_bf16(const at::Tensor& g, NsMethod method, const CoefficientTable& table,
                      int64_t steps, Bf16Products products = Bf16Products::emulated) {
-  const auto x = g.to(at::kFloat).unsqueeze(0);
-  auto normalized = x / (x.norm() * table.safety + table.eps);
+  const auto x = g.to(at::kFloat).unsqueeze(0).contiguous();
+  auto X = at::empty_like(x);
   const auto options = OrthogonalizeOptions().steps(steps).coefficients(table);
   OrthogonalizeWorkspace ws;
-  return bf16_iterations(normalized, method, table, steps, gram_restart_points(options), ws,
+  return bf16_iterations(x, X, method, table, steps, gram_restart_points(options), ws,
                          products)[0]
       .to(at::kDouble);
 }
@@ -156,15 +156,19 @@ TEST(OrthogonalizeBf16, OneSymmetricStepIsTheArithmeticByHandOnLargeSides) {
     SCOPED_TRACE(std::to_string(shape[0]) + "x" + std::to_string(shape[1]));
     const auto x = at::randn(shape, gen);
     const bool tall = shape[0] > shape[1];
-    auto X = (x / x.norm()).unsqueeze(0).contiguous();
-    const auto W = (tall ? X[0].t() : X[0]).clone();
+    // Normalized as bf16_iterations normalizes: x·(1/‖x‖_F), formed in double.
+    const auto x64 = x.to(at::kDouble);
+    const auto normalized = (x64 * (1 / x64.norm().item<double>())).to(at::kFloat);
+    const auto W = (tall ? normalized.t() : normalized).contiguous();
     const auto W16 = r(W);
     const auto A = at::mm(W16, W16.t());
     const auto A16 = r(A);
     const auto B16 = r(A * b + at::mm(A16, A16) * c);
     const auto expected = W * a + at::mm(B16, W16);
     OrthogonalizeWorkspace ws;
-    bf16_iterations(X, NsMethod::symmetric, table, 1, {}, ws, Bf16Products::emulated);
+    const auto G = x.unsqueeze(0).contiguous();
+    auto X = at::empty_like(G);
+    bf16_iterations(G, X, NsMethod::symmetric, table, 1, {}, ws, Bf16Products::emulated);
     const auto got = tall ? X[0].t() : X[0];
     EXPECT_LT((got - expected).abs().max().item<double>(),
               1e-4 * expected.abs().max().item<double>());

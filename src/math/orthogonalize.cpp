@@ -364,15 +364,15 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
     auto& ws = workspace != nullptr ? *workspace : local;
     auto normalized =
         ws.get(OrthogonalizeWorkspace::Slot::normalized, batch.sizes(), batch.options());
-    normalize_into(normalized, batch, table);
-    if (cpu_bf16) {
-      X = detail::bf16_iterations(normalized, method, table, options.steps(),
+    if (cpu_bf16) {  // normalized in the pass that rounds to bf16, into `normalized`
+      X = detail::bf16_iterations(batch.contiguous(), normalized, method, table, options.steps(),
                                   gram_restart_points(options), ws);
-    } else if (method == NsMethod::symmetric) {
-      X = detail::symmetric_iterations(normalized, table, options.steps(), ws);
     } else {
-      X = detail::gram_iterations(normalized, table, options.steps(), gram_restart_points(options),
-                                  ws);
+      normalize_into(normalized, batch, table);
+      X = method == NsMethod::symmetric
+              ? detail::symmetric_iterations(normalized, table, options.steps(), ws)
+              : detail::gram_iterations(normalized, table, options.steps(),
+                                        gram_restart_points(options), ws);
     }
   }
   return X.to(x.scalar_type()).reshape(x.sizes());

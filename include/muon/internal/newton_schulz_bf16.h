@@ -22,13 +22,15 @@ enum class Bf16Products { onednn, emulated };
 bool bf16_products_available();
 std::string bf16_products_unavailable_reason();
 
-// X: (batch, rows, cols) contiguous float32, already normalized. Iterates each matrix in place on
-// its smaller side by `method` (plain, symmetric or gram, as the fp32 methods) and returns X.
-// The bf16 operands and the k×k matrices live in `ws` (slots operands and squares), so that a
+// G: (batch, rows, cols) contiguous float32, not written. Normalizes each matrix as
+// orthogonalize() does, G / (‖G‖_F·safety + eps) (its sum of squares in double, so that any scale
+// of G works), in the pass that rounds it to bf16; iterates it on its smaller side by `method`
+// (plain, symmetric or gram, as the fp32 methods) into X (G's shape and dtype, not G) and returns
+// X. The bf16 operands and the k×k matrices live in `ws` (slots operands and squares), so that a
 // workspace reused for the same shape allocates nothing.
-at::Tensor& bf16_iterations(at::Tensor& X, NsMethod method, const CoefficientTable& table,
-                            int64_t steps, const std::vector<int64_t>& restarts,
-                            OrthogonalizeWorkspace& ws,
+at::Tensor& bf16_iterations(const at::Tensor& G, at::Tensor& X, NsMethod method,
+                            const CoefficientTable& table, int64_t steps,
+                            const std::vector<int64_t>& restarts, OrthogonalizeWorkspace& ws,
                             Bf16Products products = Bf16Products::onednn);
 
 }  // namespace muon::detail

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -10,7 +11,7 @@
 #include "muon/error.h"
 #include "muon/internal/dnnl.h"
 #include "muon/internal/kernel_choice.h"
-#include "muon/stochastic_rounding.h"
+#include "bf16_rounding.h"
 #include "transpose_bf16.h"
 
 namespace muon::detail {
@@ -130,11 +131,6 @@ void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlo
   });
 }
 
-// Rounds n fp32 values to bf16, to nearest even (a loop the compiler vectorizes).
-void round_to_bf16(const float* in, at::BFloat16* out, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) out[j].x = sr::nearest_bits(in[j]);
-}
-
 // Fills the symmetric k×k bf16 S from its upper triangle, rounded to nearest even:
 // row_values(i, j0, j1, out) writes the fp32 values (i, j0 .. j1) into out, for j0 ≥ i. By tiles
 // of 32 rows × 256 columns through a local buffer, so that the reads and both writes run along
@@ -194,12 +190,13 @@ void polynomial(const at::Tensor& S, const UpperBlocks& A, const UpperBlocks& P,
   });
 }
 
-// W16 (k×m) ← the bf16 rounding of Xᵀ for the m×k fp32 X, by 32×32 tiles through a local buffer:
-// the reads run along X's rows and the writes along W16's.
-void round_transposed(const at::Tensor& X, const at::Tensor& W16) {
+// W16 (k×m) ← the bf16 rounding of (G·scale)ᵀ for the m×k fp32 G, and copy ← G·scale where
+// given (G's layout), by 32×32 tiles through a local buffer: the reads run along G's rows and the
+// writes along W16's.
+void round_transposed(const at::Tensor& G, double scale, float* copy, const at::Tensor& W16) {
   constexpr int64_t kTile = 32;
-  const int64_t m = X.size(0), k = X.size(1);
-  const auto* x = X.data_ptr<float>();
+  const int64_t m = G.size(0), k = G.size(1);
+  const auto* x = G.data_ptr<float>();
   auto* w = W16.data_ptr<at::BFloat16>();
   at::parallel_for(0, (m + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
     at::BFloat16 tile[kTile][kTile];
@@ -207,7 +204,10 @@ void round_transposed(const at::Tensor& X, const at::Tensor& W16) {
       const int64_t rows = std::min(kTile, m - i0);
       for (int64_t j0 = 0; j0 < k; j0 += kTile) {
         const int64_t cols = std::min(kTile, k - j0);
-        for (int64_t i = 0; i < rows; ++i) round_to_bf16(x + (i0 + i) * k + j0, tile[i], cols);
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t at = (i0 + i) * k + j0;
+          round_scaled_to_bf16(x + at, scale, copy != nullptr ? copy + at : nullptr, tile[i], cols);
+        }
         write_transposed(tile[0], kTile, rows, cols, false, w + j0 * m + i0, m);
       }
     }
@@ -222,16 +222,23 @@ struct Iterate {
   at::Tensor X, W16;  // rows×cols fp32, k×m bf16
   bool tall;
 
+  // The first iterate, G normalized: W16 ← G·scale rounded to bf16, and X ← G·scale where
+  // `keep` (for the methods that add a·X to a product), in one pass over G.
+  void start(const at::Tensor& G, double scale, bool keep) const {
+    round_from(G, scale, keep ? X.data_ptr<float>() : nullptr);
+  }
   // W16 ← W rounded to bf16: the operand of the products that follow.
-  void round() const {
+  void round() const { round_from(X, 1.0, nullptr); }
+  void round_from(const at::Tensor& source, double scale, float* copy) const {
     if (tall) {
-      round_transposed(X, W16);
+      round_transposed(source, scale, copy, W16);
       return;
     }
-    const auto* x = X.data_ptr<float>();
+    const auto* x = source.data_ptr<float>();
     auto* w = W16.data_ptr<at::BFloat16>();
-    at::parallel_for(0, X.numel(), 16384, [&](int64_t begin, int64_t end) {
-      round_to_bf16(x + begin, w + begin, end - begin);
+    at::parallel_for(0, source.numel(), 16384, [&](int64_t begin, int64_t end) {
+      round_scaled_to_bf16(x + begin, scale, copy != nullptr ? copy + begin : nullptr, w + begin,
+                           end - begin);
     });
   }
   // A ← the upper triangle of W·Wᵀ.
@@ -263,7 +270,7 @@ void symmetric_one(const Iterate& w, const CoefficientTable& table, int64_t step
                    Bf16Products products) {
   for (int64_t t = 0; t < steps; ++t) {
     const auto& abc = table.row(t);
-    w.round();
+    if (t > 0) w.round();  // the first W16 is start()'s
     w.gram_upper(sq.A, products);
     round_symmetric(sq.A16, sq.A);
     upper_product_into(sq.A16, sq.A16, sq.P, products);
@@ -277,8 +284,7 @@ void symmetric_one(const Iterate& w, const CoefficientTable& table, int64_t step
 // same Gram matrix, so every k×k product is symmetric and computed by block rows.
 void gram_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
               const std::vector<int64_t>& restarts, Squares& sq, Bf16Products products) {
-  w.round();
-  w.gram_upper(sq.A, products);
+  w.gram_upper(sq.A, products);  // W16 is start()'s
   bool fresh = true;  // R is the identity
   for (int64_t t = 0; t < steps; ++t) {
     round_symmetric(sq.A16, sq.A);
@@ -317,7 +323,7 @@ void plain_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
   auto P = at::empty({k, k}, w.X.options());
   for (int64_t t = 0; t < steps; ++t) {
     const auto& abc = table.row(t);
-    w.round();
+    if (t > 0) w.round();  // the first W16 is start()'s
     product_into(w.W16, w.W16.t(), A, 0.0, products);
     const auto A16 = A.to(at::kBFloat16);
     product_into(A16, A16, P, 0.0, products);
@@ -327,16 +333,22 @@ void plain_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
 
 }  // namespace
 
-at::Tensor& bf16_iterations(at::Tensor& X, NsMethod method, const CoefficientTable& table,
-                            int64_t steps, const std::vector<int64_t>& restarts,
-                            OrthogonalizeWorkspace& ws, Bf16Products products) {
+at::Tensor& bf16_iterations(const at::Tensor& G, at::Tensor& X, NsMethod method,
+                            const CoefficientTable& table, int64_t steps,
+                            const std::vector<int64_t>& restarts, OrthogonalizeWorkspace& ws,
+                            Bf16Products products) {
   check(products == Bf16Products::emulated || bf16_products_available(),
         "orthogonalize: bfloat16 on CPU runs on bf16 dot products, and ",
         bf16_products_unavailable_reason());
   check(method == NsMethod::plain || method == NsMethod::symmetric || method == NsMethod::gram,
         "bf16_iterations: a resolved method, not '", to_string(method), "'");
-  check(X.scalar_type() == at::kFloat && X.dim() == 3 && X.is_contiguous(),
-        "bf16_iterations: a contiguous (batch, rows, cols) float32 tensor, got ", X.sizes());
+  const auto fits = [&](const at::Tensor& t) {
+    return t.scalar_type() == at::kFloat && t.dim() == 3 && t.is_contiguous() &&
+           t.sizes() == G.sizes();
+  };
+  check(fits(G) && fits(X),
+        "bf16_iterations: contiguous (batch, rows, cols) float32 tensors of one shape, got ",
+        G.sizes(), " and ", X.sizes());
   const int64_t rows = X.size(1), cols = X.size(2), k = std::min(rows, cols);
   auto operands = ws.get(OrthogonalizeWorkspace::Slot::operands, {rows * cols + 4 * k * k},
                          X.options().dtype(at::kBFloat16));
@@ -352,6 +364,11 @@ at::Tensor& bf16_iterations(at::Tensor& X, NsMethod method, const CoefficientTab
   for (int64_t i = 0; i < X.size(0); ++i) {
     const Iterate w{X[i], operands.narrow(0, 0, rows * cols).view({k, rows * cols / k}),
                     rows > cols};
+    // Normalized as orthogonalize() normalizes: G / (‖G‖_F·safety + eps), a zero matrix as it is.
+    const auto g = G[i];
+    const double denominator =
+        std::sqrt(sum_of_squares(g.data_ptr<float>(), g.numel())) * table.safety + table.eps;
+    w.start(g, denominator > 0 ? 1.0 / denominator : 1.0, method != NsMethod::gram);
     if (method == NsMethod::plain) {
       plain_one(w, table, steps, products);
     } else if (method == NsMethod::symmetric) {
