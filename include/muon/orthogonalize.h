@@ -134,11 +134,13 @@ bool operator==(const OrthogonalizeOptions& a, const OrthogonalizeOptions& b);
 at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options = {},
                          OrthogonalizeWorkspace* workspace = nullptr);
 
-// The restarts method `gram` makes: options.gram_restarts() if set; otherwise every
-// coefficients().gram_restart_interval iterations, plus one 2 iterations before the end if the last
-// stretch would be longer (the final iterations set the result's accuracy; earlier errors are
-// corrected by the iterations that follow). 5 steps: quintic {3}, Polar Express and Dion {2, 4}.
-std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options);
+// The restarts method `gram` makes when it computes in `dtype`: options.gram_restarts() if set;
+// otherwise every coefficients().gram_restart_interval iterations — in bfloat16 every 2 at most —
+// plus one 2 iterations before the end if the last stretch would be longer (the final iterations
+// set the result's accuracy; earlier errors are corrected by the iterations that follow). 5 steps:
+// quintic {3} ({2, 4} in bfloat16), Polar Express and Dion {2, 4}.
+std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options,
+                                         at::ScalarType dtype = at::kFloat);
 
 // What the CPU methods symmetric and gram multiply with, the kernels it chose and why, starting
 // with the library's name: "BLIS 0.9.0, configuration 'haswell' (avx2 kernels): chosen from the

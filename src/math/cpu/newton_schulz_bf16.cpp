@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "bf16_rounding.h"
 #include "muon/error.h"
 #include "muon/internal/dnnl.h"
 #include "muon/internal/kernel_choice.h"
-#include "bf16_rounding.h"
 #include "transpose_bf16.h"
 
 namespace muon::detail {
@@ -40,24 +40,19 @@ namespace {
 // blocks that two threads share evenly.
 constexpr int64_t kBlockRows = 192;
 
-// C ← A·B + beta·C for 2-D bf16 A, B and fp32 C (C not read when beta is 0): one oneDNN product
-// with bf16 operands, fp32 sums and an fp32 result, or its emulation. A and B may be strided
-// views; C's rows must be dense (oneDNN 2.x otherwise leaves its brgemm kernels for a GEMM that
-// also fails to run beside PyPI's torch).
-void product_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, double beta,
+// C ← A·B for 2-D bf16 A, B and an fp32 or bf16 C: one oneDNN product with bf16 operands and
+// fp32 sums, rounded to nearest even for a bf16 C, or its emulation. A and B may be strided views; C's rows must be dense (oneDNN 2.x otherwise leaves
+// its brgemm kernels for a GEMM that also fails to run beside PyPI's torch).
+void product_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
                   Bf16Products products) {
   if (products == Bf16Products::emulated) {
-    const auto AB = at::mm(A.to(at::kFloat), B.to(at::kFloat));
-    if (beta == 0) {
-      C.copy_(AB);
-    } else {
-      C.mul_(beta).add_(AB);
-    }
+    C.copy_(at::mm(A.to(at::kFloat), B.to(at::kFloat)));
     return;
   }
+  const auto out = C.scalar_type() == at::kBFloat16 ? dnnl::Type::bf16 : dnnl::Type::f32;
   dnnl::matmul(A.size(0), B.size(1), A.size(1), dnnl::Type::bf16,
                {A.data_ptr(), A.stride(0), A.stride(1)}, {B.data_ptr(), B.stride(0), B.stride(1)},
-               dnnl::Type::f32, C.data_ptr(), C.stride(0), C.stride(1), static_cast<float>(beta));
+               out, C.data_ptr(), C.stride(0), C.stride(1));
 }
 
 // The upper triangle of a symmetric k×k fp32 matrix as its blocks of kBlockRows rows: the block
@@ -114,7 +109,7 @@ void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlo
   const int64_t k = A.size(0);
   const auto block = [&](int64_t i0) {
     const int64_t rows = std::min(kBlockRows, k - i0);
-    product_into(A.narrow(0, i0, rows), B.narrow(0, i0, k - i0).t(), C.block(i0), 0.0, products);
+    product_into(A.narrow(0, i0, rows), B.narrow(0, i0, k - i0).t(), C.block(i0), products);
   };
   const int64_t threads = at::get_num_threads();
   const int64_t blocks = (k + kBlockRows - 1) / kBlockRows;
@@ -176,24 +171,27 @@ void round_symmetric(const at::Tensor& S, const UpperBlocks& C) {
   });
 }
 
-// S ← a·I + b·A + c·P from the upper triangles of the symmetric A and P, summed in fp32 and
-// rounded once.
-void polynomial(const at::Tensor& S, const UpperBlocks& A, const UpperBlocks& P,
+// S ← a·I + b·A16 + c·P for the symmetric bf16 A16 and P = A16² (its upper triangle), summed in
+// fp32 and rounded once. The polynomial takes A as rounded, the matrix its square was formed
+// from: with the fp32 A in b·A it is no polynomial of one matrix, and the iterations' rounding
+// error was twice as large (docs/algorithms.md).
+void polynomial(const at::Tensor& S, const at::Tensor& A16, const UpperBlocks& P,
                 const Coefficients& abc) {
   const auto a = static_cast<float>(abc[0]), b = static_cast<float>(abc[1]),
              c = static_cast<float>(abc[2]);
+  const int64_t k = A16.size(0);
+  const auto* a16 = A16.data_ptr<at::BFloat16>();
   fill_symmetric(S, [&](int64_t i, int64_t j0, int64_t j1, float* out) {
-    const float* ai = A.row(i);
+    const at::BFloat16* ai = a16 + i * k;
     const float* pi = P.row(i);
-    for (int64_t j = j0; j < j1; ++j) out[j - j0] = b * ai[j] + c * pi[j];
+    for (int64_t j = j0; j < j1; ++j) out[j - j0] = b * static_cast<float>(ai[j]) + c * pi[j];
     if (j0 == i) out[0] += a;
   });
 }
 
-// W16 (k×m) ← the bf16 rounding of (G·scale)ᵀ for the m×k fp32 G, and copy ← G·scale where
-// given (G's layout), by 32×32 tiles through a local buffer: the reads run along G's rows and the
-// writes along W16's.
-void round_transposed(const at::Tensor& G, double scale, float* copy, const at::Tensor& W16) {
+// W16 (k×m) ← the bf16 rounding of (G·scale)ᵀ for the m×k fp32 G, by 32×32 tiles through a
+// local buffer: the reads run along G's rows and the writes along W16's.
+void round_transposed(const at::Tensor& G, double scale, const at::Tensor& W16) {
   constexpr int64_t kTile = 32;
   const int64_t m = G.size(0), k = G.size(1);
   const auto* x = G.data_ptr<float>();
@@ -205,8 +203,7 @@ void round_transposed(const at::Tensor& G, double scale, float* copy, const at::
       for (int64_t j0 = 0; j0 < k; j0 += kTile) {
         const int64_t cols = std::min(kTile, k - j0);
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t at = (i0 + i) * k + j0;
-          round_scaled_to_bf16(x + at, scale, copy != nullptr ? copy + at : nullptr, tile[i], cols);
+          round_scaled_to_bf16(x + (i0 + i) * k + j0, scale, tile[i], cols);
         }
         write_transposed(tile[0], kTile, rows, cols, false, w + j0 * m + i0, m);
       }
@@ -215,44 +212,43 @@ void round_transposed(const at::Tensor& G, double scale, float* copy, const at::
 }
 
 // One matrix of the batch, seen on its smaller side k×m (k ≤ m): W is X, or Xᵀ when X is tall.
-// X holds the iterate in fp32 and is updated in place; W16 holds W rounded to bf16, k×m row-major
-// either way: for the row blocks of W·Wᵀ with a transposed left operand oneDNN 2.6 has no
-// bf16 brgemm kernel, and its fallback fails beside PyPI's torch.
+// Between iterations W lives in bf16 only — W16, k×m row-major either way (for the row blocks of
+// W·Wᵀ with a transposed left operand oneDNN 2.6 has no bf16 brgemm kernel, and its fallback
+// fails beside PyPI's torch) — rounded by the product that forms it; X (rows×cols fp32) receives
+// the result.
 struct Iterate {
-  at::Tensor X, W16;  // rows×cols fp32, k×m bf16
+  at::Tensor X, W16, spare;  // rows×cols fp32; k×m bf16 each
   bool tall;
 
-  // The first iterate, G normalized: W16 ← G·scale rounded to bf16, and X ← G·scale where
-  // `keep` (for the methods that add a·X to a product), in one pass over G.
-  void start(const at::Tensor& G, double scale, bool keep) const {
-    round_from(G, scale, keep ? X.data_ptr<float>() : nullptr);
-  }
-  // W16 ← W rounded to bf16: the operand of the products that follow.
-  void round() const { round_from(X, 1.0, nullptr); }
-  void round_from(const at::Tensor& source, double scale, float* copy) const {
+  // W16 ← G·scale rounded to bf16: the first iterate, G normalized.
+  void start(const at::Tensor& G, double scale) const {
     if (tall) {
-      round_transposed(source, scale, copy, W16);
+      round_transposed(G, scale, W16);
       return;
     }
-    const auto* x = source.data_ptr<float>();
+    const auto* g = G.data_ptr<float>();
     auto* w = W16.data_ptr<at::BFloat16>();
-    at::parallel_for(0, source.numel(), 16384, [&](int64_t begin, int64_t end) {
-      round_scaled_to_bf16(x + begin, scale, copy != nullptr ? copy + begin : nullptr, w + begin,
-                           end - begin);
+    at::parallel_for(0, G.numel(), 16384, [&](int64_t begin, int64_t end) {
+      round_scaled_to_bf16(g + begin, scale, w + begin, end - begin);
     });
+  }
+  // W ← S·W for the symmetric k×k bf16 S, rounded to bf16 by the product itself: into `spare`,
+  // which then trades places with W16. The k×m layout serves a tall X as well as a wide one.
+  void advance(const at::Tensor& S16, Bf16Products products) {
+    product_into(S16, W16, spare, products);
+    std::swap(W16, spare);
+  }
+  // X ← S·W in fp32: a tall X as Xᵀ = Wᵀ·S (S = Sᵀ), so that X's rows are the result's.
+  void finish(const at::Tensor& S16, Bf16Products products) const {
+    if (tall) {
+      product_into(W16.t(), S16, X, products);
+    } else {
+      product_into(S16, W16, X, products);
+    }
   }
   // A ← the upper triangle of W·Wᵀ.
   void gram_upper(const UpperBlocks& A, Bf16Products products) const {
     upper_product_into(W16, W16, A, products);
-  }
-  // W ← beta·W + S·W for the symmetric k×k bf16 S, summed into the fp32 W by the product itself;
-  // a tall X as Xᵀ ← beta·Xᵀ + Wᵀ·S (S = Sᵀ), so that X's rows are the result's.
-  void left_product(const at::Tensor& S, double beta, Bf16Products products) const {
-    if (tall) {
-      product_into(W16.t(), S, X, beta, products);
-    } else {
-      product_into(S, W16, X, beta, products);
-    }
   }
 };
 
@@ -263,33 +259,36 @@ struct Squares {
   at::Tensor A16, Q16, R16, S16;
 };
 
-// The symmetric method: A = W·Wᵀ and A² by block rows, B = b·A + c·A² rounded once, and
-// W ← a·W + B·W with a·W added to the fp32 W inside the product (the sum post-op) rather than
-// folded into B's diagonal, where bf16 would round a (≈ 3.4) to 2⁻⁸ of itself.
-void symmetric_one(const Iterate& w, const CoefficientTable& table, int64_t steps, Squares& sq,
+// The symmetric method: A = W·Wᵀ and A² by block rows, Q = a·I + b·A + c·A² rounded once, and
+// W ← Q·W. a sits on Q's diagonal as in the fp32 method: Q's diagonal is a + b·σ² + c·σ⁴, near
+// 0.7 once W is near orthogonal, so bf16 rounds it finer than it would round b·σ² + c·σ⁴ (≈ −2.7)
+// with a·W added apart; and W·(a·I + B) uses one rounded W throughout.
+void symmetric_one(Iterate& w, const CoefficientTable& table, int64_t steps, Squares& sq,
                    Bf16Products products) {
   for (int64_t t = 0; t < steps; ++t) {
-    const auto& abc = table.row(t);
-    if (t > 0) w.round();  // the first W16 is start()'s
     w.gram_upper(sq.A, products);
     round_symmetric(sq.A16, sq.A);
     upper_product_into(sq.A16, sq.A16, sq.P, products);
-    polynomial(sq.Q16, sq.A, sq.P, {0.0, abc[1], abc[2]});
-    w.left_product(sq.Q16, abc[0], products);
+    polynomial(sq.Q16, sq.A16, sq.P, table.row(t));
+    if (t + 1 < steps) {
+      w.advance(sq.Q16, products);
+    } else {
+      w.finish(sq.Q16, products);
+    }
   }
 }
 
 // Gram Newton–Schulz as the fp32 method runs it (newton_schulz_blas.cpp): R = ∏Q_t, A ← A·Q_t²,
 // W and A formed afresh at each restart, W_T = R·W. All of R, Q_t and A are polynomials in the
 // same Gram matrix, so every k×k product is symmetric and computed by block rows.
-void gram_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
+void gram_one(Iterate& w, const CoefficientTable& table, int64_t steps,
               const std::vector<int64_t>& restarts, Squares& sq, Bf16Products products) {
-  w.gram_upper(sq.A, products);  // W16 is start()'s
+  w.gram_upper(sq.A, products);
   bool fresh = true;  // R is the identity
   for (int64_t t = 0; t < steps; ++t) {
     round_symmetric(sq.A16, sq.A);
     upper_product_into(sq.A16, sq.A16, sq.P, products);
-    polynomial(sq.Q16, sq.A, sq.P, table.row(t));
+    polynomial(sq.Q16, sq.A16, sq.P, table.row(t));
     if (fresh) {  // R = Q_t: take the buffer rather than copy it
       std::swap(sq.R16, sq.Q16);
     } else {
@@ -301,8 +300,7 @@ void gram_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
     const int64_t done = t + 1;
     if (done == steps) break;
     if (std::binary_search(restarts.begin(), restarts.end(), done)) {
-      w.left_product(sq.R16, 0.0, products);
-      w.round();
+      w.advance(sq.R16, products);
       w.gram_upper(sq.A, products);
       fresh = true;
       continue;
@@ -311,23 +309,27 @@ void gram_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
     round_symmetric(sq.S16, sq.P);
     upper_product_into(sq.A16, sq.S16, sq.A, products);
   }
-  w.left_product(sq.R16, 0.0, products);
+  w.finish(sq.R16, products);
 }
 
-// The plain method, Keller Jordan's chain with every product whole: A = W·Wᵀ, B = b·A + c·A²,
-// W ← a·W + B·W, in the same precision as the others.
-void plain_one(const Iterate& w, const CoefficientTable& table, int64_t steps,
-               Bf16Products products) {
+// The plain method, every product whole: A = W·Wᵀ, Q = a·I + b·A + c·A², W ← Q·W — the
+// symmetric method's arithmetic, in the products Keller Jordan's chain makes.
+void plain_one(Iterate& w, const CoefficientTable& table, int64_t steps, Bf16Products products) {
   const int64_t k = w.W16.size(0);
+  const auto eye = at::eye(k, w.X.options());
   auto A = at::empty({k, k}, w.X.options());
   auto P = at::empty({k, k}, w.X.options());
   for (int64_t t = 0; t < steps; ++t) {
-    const auto& abc = table.row(t);
-    if (t > 0) w.round();  // the first W16 is start()'s
-    product_into(w.W16, w.W16.t(), A, 0.0, products);
+    const auto& [a, b, c] = table.row(t);
+    product_into(w.W16, w.W16.t(), A, products);
     const auto A16 = A.to(at::kBFloat16);
-    product_into(A16, A16, P, 0.0, products);
-    w.left_product((A * abc[1] + P * abc[2]).to(at::kBFloat16), abc[0], products);
+    product_into(A16, A16, P, products);
+    const auto Q16 = (eye * a + A16.to(at::kFloat) * b + P * c).to(at::kBFloat16);
+    if (t + 1 < steps) {
+      w.advance(Q16, products);
+    } else {
+      w.finish(Q16, products);
+    }
   }
 }
 
@@ -350,10 +352,11 @@ at::Tensor& bf16_iterations(const at::Tensor& G, at::Tensor& X, NsMethod method,
         "bf16_iterations: contiguous (batch, rows, cols) float32 tensors of one shape, got ",
         G.sizes(), " and ", X.sizes());
   const int64_t rows = X.size(1), cols = X.size(2), k = std::min(rows, cols);
-  auto operands = ws.get(OrthogonalizeWorkspace::Slot::operands, {rows * cols + 4 * k * k},
+  const int64_t matrix = rows * cols, upper = UpperBlocks::elements(k);
+  // W16 and its spare, four k×k bf16 matrices; two fp32 upper triangles.
+  auto operands = ws.get(OrthogonalizeWorkspace::Slot::operands, {2 * matrix + 4 * k * k},
                          X.options().dtype(at::kBFloat16));
-  const auto k16 = operands.narrow(0, rows * cols, 4 * k * k).view({4, k, k});
-  const int64_t upper = UpperBlocks::elements(k);
+  const auto k16 = operands.narrow(0, 2 * matrix, 4 * k * k).view({4, k, k});
   auto k32 = ws.get(OrthogonalizeWorkspace::Slot::squares, {2 * upper}, X.options());
   Squares sq{{k32.narrow(0, 0, upper), k},
              {k32.narrow(0, upper, upper), k},
@@ -361,14 +364,16 @@ at::Tensor& bf16_iterations(const at::Tensor& G, at::Tensor& X, NsMethod method,
              k16[1],
              k16[2],
              k16[3]};
+  const auto operand = [&](int64_t which) {
+    return operands.narrow(0, which * matrix, matrix).view({k, matrix / k});
+  };
   for (int64_t i = 0; i < X.size(0); ++i) {
-    const Iterate w{X[i], operands.narrow(0, 0, rows * cols).view({k, rows * cols / k}),
-                    rows > cols};
+    Iterate w{X[i], operand(0), operand(1), rows > cols};
     // Normalized as orthogonalize() normalizes: G / (‖G‖_F·safety + eps), a zero matrix as it is.
     const auto g = G[i];
     const double denominator =
         std::sqrt(sum_of_squares(g.data_ptr<float>(), g.numel())) * table.safety + table.eps;
-    w.start(g, denominator > 0 ? 1.0 / denominator : 1.0, method != NsMethod::gram);
+    w.start(g, denominator > 0 ? 1.0 / denominator : 1.0);
     if (method == NsMethod::plain) {
       plain_one(w, table, steps, products);
     } else if (method == NsMethod::symmetric) {
