@@ -142,10 +142,10 @@ TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16OnLongMatrices
 
 // Two symmetric steps against the same arithmetic spelled out with ATen's operations, on sides
 // longer than the passes' tiles (32 rows × 256 columns) and not a multiple of them, wide and
-// tall: W₁₆ = W rounded, A₁₆ = W₁₆·W₁₆ᵀ rounded, Q = a·I + b·A₁₆ + c·A₁₆² rounded, W ← Q·W₁₆ —
-// rounded to bf16 between the steps, fp32 after the last — every product of bf16 operands summed
-// in fp32. Equal bit for bit here; the bound leaves room for a BLAS that sums the blocked
-// products in another order than one whole at::mm and so flips an entry of a bf16 rounding
+// tall: W₁₆ = W rounded, A₁₆ = W₁₆·W₁₆ᵀ rounded, B = b·A₁₆ + c·A₁₆² rounded, W ← a·W + B·W₁₆
+// with W in fp32, every product of bf16 operands summed in fp32. Equal bit for bit here; the bound
+// leaves room for a BLAS that sums the blocked products in another order than one whole at::mm and
+// so flips an entry of a bf16 rounding
 // (~4e-6 of the result's largest entry), while one entry per row left out of the mirror gives
 // 1e-3.
 TEST(OrthogonalizeBf16, TwoSymmetricStepsAreTheArithmeticByHandOnLargeSides) {
@@ -160,12 +160,11 @@ TEST(OrthogonalizeBf16, TwoSymmetricStepsAreTheArithmeticByHandOnLargeSides) {
     const auto x64 = x.to(at::kDouble);
     const auto normalized = (x64 * (1 / x64.norm().item<double>())).to(at::kFloat);
     auto W = (tall ? normalized.t() : normalized).contiguous();
-    const auto eye = at::eye(W.size(0));
     for (int64_t t = 0; t < 2; ++t) {
       const auto [a, b, c] = table.row(t);
       const auto W16 = r(W);
       const auto A16 = r(at::mm(W16, W16.t()));
-      W = at::mm(r(eye * a + A16 * b + at::mm(A16, A16) * c), W16);
+      W = W * a + at::mm(r(A16 * b + at::mm(A16, A16) * c), W16);
     }
     OrthogonalizeWorkspace ws;
     const auto G = x.unsqueeze(0).contiguous();

@@ -28,13 +28,16 @@ bool use_avx512_bf16() {
 #endif
 }
 
-void round_scaled_portable(const float* in, double scale, at::BFloat16* out, int64_t n) {
-  if (scale == 1.0) {  // a loop the compiler vectorizes
+void round_scaled_portable(const float* in, double scale, float* copy, at::BFloat16* out,
+                           int64_t n) {
+  if (scale == 1.0 && copy == nullptr) {  // a loop the compiler vectorizes
     for (int64_t j = 0; j < n; ++j) out[j].x = sr::nearest_bits(in[j]);
     return;
   }
   for (int64_t j = 0; j < n; ++j) {
-    out[j].x = sr::nearest_bits(static_cast<float>(static_cast<double>(in[j]) * scale));
+    const auto v = static_cast<float>(static_cast<double>(in[j]) * scale);
+    if (copy != nullptr) copy[j] = v;
+    out[j].x = sr::nearest_bits(v);
   }
 }
 
@@ -66,8 +69,8 @@ MUON_TARGET_AVX512_BF16 inline __m512d high_half(__m512 v) {
   return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
-MUON_TARGET_AVX512_BF16 void round_scaled_avx512(const float* in, double scale, at::BFloat16* out,
-                                                 int64_t n) {
+MUON_TARGET_AVX512_BF16 void round_scaled_avx512(const float* in, double scale, float* copy,
+                                                 at::BFloat16* out, int64_t n) {
   const __m512d s = _mm512_set1_pd(scale);
   const bool scaled = scale != 1.0;
   for (int64_t j = 0; j < n; j += 16) {
@@ -79,6 +82,7 @@ MUON_TARGET_AVX512_BF16 void round_scaled_avx512(const float* in, double scale, 
       v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
                                               _mm256_castps_pd(hi), 1));
     }
+    if (copy != nullptr) _mm512_mask_storeu_ps(copy + j, mask, v);
     const __m256bh rounded = _mm512_cvtneps_pbh(v);
     _mm256_mask_storeu_epi16(out + j, mask, reinterpret_cast<const __m256i&>(rounded));
   }
@@ -101,11 +105,12 @@ MUON_TARGET_AVX512_BF16 double sum_of_squares_avx512(const float* x, int64_t n) 
 
 }  // namespace
 
-void round_scaled_to_bf16(const float* in, double scale, at::BFloat16* out, int64_t n) {
+void round_scaled_to_bf16(const float* in, double scale, float* copy, at::BFloat16* out,
+                          int64_t n) {
 #if MUON_AVX512_BF16
-  if (use_avx512_bf16()) return round_scaled_avx512(in, scale, out, n);
+  if (use_avx512_bf16()) return round_scaled_avx512(in, scale, copy, out, n);
 #endif
-  round_scaled_portable(in, scale, out, n);
+  round_scaled_portable(in, scale, copy, out, n);
 }
 
 double sum_of_squares(const float* x, int64_t n) {

@@ -11,15 +11,15 @@
 
 namespace muon::detail {
 
-// out[j] ← in[j]·scale rounded to bf16, to nearest even, the product formed in double and rounded
-// to fp32 first: any scale is exact short of fp32's range, and inputs a power of two apart give
-// the same bits. With AVX512_BF16 an fp32 subnormal (below 2⁻¹²⁶) rounds to zero: the instruction
-// flushes them.
-void round_scaled_to_bf16(const float* in, double scale, at::BFloat16* out, int64_t n);
+// out[j] ← v rounded to bf16 (nearest even) and, where `copy` is given, copy[j] ← v, for
+// v = in[j]·scale formed in double and rounded to fp32: any scale is exact short of fp32's range,
+// and inputs a power of two apart give the same bits. With AVX512_BF16 an fp32 subnormal (below
+// 2⁻¹²⁶) rounds to zero: the instruction flushes them.
+void round_scaled_to_bf16(const float* in, double scale, float* copy, at::BFloat16* out, int64_t n);
 
 // out[j] ← in[j] rounded to bf16, to nearest even.
 inline void round_to_bf16(const float* in, at::BFloat16* out, int64_t n) {
-  round_scaled_to_bf16(in, 1.0, out, n);
+  round_scaled_to_bf16(in, 1.0, nullptr, out, n);
 }
 
 // Σ x[j]² over n values, in double — where an fp32 square neither overflows nor underflows — and
