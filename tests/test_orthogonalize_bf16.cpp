@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "helpers.h"
+#include "math/cpu/bf16_rounding.h"
 #include "muon/error.h"
 #include "muon/internal/newton_schulz_bf16.h"
 #include "muon/orthogonalize.h"
@@ -198,6 +199,49 @@ TEST(OrthogonalizeBf16, AReusedWorkspaceGivesItsBufferAndTheSameBits) {
   }
   EXPECT_TRUE(at::equal(orthogonalize(tall, options, &ws), orthogonalize(tall, options)));
   EXPECT_TRUE(at::equal(orthogonalize(wide, options, &ws), first));
+}
+
+// The passes' element kernels against ATen, on lengths around the 16-wide vectors (the AVX512_BF16
+// path's masked tails) and on this CPU's path, whichever it is: x·scale formed in double, rounded
+// to fp32 (the copy), then to bf16 to nearest even; NaN stays NaN. The sum of squares in double,
+// the same bits on 1 and 2 threads, also past the 64 pieces' minimum size.
+TEST(OrthogonalizeBf16, RoundingAndSumsOfSquaresAreAtensArithmetic) {
+  auto gen = seeded(9);
+  for (const int64_t n : {0, 1, 15, 16, 17, 31, 33, 40, 1000}) {
+    SCOPED_TRACE(n);
+    auto x = at::randn({n}, gen) * 3;
+    if (n > 4) x[3] = std::nan("");
+    for (const double scale : {1.0, 0.37, 1e-30}) {
+      auto out = at::empty({n}, at::kBFloat16);
+      auto copy = at::empty({n});
+      round_scaled_to_bf16(x.data_ptr<float>(), scale, copy.data_ptr<float>(),
+                           out.data_ptr<at::BFloat16>(), n);
+      const auto expected = (x.to(at::kDouble) * scale).to(at::kFloat);
+      const auto finite = at::isfinite(expected);
+      EXPECT_TRUE(at::equal(at::isnan(copy), at::isnan(expected))) << scale;
+      EXPECT_TRUE(at::equal(copy.masked_select(finite), expected.masked_select(finite))) << scale;
+      EXPECT_TRUE(at::equal(at::isnan(out), at::isnan(expected))) << scale;
+      EXPECT_TRUE(
+          at::equal(out.masked_select(finite), expected.to(at::kBFloat16).masked_select(finite)))
+          << scale;
+      auto rounded = at::empty({n}, at::kBFloat16);  // without a copy
+      round_scaled_to_bf16(x.data_ptr<float>(), scale, nullptr, rounded.data_ptr<at::BFloat16>(),
+                           n);
+      EXPECT_TRUE(at::equal(rounded.masked_select(finite), out.masked_select(finite)));
+    }
+  }
+  const int threads = at::get_num_threads();
+  for (const int64_t n : {0, 1, 17, 70000, 5000000}) {
+    const auto x = at::randn({n}, gen);
+    at::set_num_threads(1);
+    const double one = sum_of_squares(x.data_ptr<float>(), n);
+    at::set_num_threads(2);
+    const double two = sum_of_squares(x.data_ptr<float>(), n);
+    const double expected = x.to(at::kDouble).square().sum().item<double>();
+    EXPECT_EQ(one, two) << n;
+    EXPECT_NEAR(one, expected, 1e-12 * expected) << n;
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(OrthogonalizeBf16, WithoutBf16DotProductsCpuBf16IsAClearError) {

@@ -94,7 +94,7 @@ class OrthogonalizeWorkspace {
  public:
   // What each buffer holds.
   enum class Slot {
-    normalized,  // X / (‖X‖_F·safety + eps): the iterate the methods start from
+    normalized,  // X / (‖X‖_F·safety + eps), the iterate the methods start from (bf16: the result)
     iterate,     // the methods' second iterate buffer (they alternate between the two)
     squares,     // the k×k matrices of the symmetric and Gram methods
     operands,    // bf16 on CPU: the iterate and k×k matrices rounded to bf16, the products' inputs

@@ -223,6 +223,7 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& flat) {
     const int tag = static_cast<int>(tag_++ % (1 << 30));
     std::vector<at::Tensor> send{for_backend(piece(rank_ - s - 1))};
     std::vector<at::Tensor> receive{incoming};
+    // A receive that fails to start leaves the send unwaited: the group is of no further use.
     auto sent = start("reduce_scatter (ring send)", [&] { return group_->send(send, next, tag); });
     auto received = start("reduce_scatter (ring receive)",
                           [&] { return group_->recv(receive, previous, tag); });

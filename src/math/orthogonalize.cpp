@@ -359,7 +359,7 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
   // reshape/cast — is never written.
   const bool cpu_bf16 =
       x.device().is_cpu() && orthogonalize_dtype(x, options.dtype()) == at::kBFloat16;
-  // CPU bf16 is normalized in fp32; its iterations round to bf16 where their products need it.
+  // CPU bf16 reads the input in fp32 and normalizes it where it first rounds it to bf16.
   const auto batch = x.reshape({-1, rows, cols})
                          .to(cpu_bf16 ? at::kFloat : orthogonalize_dtype(x, options.dtype()));
   at::Tensor X;

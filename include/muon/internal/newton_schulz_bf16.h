@@ -1,7 +1,8 @@
 // Internal: Newton–Schulz in bfloat16 on CPU. Every matrix product takes bf16 operands and
 // accumulates in fp32 (oneDNN's bf16 kernels on CPUs with bf16 dot products, AVX512_BF16 or AMX:
-// about twice the fp32 rate); everything else — W between iterations, the k×k matrices (A, the
-// polynomial Q, Gram's R) — stays fp32 and is rounded to bf16 only as a product's operand.
+// about twice the fp32 rate). The k×k matrices (A, the polynomial, Gram's R) are bf16, rounded
+// once each; A² stays fp32 until the polynomial sums it, and so does the iterate W where a method
+// adds a·W (docs/algorithms.md says why).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -18,7 +18,8 @@ namespace muon::detail {
 
 bool bf16_products_available() {
   static const bool available = has_bf16_products(cpu_features()) && dnnl::available() &&
-                                !dnnl::kernel(dnnl::Type::bf16, dnnl::Type::f32).empty();
+                                !dnnl::kernel(dnnl::Type::bf16, dnnl::Type::f32).empty() &&
+                                !dnnl::kernel(dnnl::Type::bf16, dnnl::Type::bf16).empty();
   return available;
 }
 
@@ -150,9 +151,11 @@ void upper_product_into(const at::Tensor& A, const at::Tensor& B, const UpperBlo
 // waiting on memory), and writing a column of a power-of-two-wide matrix directly would hit one
 // cache set. The threads take tile rows in pairs from both ends, so that each gets as much of the
 // triangle.
+constexpr int64_t kFillCols = 256;  // the columns of fill_symmetric's tiles: at most one row_values
+
 template <class RowValues>
 void fill_symmetric(const at::Tensor& S, RowValues row_values) {
-  constexpr int64_t kRows = 32, kCols = 256;
+  constexpr int64_t kRows = 32, kCols = kFillCols;
   const int64_t k = S.size(0), tile_rows = (k + kRows - 1) / kRows;
   auto* s = S.data_ptr<at::BFloat16>();
   const auto fill_tile_row = [&](int64_t i0) {
@@ -202,7 +205,7 @@ void polynomial(const at::Tensor& S, const at::Tensor& A16, const UpperBlocks<fl
   fill_symmetric(S, [&](int64_t i, int64_t j0, int64_t j1, at::BFloat16* out) {
     const at::BFloat16* ai = a16 + i * k;
     const float* pi = P.row(i);
-    float values[256];  // at most fill_symmetric's columns per tile
+    float values[kFillCols];
     for (int64_t j = j0; j < j1; ++j) values[j - j0] = b * static_cast<float>(ai[j]) + c * pi[j];
     if (j0 == i) values[0] += a;
     round_to_bf16(values, out, j1 - j0);
@@ -297,7 +300,7 @@ struct Squares {
 // W ← a·W + B·W with a·W added to the fp32 W inside the product (the sum post-op). Where W is
 // (nearly) rank-deficient, B vanishes on the missing directions and the fp32 a·W keeps them empty;
 // with a on B's diagonal (a·I + B ≈ a·I there) the bf16 rounding of W would be amplified by a at
-// every iteration (rank 8 of 192: 0.36 from the polar factor against 0.06).
+// every iteration (rank 8 of 192: 0.36 from the polar factor against 0.067).
 void symmetric_one(const Iterate& w, const CoefficientTable& table, int64_t steps, Squares& sq,
                    Bf16Products products) {
   for (int64_t t = 0; t < steps; ++t) {
@@ -371,6 +374,7 @@ at::Tensor& bf16_iterations(const at::Tensor& G, at::Tensor& X, NsMethod method,
         bf16_products_unavailable_reason());
   check(method == NsMethod::plain || method == NsMethod::symmetric || method == NsMethod::gram,
         "bf16_iterations: a resolved method, not '", to_string(method), "'");
+  check(steps >= 1, "bf16_iterations: steps must be >= 1, got ", steps);
   const auto fits = [&](const at::Tensor& t) {
     return t.scalar_type() == at::kFloat && t.dim() == 3 && t.is_contiguous() &&
            t.sizes() == G.sizes();
