@@ -50,37 +50,52 @@ Panel panel_of(int64_t rows, int64_t cols) {
   return {static_cast<int>(cols), static_cast<int>(rows), 1, cols};
 }
 
-// Copies the upper triangle of the row-major k×k `a` to the lower one, calling visit(index) for
-// each upper entry a[index] (diagonal included) while its tile is in cache. Transposes 32×32
-// tiles through a local buffer so that both the reads and the writes run along rows: writing a
-// column of a power-of-two-wide matrix directly hits one cache set (4× slower at k = 1024).
-template <class T, class Visit>
-void mirror(T* a, int k, Visit visit) {
+// Asks for the first 32 elements of `rows` rows (leading dimension ld) from `first` on to be
+// brought into cache for writing. The mirror's writes go down a column of tiles, one row (a
+// different page) per 128 bytes, which the hardware prefetchers do not follow: without this the
+// transposes waited on memory (a 1024² mirror on two threads 0.65 → 0.38 ms).
+template <class T>
+void prefetch_for_writing(T* first, int ld, int rows) {
+  constexpr int kLine = 64 / sizeof(T);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < 32; j += kLine) {
+      __builtin_prefetch(first + static_cast<size_t>(r) * ld + j, /*for writing*/ 1);
+    }
+  }
+}
+
+// Copies the upper triangle of the row-major k×k `a` to the lower one, first calling
+// visit_row(i) for each row i of the 32-row tile row being mirrored, so that a pass over the upper
+// triangle's rows (i, i .. k) runs while they are in cache. Transposes 32×32 tiles through a local
+// buffer so that both the reads and the writes run along rows: writing a column of a
+// power-of-two-wide matrix directly hits one cache set (4× slower at k = 1024).
+template <class T, class VisitRow>
+void mirror(T* a, int k, VisitRow visit_row) {
   constexpr int kTile = 32;
   const int threads = blas::helper_threads();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
   for (int i0 = 0; i0 < k; i0 += kTile) {
     T tile[kTile][kTile];
     const int rows = std::min(kTile, k - i0);
+    for (int i = i0; i < i0 + rows; ++i) visit_row(i);
     for (int i = i0; i < i0 + rows; ++i) {  // the diagonal tile
-      visit(static_cast<size_t>(i) * k + i);
       for (int j = i + 1; j < i0 + rows; ++j) {
-        visit(static_cast<size_t>(i) * k + j);
         a[static_cast<size_t>(j) * k + i] = a[static_cast<size_t>(i) * k + j];
       }
     }
     for (int j0 = i0 + kTile; j0 < k; j0 += kTile) {
       const int cols = std::min(kTile, k - j0);
+      if (j0 + kTile < k) {  // the next tile's rows
+        prefetch_for_writing(a + static_cast<size_t>(j0 + kTile) * k + i0, k,
+                             std::min(kTile, k - j0 - kTile));
+      }
       for (int i = 0; i < rows; ++i) {
-        const size_t row = static_cast<size_t>(i0 + i) * k + j0;
-        for (int j = 0; j < cols; ++j) {
-          visit(row + j);
-          tile[j][i] = a[row + j];
-        }
+        const T* row = a + static_cast<size_t>(i0 + i) * k + j0;
+        for (int j = 0; j < cols; ++j) tile[j][i] = row[j];
       }
       for (int j = 0; j < cols; ++j) {
-        const size_t row = static_cast<size_t>(j0 + j) * k + i0;
-        for (int i = 0; i < rows; ++i) a[row + i] = tile[j][i];
+        T* row = a + static_cast<size_t>(j0 + j) * k + i0;
+        for (int i = 0; i < rows; ++i) row[i] = tile[j][i];
       }
     }
   }
@@ -88,7 +103,7 @@ void mirror(T* a, int k, Visit visit) {
 
 template <class T>
 void mirror(T* a, int k) {
-  mirror(a, k, [](size_t) {});
+  mirror(a, k, [](int) {});
 }
 
 // A holds its upper triangle: mirrors it (A full on return) and forms the upper triangle of
@@ -97,8 +112,14 @@ void mirror(T* a, int k) {
 template <class T>
 void polynomial(T* A, T* Q, int k, const Coefficients& abc) {
   const auto b = static_cast<T>(abc[1]);
-  mirror(A, k, [&](size_t i) { Q[i] = b * A[i]; });
-  for (int i = 0; i < k; ++i) Q[static_cast<size_t>(i) * k + i] += static_cast<T>(abc[0]);
+  const auto a = static_cast<T>(abc[0]);
+  mirror(A, k, [&](int i) {
+    const size_t diagonal = static_cast<size_t>(i) * k + i;
+    const T* __restrict__ from = A + diagonal;
+    T* __restrict__ to = Q + diagonal;
+    for (int j = 0; j < k - i; ++j) to[j] = b * from[j];
+    to[0] += a;
+  });
   blas::square_upper(static_cast<T>(abc[2]), A, T(1), Q, k);  // + c·A·Aᵀ
 }
 
