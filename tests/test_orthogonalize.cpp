@@ -165,6 +165,46 @@ TEST(Orthogonalize, FastPathsSplitTheirProductsOverAnyThreadCount) {
   at::set_num_threads(before);
 }
 
+TEST(Orthogonalize, EachThreadIteratesWholeMatricesOfABatchInItsOwnLane) {
+  // With at least one matrix per thread, each thread iterates whole matrices with every product
+  // on that thread; what whole rounds leave over is iterated with its products split. Each matrix
+  // must come out as it does alone: the same bits in float32 and float64 (the same products,
+  // split the same way), within bf16 rounding where oneDNN sums a product's long side in an order
+  // that depends on the threads it runs on — and a matrix mixed up with another would be far off.
+  auto gen = seeded(14);
+  const int before = at::get_num_threads();
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{96, 96}, {200, 72}}) {
+    const auto x = at::randn({5, rows, cols}, gen);
+    for (int threads : {2, 3}) {
+      at::set_num_threads(threads);
+      for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+        if (dtype == at::kBFloat16 && !detail::bf16_products_available()) continue;
+        for (auto method : {NsMethod::symmetric, NsMethod::gram}) {
+          SCOPED_TRACE(to_string(method) + " " + c10::toString(dtype) + " " +
+                       std::to_string(rows) + "x" + std::to_string(cols) + " on " +
+                       std::to_string(threads) + " threads");
+          const auto options = OrthogonalizeOptions().method(method).dtype(dtype);
+          OrthogonalizeWorkspace ws;
+          for (int call = 0; call < 2; ++call) {  // the second with every buffer already made
+            const auto batch = orthogonalize(x.to(dtype == at::kDouble ? dtype : at::kFloat),
+                                             options, &ws);
+            for (int64_t i = 0; i < x.size(0); ++i) {
+              const auto alone =
+                  orthogonalize(x[i].to(dtype == at::kDouble ? dtype : at::kFloat), options);
+              if (dtype == at::kBFloat16) {
+                EXPECT_LT(testing::max_rel_diff(batch[i], alone), 3e-2) << i;
+              } else {
+                EXPECT_TRUE(at::equal(batch[i], alone)) << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  at::set_num_threads(before);
+}
+
 TEST(Orthogonalize, GramRestartPointsFollowTheTableAndAnyScheduleIsExactInFloat64) {
   const auto points = [](const CoefficientTable& table, int64_t steps) {
     return gram_restart_points(OrthogonalizeOptions().coefficients(table).steps(steps));

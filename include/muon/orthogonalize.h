@@ -7,6 +7,7 @@
 #include <torch/arg.h>
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -103,9 +104,13 @@ class OrthogonalizeWorkspace {
   };
   // Buffer `slot` resized to `sizes`/`options` only when they differ from the last call's.
   at::Tensor get(Slot slot, at::IntArrayRef sizes, const at::TensorOptions& options);
+  // The buffers of lane `index`, one of the threads that iterate whole matrices of a batch at once
+  // on CPU (docs/algorithms.md §One thread setting), made on first use.
+  OrthogonalizeWorkspace& lane(size_t index);
 
  private:
   std::array<at::Tensor, static_cast<size_t>(Slot::count)> slots_;
+  std::vector<std::unique_ptr<OrthogonalizeWorkspace>> lanes_;
 };
 
 struct OrthogonalizeOptions {

@@ -51,6 +51,10 @@ void gemm_square(const T* A, const T* B, T* C, int n);
 // compete with one.
 int helper_threads();
 
+// Whether a loop over `threads` parts runs on that many threads: not inside a parallel region
+// (orthogonalize()'s lanes), where it runs in order on the calling thread.
+bool spread(int threads);
+
 // The FLOPs product_upper() performs for k×k factors (the cost model counts them).
 double product_upper_flops(double k);
 

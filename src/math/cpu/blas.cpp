@@ -32,6 +32,14 @@ namespace {
 
 }  // namespace
 
+bool spread(int threads) {
+  return threads > 1 && !at::in_parallel_region();
+}
+
+namespace {
+
+}  // namespace
+
 #if MUON_HAVE_BLIS
 
 bool available() {
@@ -161,10 +169,11 @@ int parts_for(double flops) {
   return flops < 2e6 ? 1 : threads();
 }
 
-// Runs part(t) for t in [0, parts), one part per thread of LibTorch's OpenMP pool.
+// Runs part(t) for t in [0, parts), one part per thread of LibTorch's OpenMP pool (in order on
+// one thread inside a parallel region: orthogonalize()'s lanes).
 template <class Part>
 void for_parts(int parts, Part&& part) {
-#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
+#pragma omp parallel for num_threads(parts) schedule(static, 1) if (spread(parts))
   for (int t = 0; t < parts; ++t) part(t);
 }
 

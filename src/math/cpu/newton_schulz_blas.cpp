@@ -73,7 +73,7 @@ template <class T, class VisitRow>
 void mirror(T* a, int k, VisitRow visit_row) {
   constexpr int kTile = 32;
   const int threads = blas::helper_threads();
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (blas::spread(threads))
   for (int i0 = 0; i0 < k; i0 += kTile) {
     T tile[kTile][kTile];
     const int rows = std::min(kTile, k - i0);
