@@ -165,32 +165,41 @@ TEST(Orthogonalize, FastPathsSplitTheirProductsOverAnyThreadCount) {
   at::set_num_threads(before);
 }
 
+// Sets LibTorch's thread count for a scope.
+struct Threads {
+  explicit Threads(int n) { at::set_num_threads(n); }
+  ~Threads() { at::set_num_threads(before); }
+  int before = at::get_num_threads();
+};
+
 TEST(Orthogonalize, EachThreadIteratesWholeMatricesOfABatchInItsOwnLane) {
   // With at least one matrix per thread, each thread iterates whole matrices with every product
   // on that thread; what whole rounds leave over is iterated with its products split. Each matrix
-  // must come out as it does alone: the same bits in float32 and float64 (the same products,
-  // split the same way), within bf16 rounding where oneDNN sums a product's long side in an order
-  // that depends on the threads it runs on — and a matrix mixed up with another would be far off.
+  // must come out as it does alone: the same products, split the same way (120×256 is large
+  // enough to split them), so the same bits in float32 and float64 where ATen sums the norm of
+  // the normalization on one thread either way (below its grain of 32768 elements); within bf16
+  // rounding where oneDNN sums a product's long side in an order that depends on the threads it
+  // runs on. A matrix mixed up with another would be far off. 5 matrices leave some over; 6 not.
   auto gen = seeded(14);
-  const int before = at::get_num_threads();
-  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{96, 96}, {200, 72}}) {
-    const auto x = at::randn({5, rows, cols}, gen);
+  const Threads restore(at::get_num_threads());
+  for (auto [n, rows, cols] : std::vector<std::array<int64_t, 3>>{
+           {5, 96, 96}, {5, 200, 72}, {6, 120, 256}}) {
+    const auto x = at::randn({n, rows, cols}, gen);
     for (int threads : {2, 3}) {
       at::set_num_threads(threads);
       for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
         if (dtype == at::kBFloat16 && !detail::bf16_products_available()) continue;
+        const auto input = x.to(dtype == at::kDouble ? dtype : at::kFloat);
         for (auto method : {NsMethod::symmetric, NsMethod::gram}) {
-          SCOPED_TRACE(to_string(method) + " " + c10::toString(dtype) + " " +
-                       std::to_string(rows) + "x" + std::to_string(cols) + " on " +
+          SCOPED_TRACE(to_string(method) + " " + c10::toString(dtype) + " " + std::to_string(n) +
+                       "x" + std::to_string(rows) + "x" + std::to_string(cols) + " on " +
                        std::to_string(threads) + " threads");
           const auto options = OrthogonalizeOptions().method(method).dtype(dtype);
           OrthogonalizeWorkspace ws;
           for (int call = 0; call < 2; ++call) {  // the second with every buffer already made
-            const auto batch = orthogonalize(x.to(dtype == at::kDouble ? dtype : at::kFloat),
-                                             options, &ws);
-            for (int64_t i = 0; i < x.size(0); ++i) {
-              const auto alone =
-                  orthogonalize(x[i].to(dtype == at::kDouble ? dtype : at::kFloat), options);
+            const auto batch = orthogonalize(input, options, &ws);
+            for (int64_t i = 0; i < n; ++i) {
+              const auto alone = orthogonalize(input[i], options);
               if (dtype == at::kBFloat16) {
                 EXPECT_LT(testing::max_rel_diff(batch[i], alone), 3e-2) << i;
               } else {
@@ -202,7 +211,25 @@ TEST(Orthogonalize, EachThreadIteratesWholeMatricesOfABatchInItsOwnLane) {
       }
     }
   }
-  at::set_num_threads(before);
+}
+
+TEST(Orthogonalize, LanesRunInTheCallersGradAndInferenceMode) {
+  // The lanes' threads come from LibTorch's pool, whose thread-local modes are their own: without
+  // the caller's, a tensor that requires grad fails the out= writes under no_grad, and an
+  // inference tensor its in-place writes outside inference mode.
+  const Threads two(2);
+  auto gen = seeded(15);
+  const auto x = at::randn({16, 192, 192}, gen);  // enough work for both threads to take some
+  const auto expected = orthogonalize(x);
+  {
+    const auto leaf = x.clone().requires_grad_(true);
+    const at::NoGradGuard no_grad;
+    EXPECT_TRUE(at::equal(orthogonalize(leaf), expected));
+  }
+  {
+    const c10::InferenceMode inference;
+    EXPECT_TRUE(at::equal(orthogonalize(x.clone()), expected));
+  }
 }
 
 TEST(Orthogonalize, GramRestartPointsFollowTheTableAndAnyScheduleIsExactInFloat64) {

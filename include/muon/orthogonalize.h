@@ -105,7 +105,7 @@ class OrthogonalizeWorkspace {
   // Buffer `slot` resized to `sizes`/`options` only when they differ from the last call's.
   at::Tensor get(Slot slot, at::IntArrayRef sizes, const at::TensorOptions& options);
   // The buffers of lane `index`, one of the threads that iterate whole matrices of a batch at once
-  // on CPU (docs/algorithms.md §One thread setting), made on first use.
+  // on CPU (docs/algorithms.md §Lanes), made on first use.
   OrthogonalizeWorkspace& lane(size_t index);
 
  private:

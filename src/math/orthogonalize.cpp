@@ -1,6 +1,7 @@
 #include "muon/orthogonalize.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 
 #include <array>
 #include <atomic>
@@ -314,10 +315,9 @@ void normalize_into(at::Tensor& out, const at::Tensor& X, const CoefficientTable
 
 // Runs iterate(first, count, workspace) over the n matrices of a batch on CPU. With at least one
 // matrix per thread of LibTorch's pool, each thread takes whole matrices, the next one free at a
-// time, and iterates them alone with its lane's workspace: a product split between threads waits
-// at a barrier, and with another busy process on the machine each barrier can cost a time slice
-// (a Muon step on 8 bf16 512² matrices: 57 ms in lanes under load against 181; alone 21
-// against 30). What is left over after whole rounds is iterated with every product split between
+// time, and iterates them alone with its lane's workspace (docs/algorithms.md §Lanes: a product
+// split between threads waits at a barrier, which a busy process on the machine can stretch to a
+// time slice). What is left over after whole rounds is iterated with every product split between
 // the threads. (Not over a CBLAS: OpenBLAS runs its own threads under every call.)
 template <class Iterate>
 void iterate_in_lanes(int64_t n, bool cpu_bf16, OrthogonalizeWorkspace& ws,
@@ -326,10 +326,15 @@ void iterate_in_lanes(int64_t n, bool cpu_bf16, OrthogonalizeWorkspace& ws,
   const int64_t threads = own_threads && !at::in_parallel_region() ? at::get_num_threads() : 1;
   const int64_t in_lanes = threads > 1 ? n / threads * threads : 0;
   if (in_lanes > 0) {
+    // BLIS chooses its configuration (through the environment) on first use: here, not in a lane
+    // while the others may read the environment.
+    if (!cpu_bf16) detail::blas::backend();
     std::vector<OrthogonalizeWorkspace*> lanes;  // made here: lane() may grow its list
     for (int64_t lane = 0; lane < threads; ++lane) lanes.push_back(&ws.lane(lane));
     std::atomic<int64_t> next{0};
+    const at::ThreadLocalState caller;  // grad and inference mode: the pool's threads lack them
     at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+      const at::ThreadLocalStateGuard same_modes(caller);
       for (int64_t lane = begin; lane < end; ++lane) {
         for (int64_t i = next++; i < in_lanes; i = next++) iterate(i, 1, *lanes[lane]);
       }
@@ -407,7 +412,7 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
     auto& ws = workspace != nullptr ? *workspace : local;
     auto normalized =
         ws.get(OrthogonalizeWorkspace::Slot::normalized, batch.sizes(), batch.options());
-    const auto inputs = batch.contiguous();
+    const auto inputs = cpu_bf16 ? batch.contiguous() : batch;  // bf16 reads it by pointer
     const auto restarts = gram_restart_points(options, cpu_bf16 ? at::kBFloat16 : at::kFloat);
     // Iterates matrices [first, first + count). The methods alternate between two buffers, and
     // a result may end in the workspace's second one: for the whole batch X is then that buffer;

@@ -1,5 +1,5 @@
 // Every BLAS product of the Newton–Schulz chain on CPU (plain, symmetric and Gram steps) over
-// BLIS or any CBLAS. One file of ~440 lines on purpose: the typed wrappers share the blocking and
+// BLIS or any CBLAS. One file of ~480 lines on purpose: the typed wrappers share the blocking and
 // threading helpers at its top, which would otherwise have to become an internal header.
 #include "muon/internal/blas.h"
 
@@ -35,10 +35,6 @@ namespace {
 bool spread(int threads) {
   return threads > 1 && !at::in_parallel_region();
 }
-
-namespace {
-
-}  // namespace
 
 #if MUON_HAVE_BLIS
 
@@ -189,12 +185,14 @@ int share(int n, int t, int parts) {
 // 1024²: a cut into equal areas left the last block, all triangle, 13% slower than the first).
 // Cuts at multiples of 16 (the kernels' tile widths); returns parts + 1 rows from 0 to k.
 std::vector<int> triangle_cuts(int k, int parts) {
+  if (parts == 1) return {0, k};
   constexpr double kTriangleCost = 1.07;
   const auto cost = [&](int r0, int r1) {
     const double rows = r1 - r0;
     return kTriangleCost * rows * rows / 2 + rows * (k - r1);
   };
-  // Greedy blocks of at most `budget` each (a block's cost grows with its last row).
+  // Greedy blocks of at most `budget` each, or of 16 rows where those cost more (a block's cost
+  // grows with its last row).
   const auto cuts_within = [&](double budget) {
     std::vector<int> cuts{0};
     while (cuts.back() < k) {
@@ -216,7 +214,7 @@ std::vector<int> triangle_cuts(int k, int parts) {
 }
 
 // C's upper triangle (k×k, row-major) = alpha·W·Wᵀ + beta·C for the k×m panel W, in row blocks
-// of equal area: each block's triangle by syrk, the rest of its rows by gemm.
+// of about equal time (triangle_cuts): each block's triangle by syrk, the rest of its rows by gemm.
 template <class T>
 void syrk_upper(T alpha, View<T> w, int k, int m, T beta, T* c) {
   const int parts = parts_for(static_cast<double>(k) * k * m);
@@ -258,7 +256,8 @@ void square_upper(T alpha, const T* A, T beta, T* C, int k) {
   syrk_upper(alpha, View<T>{A, k, 1}, k, k, beta, C);
 }
 
-// In row blocks of equal area: each block's triangle by gemmt, the rest of its rows by gemm.
+// In row blocks of about equal time (triangle_cuts): each block's triangle by gemmt, the rest of
+// its rows by gemm.
 template <class T>
 void product_upper(const T* A, const T* B, T* C, int k) {
   const View<T> a{A, k, 1}, b{B, k, 1};

@@ -52,8 +52,8 @@ Panel panel_of(int64_t rows, int64_t cols) {
 
 // Asks for the first 32 elements of `rows` rows (leading dimension ld) from `first` on to be
 // brought into cache for writing. The mirror's writes go down a column of tiles, one row (a
-// different page) per 128 bytes, which the hardware prefetchers do not follow: without this the
-// transposes waited on memory (a 1024² mirror on two threads 0.65 → 0.38 ms).
+// different page) per 32 elements, which the hardware prefetchers do not follow: without this
+// the transposes waited on memory (a 1024² fp32 mirror on two threads 0.65 → 0.38 ms).
 template <class T>
 void prefetch_for_writing(T* first, int ld, int rows) {
   constexpr int kLine = 64 / sizeof(T);
