@@ -142,12 +142,19 @@ TEST(Orthogonalize, FastPathsAreAsAccurateAsThePlainIteration) {
   }
 }
 
+// Sets LibTorch's thread count for a scope.
+struct Threads {
+  explicit Threads(int n) { at::set_num_threads(n); }
+  ~Threads() { at::set_num_threads(before); }
+  int before = at::get_num_threads();
+};
+
 TEST(Orthogonalize, FastPathsSplitTheirProductsOverAnyThreadCount) {
   // Large enough for every product to be split between the threads (row blocks of the triangles,
   // column blocks of W), with sides that are no multiple of the kernels' tiles: in float64 the
   // split must not change the result beyond rounding, on 1, 2 or 3 threads.
   auto gen = seeded(13);
-  const int before = at::get_num_threads();
+  const Threads restore(at::get_num_threads());
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{300, 520}, {530, 301}}) {
     const auto x = testing::with_singular_values(rows, cols, 0.05, at::kDouble, gen);
     const auto truth = orthogonalize(x, OrthogonalizeOptions().method(NsMethod::plain));
@@ -162,15 +169,7 @@ TEST(Orthogonalize, FastPathsSplitTheirProductsOverAnyThreadCount) {
       }
     }
   }
-  at::set_num_threads(before);
 }
-
-// Sets LibTorch's thread count for a scope.
-struct Threads {
-  explicit Threads(int n) { at::set_num_threads(n); }
-  ~Threads() { at::set_num_threads(before); }
-  int before = at::get_num_threads();
-};
 
 TEST(Orthogonalize, EachThreadIteratesWholeMatricesOfABatchInItsOwnLane) {
   // With at least one matrix per thread, each thread iterates whole matrices with every product
