@@ -1,6 +1,9 @@
 // orthogonalize() against the polar factor U·Vᵀ of an SVD computed here (the library uses none).
 #include "muon/orthogonalize.h"
 
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
