@@ -7,11 +7,15 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "helpers.h"
+#include "muon/internal/lanes.h"
 #include "muon/internal/newton_schulz_bf16.h"
 #include "muon/error.h"
 #include "muon/option_schema.h"
@@ -232,6 +236,34 @@ TEST(Orthogonalize, LanesRunInTheCallersGradAndInferenceMode) {
     const c10::InferenceMode inference;
     EXPECT_TRUE(at::equal(orthogonalize(x.clone()), expected));
   }
+}
+
+TEST(Lanes, EveryItemRunsOnceOnALaneAndTheFirstErrorStopsThem) {
+  const Threads three(3);
+  EXPECT_EQ(detail::lane_threads(), 3);
+  EXPECT_EQ(detail::items_in_lanes(8, 3), 6);  // whole rounds
+  EXPECT_EQ(detail::items_in_lanes(2, 3), 0);
+  EXPECT_EQ(detail::items_in_lanes(8, 1), 0);
+  std::vector<std::atomic<int>> runs(50);
+  std::atomic<int> outside_range{0};
+  detail::for_each_in_lanes(50, 3, [&](int64_t item, int64_t lane) {
+    ++runs[item];
+    if (lane < 0 || lane >= 3) ++outside_range;
+    EXPECT_EQ(detail::lane_threads(), 1);  // inside, everything runs serially
+  });
+  for (size_t i = 0; i < runs.size(); ++i) EXPECT_EQ(runs[i], 1) << i;
+  EXPECT_EQ(outside_range, 0);
+  std::atomic<int> started{0};
+  testing::expect_error<std::runtime_error>(
+      [&] {
+        detail::for_each_in_lanes(200, 3, [&](int64_t item, int64_t) {
+          ++started;
+          if (item == 4) throw std::runtime_error("item 4 failed");
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        });
+      },
+      {"item 4 failed"});
+  EXPECT_LT(started, 200);  // the lanes stopped taking items
 }
 
 TEST(Orthogonalize, GramRestartPointsFollowTheTableAndAnyScheduleIsExactInFloat64) {

@@ -1,16 +1,13 @@
 #include "muon/orthogonalize.h"
 
-#include <ATen/Parallel.h>
-#include <ATen/ThreadLocalState.h>
-
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <vector>
 
 #include "cpu/newton_schulz_blas.h"
 #include "muon/error.h"
 #include "muon/internal/blas.h"
+#include "muon/internal/lanes.h"
 #include "muon/internal/newton_schulz_bf16.h"
 #include "muon/option_schema.h"
 
@@ -323,22 +320,16 @@ template <class Iterate>
 void iterate_in_lanes(int64_t n, bool cpu_bf16, OrthogonalizeWorkspace& ws,
                       const Iterate& iterate) {
   const bool own_threads = cpu_bf16 || detail::blas::helper_threads() > 1;
-  const int64_t threads = own_threads && !at::in_parallel_region() ? at::get_num_threads() : 1;
-  const int64_t in_lanes = threads > 1 ? n / threads * threads : 0;
+  const int64_t threads = own_threads ? detail::lane_threads() : 1;
+  const int64_t in_lanes = detail::items_in_lanes(n, threads);
   if (in_lanes > 0) {
     // BLIS chooses its configuration (through the environment) on first use: here, not in a lane
     // while the others may read the environment.
     if (!cpu_bf16) detail::blas::backend();
     std::vector<OrthogonalizeWorkspace*> lanes;  // made here: lane() may grow its list
     for (int64_t lane = 0; lane < threads; ++lane) lanes.push_back(&ws.lane(lane));
-    std::atomic<int64_t> next{0};
-    const at::ThreadLocalState caller;  // grad and inference mode: the pool's threads lack them
-    at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
-      const at::ThreadLocalStateGuard same_modes(caller);
-      for (int64_t lane = begin; lane < end; ++lane) {
-        for (int64_t i = next++; i < in_lanes; i = next++) iterate(i, 1, *lanes[lane]);
-      }
-    });
+    detail::for_each_in_lanes(in_lanes, threads,
+                              [&](int64_t i, int64_t lane) { iterate(i, 1, *lanes[lane]); });
   }
   if (in_lanes < n) iterate(in_lanes, n - in_lanes, ws);
 }
