@@ -2,12 +2,14 @@
 // with plain ops.
 #include "muon/muon.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <torch/optim/schedulers/step_lr.h>
 #include <functional>
 
 #include "helpers.h"
+#include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/stochastic_rounding.h"
 
@@ -588,6 +590,62 @@ TEST(Muon, SameShapeMatricesShareOneBatchAndMatchSeparateOptimizers) {
   }
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_LT(testing::max_rel_diff(params[i].detach(), copies[i].detach()), 1e-6) << i;
+  }
+}
+
+TEST(Muon, ThreadsUpdateWholeParametersInLanesWithTheBitsOfOneThread) {
+  // On several threads, a batch's parameters are updated in lanes — each thread runs the momentum
+  // and the final update of whole parameters, its loops serial — and what whole rounds leave over
+  // with every loop split (6 pieces on 4 threads). Elementwise kernels do not depend on how a
+  // loop is split, and these matrices are small enough for every reduction to run on one thread:
+  // the bits must be those of one thread. Through both kernel paths — the generic one writes the
+  // parameters with ATen in-place operations, which fail on a lane's thread without the caller's
+  // no_grad — and with the options that add work per piece (row equilibration, NorMuon, Muon+,
+  // bf16 momentum with stochastic rounding, cautious weight decay, heads split into pieces).
+  const std::vector<std::pair<std::string, MuonOptions>> configurations{
+      {"defaults", MuonOptions(0.02)},
+      {"bf16 momentum, cautious decay, MuonEq",
+       MuonOptions(0.02).state_dtype(at::kBFloat16).weight_decay(0.1).cautious_weight_decay(true)
+           .row_equilibration(true)},
+      {"NorMuon, Muon+", MuonOptions(0.02).normuon(NorMuonOptions{}).post_norm(PostNorm::row_col)},
+      {"two heads", MuonOptions(0.02).num_heads(2)},
+  };
+  const int before = at::get_num_threads();
+  for (const auto& fused : testing::kernel_paths()) {
+    for (const auto& [name, options] : configurations) {
+      const auto run = [&](int threads) {
+        at::set_num_threads(threads);
+        auto gen = seeded(63);
+        std::vector<at::Tensor> params;
+        for (int i = 0; i < 5; ++i) params.push_back(at::randn({40, 24}, gen));
+        params.push_back(at::randn({3, 40, 24}, gen));  // three matrices, one piece
+        params.push_back(at::randn({24, 40}, gen));     // a batch of its own
+        for (auto& p : params) p.requires_grad_(true);
+        Muon opt(params, MuonOptions(options).fused(fused));
+        for (int step = 0; step < 3; ++step) {
+          for (auto& p : params) p.mutable_grad() = at::randn(p.sizes(), gen);
+          opt.step();
+        }
+        at::set_num_threads(before);
+        std::vector<at::Tensor> out;
+        for (auto& p : params) {
+          out.push_back(p.detach().clone());
+          const auto& state = static_cast<const MuonParamState&>(
+              *opt.state().at(compat::param_state_key(p)));
+          out.push_back(state.momentum_buffer().clone());
+        }
+        return out;
+      };
+      const auto one = run(1);
+      for (int threads : {2, 4}) {
+        SCOPED_TRACE(testing::path_name(fused) + ", " + name + ", " + std::to_string(threads) +
+                     " threads");
+        const auto many = run(threads);
+        for (size_t i = 0; i < one.size(); ++i) {
+          EXPECT_TRUE(at::equal(one[i], many[i])) << (i % 2 ? "momentum " : "parameter ") << i / 2;
+        }
+      }
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
+#include "muon/internal/lanes.h"
 #include "muon/rules.h"
 #include "muon/stochastic_rounding.h"
 #include "muon_parts.h"
@@ -229,6 +230,22 @@ at::Tensor split_direction(const MuonItem& item) {
   return Q.view(item.view);
 }
 
+// Runs work(i) for every piece i of a batch. On CPU, whole rounds of pieces, one per thread, run
+// in lanes (docs/algorithms.md §Lanes): each thread updates whole parameters, and the threads meet
+// once when the batch is done instead of at every parameter's loops, whose barriers a busy
+// process on the machine can stretch to a time slice each. The rest run one at a time, each
+// parameter's loops split between the threads.
+template <class Work>
+void for_each_piece(const Batch& batch, const Work& work) {
+  const auto n = static_cast<int64_t>(batch.pieces.size());
+  const auto threads = batch.first->item->param.device().is_cpu() ? detail::lane_threads() : 1;
+  const auto in_lanes = detail::items_in_lanes(n, threads);
+  if (in_lanes > 0) {
+    detail::for_each_in_lanes(in_lanes, threads, [&](int64_t i, int64_t) { work(i); });
+  }
+  for (auto i = in_lanes; i < n; ++i) work(i);
+}
+
 // Per batch: momentum into one stacked direction tensor, one orthogonalization, then each piece
 // normalized and scaled by its shape factor. A whole parameter is finished at once (the factor
 // folded into lr·factor); a split one's pieces, orthogonalized in the batches of their shapes,
@@ -254,7 +271,7 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
       const auto& piece = *batch.pieces[i];
       return stack.narrow(0, batch.offsets[i], matrices_in(piece.item->view)).view(piece.shape());
     };
-    for (size_t i = 0; i < batch.pieces.size(); ++i) {
+    for_each_piece(batch, [&](size_t i) {
       const auto& piece = *batch.pieces[i];
       const auto& item = *piece.item;
       auto Q = slot(directions, i);
@@ -267,9 +284,9 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
         Q.copy_(split.at(&item).first.narrow(-2, piece.row0, piece.rows));
       }
       if (item.options->row_equilibration()) equilibrate_rows(Q);
-    }
+    });
     const auto U = orthogonalize(directions, batch.options, &workspace);
-    for (size_t i = 0; i < batch.pieces.size(); ++i) {
+    for_each_piece(batch, [&](size_t i) {
       const auto& piece = *batch.pieces[i];
       const auto& item = *piece.item;
       const auto U_piece = normalized(item, slot(U, i));
@@ -279,7 +296,7 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
       } else {
         split.at(&item).second.narrow(-2, piece.row0, piece.rows).copy_(U_piece * factor);
       }
-    }
+    });
   }
   for (const auto& [item, tensors] : split) finish_step(*item, tensors.second, 1.0);  // scaled
 }
