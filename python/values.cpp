@@ -125,7 +125,7 @@ py::object coefficients_object(const CoefficientTable& table) {
   if (table.name != "custom") return py::str(table.name);
   py::list rows;
   for (const auto& r : table.rows) rows.append(py::make_tuple(r[0], r[1], r[2]));
-  return std::move(rows);
+  return py::object(std::move(rows));  // explicit: a list converts implicitly by move only in C++20
 }
 
 // ---- one Python form per option type: to_python(value) and from_python(key, object, value) ----
