@@ -64,13 +64,14 @@ double plain_flops(int64_t rows, int64_t cols, int64_t steps) {
 }
 
 // Per shape, `reps` rounds each time every method once and every library's 2048³ GEMM once; each
-// figure is its best over the rounds, divided by the best fp32 GEMM rate of the same rounds, so a
-// method and the rate it is divided by see the same phases of a noisy machine.
+// figure is its best over the rounds, divided by the best fp32 GEMM rate of the same rounds (and a
+// bf16 method's also by the best bf16 GEMM rate), so a method and the rate it is divided by see
+// the same phases of a noisy machine.
 void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::ostream& log) {
   log << "\n## Orthogonalization (quintic, 5 steps, fp32): plain-algorithm FLOPs / time vs GEMM\n\n"
-      << "| shape | method | ms | GFLOP/s | GEMM GFLOP/s (same rounds) | of GEMM rate | orth_err "
-         "| vs plain |\n"
-      << "|---|---|---|---|---|---|---|---|\n";
+      << "| shape | method | ms | GFLOP/s | GEMM GFLOP/s (same rounds) | of GEMM rate "
+         "| of bf16 GEMM rate | orth_err | vs plain |\n"
+      << "|---|---|---|---|---|---|---|---|---|\n";
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1024, 1024}, {1024, 4096}, {4096, 1024}, {768, 768}, {768, 3072}};
   // Each method in fp32, and in bf16 where the CPU has bf16 dot products.
@@ -103,7 +104,7 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
     for (size_t i = 0; i < n; ++i) {  // warm-up, sizes the workspaces
       outs[i] = orthogonalize(x, options_of(variants[i]), &workspaces[i]);
     }
-    double gemm_gflops = 0;
+    double gemm_gflops = 0, bf16_gemm_gflops = 0;
     // Each library's work is timed apart from the other's: after a call, the workers of either
     // keep spinning for a while and slow the other's next call — OpenMP's threads for a few ms,
     // OpenBLAS's for ~0.1 s (~5 ms of a 1024² orthogonalization). So a round runs the methods on
@@ -115,7 +116,9 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
         best[i] = std::min(best[i],
                            seconds([&] { outs[i] = orthogonalize(x, options, &workspaces[i]); }));
       }
-      gemm_gflops = std::max(gemm_gflops, GemmBench::best_fp32(gemm.gemms(), gemm.round()));
+      const auto rates = gemm.round();
+      gemm_gflops = std::max(gemm_gflops, GemmBench::best(gemm.gemms(), rates, false));
+      bf16_gemm_gflops = std::max(bf16_gemm_gflops, GemmBench::best(gemm.gemms(), rates, true));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     for (size_t i = 0; i < n; ++i) {
@@ -133,13 +136,17 @@ void bench_orthogonalize(const BenchConfig& config, BenchReport& report, std::os
           gflops,
           gemm_gflops,
           gflops / gemm_gflops,
+          v.dtype ? gflops / bf16_gemm_gflops : 0.0,
           orthogonality_error(outs[i]),
           ((outs[i] - plain).abs().max() / plain.abs().max()).item<double>()};
+      char of_bf16[16] = "—";
+      if (row.of_bf16_gemm > 0) std::snprintf(of_bf16, sizeof of_bf16, "%.2f", row.of_bf16_gemm);
       char line[256];
       std::snprintf(line, sizeof line,
-                    "| %lldx%lld | %s | %.1f | %.1f | %.1f | %.2f | %.3f | %.1e |\n",
+                    "| %lldx%lld | %s | %.1f | %.1f | %.1f | %.2f | %s | %.3f | %.1e |\n",
                     static_cast<long long>(rows), static_cast<long long>(cols), row.method.c_str(),
-                    row.ms, row.gflops, row.gemm_gflops, row.of_gemm, row.orth_err, row.vs_plain);
+                    row.ms, row.gflops, row.gemm_gflops, row.of_gemm, of_bf16, row.orth_err,
+                    row.vs_plain);
       log << line << std::flush;
       report.orthogonalization.push_back(row);
     }
@@ -290,9 +297,9 @@ void bench_machine(BenchReport& report, std::ostream& log) {
   for (size_t i = 0; i < best.size(); ++i) {
     const auto& g = gemm.gemms()[i];
     report.gemms.push_back({g.name, g.kernels, g.bf16, best[i]});
-    if (g.bf16) report.bf16_gflops = std::max(report.bf16_gflops, best[i]);
   }
-  report.gemm_gflops = GemmBench::best_fp32(gemm.gemms(), best);
+  report.gemm_gflops = GemmBench::best(gemm.gemms(), best, /*bf16=*/false);
+  report.bf16_gflops = GemmBench::best(gemm.gemms(), best, /*bf16=*/true);
   const int64_t n = 1 << 25;  // 128 MiB per float array: far beyond the caches
   const auto a = at::randn({n});
   auto c = at::empty({n});

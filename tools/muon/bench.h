@@ -43,8 +43,9 @@ struct BenchReport {
   struct Orthogonalization {
     int64_t rows, cols;
     std::string method;
-    // of_gemm: gflops over gemm_gflops, the GEMM rate measured in the same rounds.
-    double ms, gflops, gemm_gflops, of_gemm, orth_err, vs_plain;
+    // of_gemm: gflops over gemm_gflops, the GEMM rate measured in the same rounds; of_bf16_gemm
+    // (bf16 methods; 0 for the others): over the best bf16 GEMM rate of the same rounds.
+    double ms, gflops, gemm_gflops, of_gemm, of_bf16_gemm, orth_err, vs_plain;
   };
   std::vector<Orthogonalization> orthogonalization;
 

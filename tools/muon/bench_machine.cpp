@@ -101,12 +101,13 @@ std::vector<double> GemmBench::round() {
   return rates;
 }
 
-double GemmBench::best_fp32(const std::vector<Gemm>& gemms, const std::vector<double>& rates) {
-  double best = 0;
+double GemmBench::best(const std::vector<Gemm>& gemms, const std::vector<double>& rates,
+                       bool bf16) {
+  double fastest = 0;
   for (size_t i = 0; i < gemms.size(); ++i) {
-    if (!gemms[i].bf16) best = std::max(best, rates[i]);
+    if (gemms[i].bf16 == bf16) fastest = std::max(fastest, rates[i]);
   }
-  return best;
+  return fastest;
 }
 
 CompetingProcess::CompetingProcess() {

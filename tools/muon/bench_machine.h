@@ -35,8 +35,8 @@ class GemmBench {
   const std::vector<Gemm>& gemms() const { return gemms_; }
   // Each GEMM once, in gemms() order, as GFLOP/s.
   std::vector<double> round();
-  // The fastest fp32 rate of a round().
-  static double best_fp32(const std::vector<Gemm>& gemms, const std::vector<double>& rates);
+  // The fastest fp32 (or bf16) rate of a round(); 0 if there is no such GEMM.
+  static double best(const std::vector<Gemm>& gemms, const std::vector<double>& rates, bool bf16);
 
  private:
   struct Buffers;

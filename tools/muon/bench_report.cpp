@@ -46,6 +46,7 @@ std::string BenchReport::to_json() const {
     out << (i ? "," : "") << "\n    {\"rows\": " << r.rows << ", \"cols\": " << r.cols
         << ", \"method\": \"" << r.method << "\", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops
         << ", \"gemm_gflops\": " << r.gemm_gflops << ", \"of_gemm\": " << r.of_gemm
+        << ", \"of_bf16_gemm\": " << r.of_bf16_gemm
         << ", \"orth_err\": " << r.orth_err << ", \"vs_plain\": " << r.vs_plain << "}";
   }
   out << "\n  ],\n  \"muon_step\": {\"matrices\": " << muon_step.matrices
