@@ -594,55 +594,69 @@ TEST(Muon, SameShapeMatricesShareOneBatchAndMatchSeparateOptimizers) {
 }
 
 TEST(Muon, ThreadsUpdateWholeParametersInLanesWithTheBitsOfOneThread) {
-  // On several threads, a batch's parameters are updated in lanes — each thread runs the momentum
-  // and the final update of whole parameters, its loops serial — and what whole rounds leave over
-  // with every loop split (6 pieces on 4 threads). Elementwise kernels do not depend on how a
-  // loop is split, and these matrices are small enough for every reduction to run on one thread:
-  // the bits must be those of one thread. Through both kernel paths — the generic one writes the
-  // parameters with ATen in-place operations, which fail on a lane's thread without the caller's
-  // no_grad — and with the options that add work per piece (row equilibration, NorMuon, Muon+,
-  // bf16 momentum with stochastic rounding, cautious weight decay, heads split into pieces).
+  // On several threads, a batch of equal pieces is updated in lanes — each thread runs the
+  // momentum and the final update of whole parameters, its loops serial — and what whole rounds
+  // leave over with every loop split (6 matrices on 4 threads); a batch of unequal pieces (an
+  // expert stack beside single matrices), split heads and a tensor listed twice (as LibTorch's
+  // Module::parameters() lists a tied weight; two lanes would update it at once) run as before.
+  // Elementwise kernels do
+  // not depend on how a loop is split, and these matrices are small enough for every reduction
+  // to run on one thread: the bits must be those of one thread. Through both kernel paths — the
+  // generic one writes the parameters with ATen in-place operations, which fail on a lane's
+  // thread without the caller's no_grad — and with the options that add work per piece.
   const std::vector<std::pair<std::string, MuonOptions>> configurations{
       {"defaults", MuonOptions(0.02)},
       {"bf16 momentum, cautious decay, MuonEq",
        MuonOptions(0.02).state_dtype(at::kBFloat16).weight_decay(0.1).cautious_weight_decay(true)
            .row_equilibration(true)},
+      {"cautious, L2 decay",
+       MuonOptions(0.02).cautious(true).weight_decay(0.1).weight_decay_method(
+           WeightDecayMethod::l2)},
       {"NorMuon, Muon+", MuonOptions(0.02).normuon(NorMuonOptions{}).post_norm(PostNorm::row_col)},
       {"two heads", MuonOptions(0.02).num_heads(2)},
   };
   const int before = at::get_num_threads();
   for (const auto& fused : testing::kernel_paths()) {
     for (const auto& [name, options] : configurations) {
-      const auto run = [&](int threads) {
-        at::set_num_threads(threads);
-        auto gen = seeded(63);
-        std::vector<at::Tensor> params;
-        for (int i = 0; i < 5; ++i) params.push_back(at::randn({40, 24}, gen));
-        params.push_back(at::randn({3, 40, 24}, gen));  // three matrices, one piece
-        params.push_back(at::randn({24, 40}, gen));     // a batch of its own
-        for (auto& p : params) p.requires_grad_(true);
-        Muon opt(params, MuonOptions(options).fused(fused));
-        for (int step = 0; step < 3; ++step) {
-          for (auto& p : params) p.mutable_grad() = at::randn(p.sizes(), gen);
-          opt.step();
-        }
-        at::set_num_threads(before);
-        std::vector<at::Tensor> out;
-        for (auto& p : params) {
-          out.push_back(p.detach().clone());
-          const auto& state = static_cast<const MuonParamState&>(
-              *opt.state().at(compat::param_state_key(p)));
-          out.push_back(state.momentum_buffer().clone());
-        }
-        return out;
-      };
-      const auto one = run(1);
-      for (int threads : {2, 4}) {
-        SCOPED_TRACE(testing::path_name(fused) + ", " + name + ", " + std::to_string(threads) +
-                     " threads");
-        const auto many = run(threads);
-        for (size_t i = 0; i < one.size(); ++i) {
-          EXPECT_TRUE(at::equal(one[i], many[i])) << (i % 2 ? "momentum " : "parameter ") << i / 2;
+      for (const auto dtype : {at::kFloat, at::kBFloat16}) {  // bf16: with mantissa tracking
+        const auto run = [&](int threads) {
+          at::set_num_threads(threads);
+          auto gen = seeded(63);
+          std::vector<at::Tensor> params;
+          for (int i = 0; i < 6; ++i) params.push_back(at::randn({40, 24}, gen));  // in lanes
+          params[5] = params[5].t().contiguous().t();                // one column-major
+          for (int i = 0; i < 2; ++i) params.push_back(at::randn({3, 32, 16}, gen));  // lanes
+          params.push_back(at::randn({24, 40}, gen));                // a batch of its own
+          params.push_back(at::randn({256, 256}, gen));              // listed twice: updated
+          params.push_back(params.back());                           // twice, one at a time
+          params.push_back(at::randn({2, 20, 12}, gen));             // unequal pieces
+          for (int i = 0; i < 2; ++i) params.push_back(at::randn({20, 12}, gen));
+          for (auto& p : params) p = p.to(dtype).requires_grad_(true);
+          Muon opt(params, MuonOptions(options).fused(fused).mantissa_tracking(
+                               dtype == at::kBFloat16));
+          for (int step = 0; step < 3; ++step) {
+            for (auto& p : params) p.mutable_grad() = at::randn(p.sizes(), gen).to(dtype);
+            opt.step();
+          }
+          at::set_num_threads(before);
+          std::vector<at::Tensor> out;
+          for (auto& p : params) {
+            out.push_back(p.detach().clone());
+            const auto& state = static_cast<const MuonParamState&>(
+                *opt.state().at(compat::param_state_key(p)));
+            out.push_back(state.momentum_buffer().clone());
+          }
+          return out;
+        };
+        const auto one = run(1);
+        for (int threads : {2, 4}) {
+          SCOPED_TRACE(testing::path_name(fused) + ", " + name + ", " + c10::toString(dtype) +
+                       ", " + std::to_string(threads) + " threads");
+          const auto many = run(threads);
+          for (size_t i = 0; i < one.size(); ++i) {
+            EXPECT_TRUE(at::equal(one[i], many[i]))
+                << (i % 2 ? "momentum of parameter " : "parameter ") << i / 2;
+          }
         }
       }
     }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "in_place.h"
 #include "master_weights.h"
@@ -230,15 +231,29 @@ at::Tensor split_direction(const MuonItem& item) {
   return Q.view(item.view);
 }
 
-// Runs work(i) for every piece i of a batch. On CPU, whole rounds of pieces, one per thread, run
-// in lanes (docs/algorithms.md §Lanes): each thread updates whole parameters, and the threads meet
-// once when the batch is done instead of at every parameter's loops, whose barriers a busy
-// process on the machine can stretch to a time slice each. The rest run one at a time, each
-// parameter's loops split between the threads.
+// Whether a batch's pieces can run in lanes: each as much work as the others — whole parameters
+// of as many matrices (a split piece's passes are a copy; an expert stack's, one per expert) — and
+// each parameter once (LibTorch's Module::parameters() lists a tied weight as often as it is
+// registered, and the optimizer updates it that often: one at a time, not from two lanes at once).
+bool lanes_fit(const Batch& batch) {
+  std::set<const void*> params;
+  return std::all_of(batch.pieces.begin(), batch.pieces.end(), [&](const Piece* piece) {
+    return piece->whole() &&
+           matrices_in(piece->item->view) == matrices_in(batch.first->item->view) &&
+           params.insert(piece->item->param.unsafeGetTensorImpl()).second;
+  });
+}
+
+// Runs work(i) for every piece i of a batch. On CPU, where the pieces fit lanes, whole rounds of
+// them, one per thread, run in lanes (docs/algorithms.md §Lanes): each thread updates whole
+// parameters, and the threads meet once when the batch is done instead of at every parameter's
+// loops, whose barriers a busy process on the machine can stretch to a time slice each. The rest
+// run one at a time, each parameter's loops split between the threads.
 template <class Work>
 void for_each_piece(const Batch& batch, const Work& work) {
   const auto n = static_cast<int64_t>(batch.pieces.size());
-  const auto threads = batch.first->item->param.device().is_cpu() ? detail::lane_threads() : 1;
+  const bool lanes = batch.first->item->param.device().is_cpu() && lanes_fit(batch);
+  const auto threads = lanes ? detail::lane_threads() : 1;
   const auto in_lanes = detail::items_in_lanes(n, threads);
   if (in_lanes > 0) {
     detail::for_each_in_lanes(in_lanes, threads, [&](int64_t i, int64_t) { work(i); });
