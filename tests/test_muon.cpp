@@ -617,7 +617,9 @@ TEST(Muon, ThreadsUpdateWholeParametersInLanesWithTheBitsOfOneThread) {
   };
   const int before = at::get_num_threads();
   for (const auto& fused : testing::kernel_paths()) {
-    for (const auto& [name, options] : configurations) {
+    for (const auto& configuration : configurations) {
+      const auto& name = configuration.first;
+      const auto& options = configuration.second;  // a reference a lambda can capture in C++17
       for (const auto dtype : {at::kFloat, at::kBFloat16}) {  // bf16: with mantissa tracking
         const auto run = [&](int threads) {
           at::set_num_threads(threads);
