@@ -249,7 +249,6 @@ TEST(Lanes, EveryItemRunsOnceOnALaneAndTheFirstErrorStopsThem) {
   detail::for_each_in_lanes(50, 3, [&](int64_t item, int64_t lane) {
     ++runs[item];
     if (lane < 0 || lane >= 3) ++outside_range;
-    EXPECT_EQ(detail::lane_threads(), 1);  // inside, everything runs serially
   });
   for (size_t i = 0; i < runs.size(); ++i) EXPECT_EQ(runs[i], 1) << i;
   EXPECT_EQ(outside_range, 0);
