@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 
@@ -98,7 +99,8 @@ std::vector<Input> inputs() {
 // own distance to the polar factor, which dominates the first).
 // `bounded(input)`: whether the bound is asserted for that input (else only reported).
 void expect_at_least_as_accurate(NsMethod method,
-                                 const std::function<bool(const at::Tensor&)>& bounded = nullptr) {
+                                 const std::function<bool(const at::Tensor&)>& bounded = nullptr,
+                                 Bf16Products products = Bf16Products::emulated) {
   for (const auto& table : {CoefficientTable::quintic(), CoefficientTable::polar_express()}) {
     for (const auto& input : inputs()) {
       SCOPED_TRACE(table.name + " " + input.name + " " + to_string(method));
@@ -106,7 +108,7 @@ void expect_at_least_as_accurate(NsMethod method,
       const auto polar = polar_factor(input.x);
       const auto fp64 = orthogonalize(input.x.to(at::kDouble), options);
       const auto kj = keller_jordan_bf16(input.x, table, 5);
-      const auto ours = ours_bf16(input.x, method, table, 5);
+      const auto ours = ours_bf16(input.x, method, table, 5, products);
       const auto fp32 = orthogonalize(input.x, options).to(at::kDouble);
       std::cout << table.name << " | " << input.name << " | " << to_string(method)
                 << " | to the polar factor: ours bf16 " << distance(ours, polar)
@@ -132,13 +134,61 @@ TEST(OrthogonalizeBf16, SymmetricIsAtLeastAsAccurateAsKellerJordansBf16) {
   expect_at_least_as_accurate(NsMethod::symmetric);
 }
 
+bool long_matrix(const at::Tensor& x) {
+  return std::max(x.size(0), x.size(1)) >= 3 * std::min(x.size(0), x.size(1));
+}
+
 // Gram in bf16 multiplies the polynomials' products together in bf16 operands: at least as
 // accurate where the matrix is long (what `automatic` uses it for in bf16), not on square
 // Polar Express inputs (reported above; docs/algorithms.md).
 TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16OnLongMatrices) {
-  expect_at_least_as_accurate(NsMethod::gram, [](const at::Tensor& x) {
-    return std::max(x.size(0), x.size(1)) >= 3 * std::min(x.size(0), x.size(1));
-  });
+  expect_at_least_as_accurate(NsMethod::gram, long_matrix);
+}
+
+// Under Bf16Products::libtorch, Gram's restarts and result run on LibTorch's bf16 GEMM, the
+// result rounded to bf16 (every entry a bf16 value, tall matrices transposed back by tiles whose
+// edges 1500×600 exercises); the symmetric method has no such products and keeps its bits. Both
+// stay within the spread of the products' summation order of the linked oneDNN's and the
+// emulation's results, and Gram stays at least as accurate as Keller Jordan's chain.
+TEST(OrthogonalizeBf16, LibTorchsProductsRoundGramsResultAndKeepItsAccuracy) {
+  if (!bf16_products_available()) {
+    std::cout << "no bf16 products here: " << bf16_products_unavailable_reason() << "\n";
+    return;
+  }
+  auto gen = seeded(5);
+  const auto table = CoefficientTable::quintic();
+  for (const auto& x : {at::randn({128, 384}, gen), at::randn({1500, 600}, gen)}) {
+    SCOPED_TRACE(std::to_string(x.size(0)) + "x" + std::to_string(x.size(1)));
+    const auto gram = ours_bf16(x, NsMethod::gram, table, 5, Bf16Products::libtorch);
+    EXPECT_TRUE(at::equal(gram, gram.to(at::kBFloat16).to(at::kDouble)));
+    EXPECT_LT(distance(gram, ours_bf16(x, NsMethod::gram, table, 5, Bf16Products::onednn)), 2e-2);
+    EXPECT_LT(distance(gram, ours_bf16(x, NsMethod::gram, table, 5)), 2e-2);
+    EXPECT_TRUE(at::equal(ours_bf16(x, NsMethod::symmetric, table, 5, Bf16Products::libtorch),
+                          ours_bf16(x, NsMethod::symmetric, table, 5, Bf16Products::onednn)));
+  }
+  expect_at_least_as_accurate(NsMethod::gram, long_matrix, Bf16Products::libtorch);
+}
+
+// The oneDNN releases that choose between LibTorch's GEMM and ours, as the version texts give
+// them, and the description `muon bench` prints.
+TEST(OrthogonalizeBf16, ReleasesAreReadFromVersionTexts) {
+  using Release = std::array<int, 3>;
+  EXPECT_EQ(release_of("oneDNN 2.6.3"), (Release{2, 6, 3}));
+  EXPECT_EQ(
+      release_of("Intel(R) MKL-DNN v3.13.3 (Git Hash b38f97eb6f2173513112f15a0481750b8a66e901)"),
+      (Release{3, 13, 3}));
+  EXPECT_EQ(release_of("MKLDNN not found"), (Release{0, 0, 0}));
+  EXPECT_EQ(release_of("oneDNN 3.4"), (Release{0, 0, 0}));
+  EXPECT_EQ(release_of(""), (Release{0, 0, 0}));
+  EXPECT_GT(release_of("v3.13.3"), release_of("oneDNN 3.9.1"));
+  const auto described = bf16_products_description();
+  if (!bf16_products_available()) {
+    EXPECT_EQ(described, "none: " + bf16_products_unavailable_reason());
+  } else if (default_bf16_products() == Bf16Products::libtorch) {
+    EXPECT_EQ(described.rfind("whole bf16 products on LibTorch's oneDNN ", 0), 0u) << described;
+  } else {
+    EXPECT_EQ(described.rfind("every bf16 product on the linked oneDNN ", 0), 0u) << described;
+  }
 }
 
 // Two symmetric steps against the same arithmetic spelled out with ATen's operations, on sides

@@ -154,6 +154,12 @@ std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options,
 // (AVX-512, AVX2+FMA), never a table of CPU models; on other CPUs BLIS's own detection stands.
 std::string blas_backend();
 
+// Where the bf16 Newton–Schulz products run on CPU (dtype bfloat16): "every bf16 product on the
+// linked oneDNN 2.6.3", or, where LibTorch bundles a newer oneDNN (PyPI's torch), "whole bf16
+// products on LibTorch's oneDNN 3.13.3 (…), the rest on the linked one" (docs/algorithms.md);
+// "none: " and why, on a CPU or build without bf16 products.
+std::string bf16_products();
+
 // The method `automatic` resolves to for x (or the requested one, checked to be available).
 NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options);
 // The same for matrices of `sizes` (…, rows, cols) of dtype `input` on `device`.

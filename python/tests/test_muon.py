@@ -106,9 +106,10 @@ def test_orthogonalize_matches_reference_and_leaves_input(method):
 @pytest.mark.parametrize("method", ["plain", "symmetric", "gram", "automatic"])
 def test_bf16_newton_schulz_on_the_cpu_runs_beside_this_torch(method):
     """CPU bf16 runs its products on the oneDNN muon_cpp links, beside whatever oneDNN this torch
-    carries (PyPI's wheels hold their own): within bf16's precision of the fp64 iteration on
-    square, wide, tall and block-straddling shapes — or, on a CPU without bf16 dot products, an
-    error that says so."""
+    carries (PyPI's wheels hold their own), and Gram's whole products on this torch's GEMM where
+    its oneDNN is the newer: within bf16's precision of the fp64 iteration on square, wide, tall
+    and block-straddling shapes — or, on a CPU without bf16 dot products, an error that says so."""
+    on_torch = muon_cpp._core.bf16_products().startswith("whole bf16 products on LibTorch's")
     torch.manual_seed(6)
     for shape in [(192, 192), (96, 288), (288, 96), (136, 200), (200, 136)]:
         x = torch.randn(shape)
@@ -123,6 +124,8 @@ def test_bf16_newton_schulz_on_the_cpu_runs_beside_this_torch(method):
         # 1e-6, so the lower bound shows the products did run in bf16.
         assert ours.dtype == torch.float32 and ours.shape == x.shape
         assert 1e-3 < distance < 4e-2, (shape, distance)
+        if method == "gram" and on_torch:  # its result is torch's bf16 product, widened
+            assert torch.equal(ours, ours.bfloat16().float())
 
 def test_orthogonalize_tables_and_batches():
     torch.manual_seed(5)

@@ -340,6 +340,10 @@ std::string blas_backend() {
   return detail::blas::backend();
 }
 
+std::string bf16_products() {
+  return detail::bf16_products_description();
+}
+
 NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options) {
   return resolve_method(x.sizes(), x.scalar_type(), x.device(), options);
 }
@@ -414,7 +418,8 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
       const auto in = inputs.narrow(0, first, count);
       at::Tensor result;
       if (cpu_bf16) {  // normalized in the pass that rounds to bf16, into `out`
-        result = detail::bf16_iterations(in, out, method, table, options.steps(), restarts, w);
+        result = detail::bf16_iterations(in, out, method, table, options.steps(), restarts, w,
+                                         detail::default_bf16_products());
       } else {
         normalize_into(out, in, table);
         result = method == NsMethod::symmetric

@@ -1,10 +1,14 @@
 #include "muon/internal/newton_schulz_bf16.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -30,6 +34,54 @@ std::string bf16_products_unavailable_reason() {
   }
   if (!dnnl::available()) return "this build has no oneDNN (libdnnl-dev)";
   return dnnl::version() + " has no bf16 matrix-product kernel for this CPU";
+}
+
+std::array<int, 3> release_of(const std::string& text) {
+  std::array<int, 3> release{0, 0, 0};
+  const auto digit =
+      std::find_if(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+  if (digit != text.end() &&
+      std::sscanf(&*digit, "%d.%d.%d", &release[0], &release[1], &release[2]) != 3) {
+    release = {0, 0, 0};
+  }
+  return release;
+}
+
+namespace {
+
+struct LibTorchGemm {
+  std::string theirs, ours;
+  bool newer;
+};
+
+const LibTorchGemm& libtorch_gemm() {
+  static const LibTorchGemm gemm = [] {
+    LibTorchGemm g{at::get_mkldnn_version(), dnnl::version(), false};
+    g.newer = release_of(g.theirs) > release_of(g.ours);
+    return g;
+  }();
+  return gemm;
+}
+
+}  // namespace
+
+Bf16Products default_bf16_products() {
+  // at::mm leaves oneDNN for a slow path where the user turned it off (torch.backends.mkldnn).
+  return libtorch_gemm().newer && at::globalContext().userEnabledMkldnn() ? Bf16Products::libtorch
+                                                                          : Bf16Products::onednn;
+}
+
+std::string bf16_products_description() {
+  if (!bf16_products_available()) return "none: " + bf16_products_unavailable_reason();
+  const auto& g = libtorch_gemm();
+  if (default_bf16_products() == Bf16Products::onednn) {
+    return "every bf16 product on the linked " + dnnl::version() +
+           (g.newer ? " (LibTorch's oneDNN is turned off)" : "");
+  }
+  const auto theirs = release_of(g.theirs);
+  return "whole bf16 products on LibTorch's oneDNN " + std::to_string(theirs[0]) + "." +
+         std::to_string(theirs[1]) + "." + std::to_string(theirs[2]) + " (newer than the linked " +
+         g.ours + "), the rest on the linked one";
 }
 
 namespace {
@@ -60,6 +112,18 @@ void product_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
   dnnl::matmul(A.size(0), B.size(1), A.size(1), dnnl::Type::bf16,
                {A.data_ptr(), A.stride(0), A.stride(1)}, {B.data_ptr(), B.stride(0), B.stride(1)},
                out, C.data_ptr(), C.stride(0), C.stride(1), static_cast<float>(beta));
+}
+
+// C ← A·B rounded to bf16 for a bf16 C: a whole product (not a block of one), which runs on
+// LibTorch's GEMM under Bf16Products::libtorch.
+void whole_product_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
+                        Bf16Products products) {
+  if (products != Bf16Products::libtorch) {
+    product_into(A, B, C, products);
+    return;
+  }
+  auto out = C;  // at::mm_out takes a non-const reference; it writes C's elements in place
+  at::mm_out(out, A, B);
 }
 
 // The upper triangle of a symmetric k×k fp32 or bf16 matrix as its blocks of kBlockRows rows:
@@ -236,6 +300,29 @@ void round_transposed(const at::Tensor& G, double scale, float* copy, const at::
   });
 }
 
+// X (m×k fp32) ← the transpose of the k×m bf16 W16, widened (exactly), by 32×32 tiles
+// transposed through a local buffer: the reads run along W16's rows and the writes along X's.
+void widen_transposed(const at::Tensor& W16, const at::Tensor& X) {
+  constexpr int64_t kTile = 32;
+  const int64_t k = W16.size(0), m = W16.size(1);
+  const auto* w = W16.data_ptr<at::BFloat16>();
+  auto* x = X.data_ptr<float>();
+  at::parallel_for(0, (m + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
+    at::BFloat16 tile[kTile][kTile];
+    for (int64_t j0 = begin * kTile; j0 < std::min(end * kTile, m); j0 += kTile) {
+      const int64_t rows = std::min(kTile, m - j0);  // of X
+      for (int64_t i0 = 0; i0 < k; i0 += kTile) {
+        const int64_t cols = std::min(kTile, k - i0);
+        write_transposed(w + i0 * m + j0, m, cols, rows, false, tile[0], kTile);
+        for (int64_t j = 0; j < rows; ++j) {
+          float* row = x + (j0 + j) * k + i0;
+          for (int64_t i = 0; i < cols; ++i) row[i] = static_cast<float>(tile[j][i]);
+        }
+      }
+    }
+  });
+}
+
 // One matrix of the batch, seen on its smaller side k×m (k ≤ m): W is X, or Xᵀ when X is tall.
 // X (rows×cols fp32) holds the iterate where a method adds a·W, and the result; W16 holds W
 // rounded to bf16, k×m row-major either way: for the row blocks of W·Wᵀ with a transposed left
@@ -255,8 +342,24 @@ struct Iterate {
   // after which only W16 is read): into `spare`, which then trades places with W16. The k×m
   // layout serves a tall X as well as a wide one, with no transposed pass.
   void advance(const at::Tensor& S16, Bf16Products products) {
-    product_into(S16, W16, spare, products);
+    whole_product_into(S16, W16, spare, products);
     std::swap(W16, spare);
+  }
+  // X ← R·W for the symmetric k×k bf16 R, Gram's result: summed into the fp32 X by the product,
+  // or under Bf16Products::libtorch rounded to bf16 by LibTorch's product and widened into X.
+  // Rounding the result adds 2⁻⁹ of it at most, far below the bf16 iterations' own distance from
+  // the fp32 ones (docs/algorithms.md).
+  void finish(const at::Tensor& R16, Bf16Products products) {
+    if (products != Bf16Products::libtorch) {
+      accumulate(R16, 0.0, products);
+      return;
+    }
+    whole_product_into(R16, W16, spare, products);
+    if (tall) {
+      widen_transposed(spare, X);
+    } else {
+      X.copy_(spare);
+    }
   }
   // X ← beta·X + S·W for the symmetric k×k bf16 S, summed into the fp32 X by the product itself;
   // a tall X as Xᵀ ← beta·Xᵀ + Wᵀ·S (S = Sᵀ), so that X's rows are the result's.
@@ -343,7 +446,7 @@ void gram_one(Iterate& w, const CoefficientTable& table, int64_t steps,
     symmetric_product(sq.A16, sq.S16, sq.C, sq.Q16, products);  // A·Q_t², into Q_t's buffer
     std::swap(sq.A16, sq.Q16);
   }
-  w.accumulate(sq.R16, 0.0, products);
+  w.finish(sq.R16, products);
 }
 
 // The plain method, every product whole: A = W·Wᵀ, B = b·A + c·A², W ← a·W + B·W — the
