@@ -279,6 +279,9 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"torch_peers: torch {torch.__version__}, {name}, "
           f"{torch.get_num_threads()} intra-op threads")
+    if device.type == "cpu":
+        print(f"muon_cpp's fp32 products: {muon_cpp._core.blas_backend()}\n"
+              f"muon_cpp's bf16 products: {muon_cpp._core.bf16_products()}")
     results = {"torch": torch.__version__, "device": name, "threads": torch.get_num_threads(),
                "layers": args.layers, "width": args.width, "mlp": args.mlp, "muon": {},
                "adamw": {}}

@@ -445,6 +445,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("orthogonalize", &orthogonalize_binding, py::arg("x"), py::arg("coefficients"),
         py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restarts"));
   m.def("orthogonality_error", &muon::orthogonality_error, py::arg("x"));
+  m.def("blas_backend", &muon::blas_backend,
+        "What the CPU float32 Newton–Schulz products run on, and why.");
+  m.def("bf16_products", &muon::bf16_products,
+        "Where the CPU bfloat16 Newton–Schulz products run (LibTorch's oneDNN or the linked one).");
   m.def("routed_roles", &routed_roles, py::arg("named"), py::arg("yaml"));
   m.def(
       "coefficient_table",

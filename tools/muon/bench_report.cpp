@@ -31,7 +31,8 @@ std::string BenchReport::to_json() const {
   out.precision(6);
   out << "{\n  \"threads\": " << threads << ",\n  \"cpu\": " << quoted(cpu)
       << ",\n  \"openblas_env\": " << quoted(openblas_env)
-      << ",\n  \"products\": " << quoted(products) << ",\n  \"gemms\": [";
+      << ",\n  \"products\": " << quoted(products)
+      << ",\n  \"bf16_products\": " << quoted(bf16_products) << ",\n  \"gemms\": [";
   for (size_t i = 0; i < gemms.size(); ++i) {
     out << (i ? ", " : "") << "{\"name\": " << quoted(gemms[i].name)
         << ", \"kernels\": " << quoted(gemms[i].kernels)
