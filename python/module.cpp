@@ -212,7 +212,7 @@ class Engine {
     py::dict d;
     d["step"] = entry->step;
     for (const auto& [name, t] : entry->tensors) d[name.c_str()] = t;
-    return std::move(d);
+    return py::object(std::move(d));
   }
 
   // Replaces every group's settings and all state. `states` pairs parameters with state dicts
