@@ -146,10 +146,11 @@ TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16OnLongMatrices
 }
 
 // Under Bf16Products::libtorch, Gram's restarts and result run on LibTorch's bf16 GEMM, the
-// result rounded to bf16 (every entry a bf16 value, tall matrices transposed back by tiles whose
-// edges 1500×600 exercises); the symmetric method has no such products and keeps its bits. Both
-// stay within the spread of the products' summation order of the linked oneDNN's and the
-// emulation's results, and Gram stays at least as accurate as Keller Jordan's chain.
+// result rounded to bf16 (every entry a bf16 value; tall matrices transposed back by tiles, whose
+// edges 1500×596 exercises in both directions), on 1, 2 and 4 threads; the symmetric method has
+// no such products and keeps its bits. Both stay within the spread of the products' summation
+// order of the linked oneDNN's and the emulation's results, and Gram stays at least as accurate
+// as Keller Jordan's chain.
 TEST(OrthogonalizeBf16, LibTorchsProductsRoundGramsResultAndKeepItsAccuracy) {
   if (!bf16_products_available()) {
     std::cout << "no bf16 products here: " << bf16_products_unavailable_reason() << "\n";
@@ -157,15 +158,21 @@ TEST(OrthogonalizeBf16, LibTorchsProductsRoundGramsResultAndKeepItsAccuracy) {
   }
   auto gen = seeded(5);
   const auto table = CoefficientTable::quintic();
-  for (const auto& x : {at::randn({128, 384}, gen), at::randn({1500, 600}, gen)}) {
-    SCOPED_TRACE(std::to_string(x.size(0)) + "x" + std::to_string(x.size(1)));
-    const auto gram = ours_bf16(x, NsMethod::gram, table, 5, Bf16Products::libtorch);
-    EXPECT_TRUE(at::equal(gram, gram.to(at::kBFloat16).to(at::kDouble)));
-    EXPECT_LT(distance(gram, ours_bf16(x, NsMethod::gram, table, 5, Bf16Products::onednn)), 2e-2);
-    EXPECT_LT(distance(gram, ours_bf16(x, NsMethod::gram, table, 5)), 2e-2);
-    EXPECT_TRUE(at::equal(ours_bf16(x, NsMethod::symmetric, table, 5, Bf16Products::libtorch),
-                          ours_bf16(x, NsMethod::symmetric, table, 5, Bf16Products::onednn)));
+  const int threads = at::get_num_threads();
+  for (const auto& x : {at::randn({128, 384}, gen), at::randn({1500, 596}, gen)}) {
+    for (const int run_on : {1, 2, 4}) {
+      SCOPED_TRACE(std::to_string(x.size(0)) + "x" + std::to_string(x.size(1)) + " on " +
+                   std::to_string(run_on) + " threads");
+      at::set_num_threads(run_on);
+      const auto gram = ours_bf16(x, NsMethod::gram, table, 5, Bf16Products::libtorch);
+      EXPECT_TRUE(at::equal(gram, gram.to(at::kBFloat16).to(at::kDouble)));
+      EXPECT_LT(distance(gram, ours_bf16(x, NsMethod::gram, table, 5, Bf16Products::onednn)), 2e-2);
+      EXPECT_LT(distance(gram, ours_bf16(x, NsMethod::gram, table, 5)), 2e-2);
+      EXPECT_TRUE(at::equal(ours_bf16(x, NsMethod::symmetric, table, 5, Bf16Products::libtorch),
+                            ours_bf16(x, NsMethod::symmetric, table, 5, Bf16Products::onednn)));
+    }
   }
+  at::set_num_threads(threads);
   expect_at_least_as_accurate(NsMethod::gram, long_matrix, Bf16Products::libtorch);
 }
 

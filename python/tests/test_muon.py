@@ -1,6 +1,7 @@
 """muon_cpp.Muon and orthogonalize against docs/design.md §Newton–Schulz orthogonalization and
 §Muon update, written out in Python."""
 import inspect
+import re
 
 import pytest
 import torch
@@ -126,6 +127,46 @@ def test_bf16_newton_schulz_on_the_cpu_runs_beside_this_torch(method):
         assert 1e-3 < distance < 4e-2, (shape, distance)
         if method == "gram" and on_torch:  # its result is torch's bf16 product, widened
             assert torch.equal(ours, ours.bfloat16().float())
+
+def release(pattern, text):
+    match = re.search(pattern + r"(\d+)\.(\d+)\.(\d+)", text)
+    return tuple(map(int, match.groups())) if match else (0, 0, 0)
+
+
+def test_bf16_gram_runs_on_this_torchs_gemm_where_its_onednn_is_newer():
+    """Gram's whole bf16 products run on this torch's GEMM exactly where its oneDNN (as
+    torch.__config__ names it) is a newer release than the one muon_cpp links and the user left it
+    on; a batch of long matrices, iterated in lanes on two threads, then comes back as bf16 values
+    as close to the fp64 iteration as on the linked oneDNN."""
+    described = muon_cpp._core.bf16_products()
+    if described.startswith("none: "):
+        with pytest.raises(ValueError, match="bfloat16 on CPU runs on bf16 dot products"):
+            muon_cpp.orthogonalize(torch.randn(8, 8), dtype=torch.bfloat16)
+        return
+    linked = release(r"linked oneDNN ", described)
+    assert linked > (0, 0, 0), described
+    newer = release(r"MKL-DNN v", torch.__config__.show()) > linked
+    assert described.startswith("whole bf16 products on LibTorch's") == newer, described
+    enabled, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
+    try:
+        off = muon_cpp._core.bf16_products()
+    finally:
+        torch.backends.mkldnn.enabled = enabled
+    assert off.startswith("every bf16 product on the linked"), off
+    assert off.endswith("(LibTorch's oneDNN is turned off)") == newer, off
+    torch.manual_seed(7)
+    x = torch.randn(4, 96, 400)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ours = muon_cpp.orthogonalize(x, dtype=torch.bfloat16, method="gram")
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(ours, ours.bfloat16().float()) == newer
+    for i in range(4):
+        reference = reference_newton_schulz(x[i].double())
+        assert (ours[i].double() - reference).norm() / reference.norm() < 4e-2
+
 
 def test_orthogonalize_tables_and_batches():
     torch.manual_seed(5)

@@ -409,6 +409,7 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
         ws.get(OrthogonalizeWorkspace::Slot::normalized, batch.sizes(), batch.options());
     const auto inputs = cpu_bf16 ? batch.contiguous() : batch;  // bf16 reads it by pointer
     const auto restarts = gram_restart_points(options, cpu_bf16 ? at::kBFloat16 : at::kFloat);
+    const auto products = detail::default_bf16_products();  // one choice for the whole batch
     // Iterates matrices [first, first + count). The methods alternate between two buffers, and
     // a result may end in the workspace's second one: for the whole batch X is then that buffer;
     // a part of the batch (a lane's matrix, what whole rounds left over) is copied into
@@ -418,8 +419,8 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
       const auto in = inputs.narrow(0, first, count);
       at::Tensor result;
       if (cpu_bf16) {  // normalized in the pass that rounds to bf16, into `out`
-        result = detail::bf16_iterations(in, out, method, table, options.steps(), restarts, w,
-                                         detail::default_bf16_products());
+        result =
+            detail::bf16_iterations(in, out, method, table, options.steps(), restarts, w, products);
       } else {
         normalize_into(out, in, table);
         result = method == NsMethod::symmetric

@@ -288,7 +288,7 @@ void bench_machine(BenchReport& report, std::ostream& log) {
   report.cpu = cpu_description();
   report.openblas_env = openblas_environment();
   report.products = blas_backend();
-  if (detail::bf16_products_available()) report.bf16_products = bf16_products();
+  report.bf16_products = bf16_products();
   GemmBench gemm(2048);
   std::vector<double> best(gemm.gemms().size(), 0.0);
   for (int rep = 0; rep < 5; ++rep) {
@@ -324,8 +324,7 @@ void bench_machine(BenchReport& report, std::ostream& log) {
                 report.bf16_gflops > 0 ? "" : " (no bf16 GEMM: this CPU has no bf16 dot products)",
                 report.copy_gbs, report.update_gbs);
   log << line << "Newton–Schulz products on " << report.products << "\n";
-  if (!report.bf16_products.empty()) log << "bf16 Newton–Schulz: " << report.bf16_products << "\n";
-  log << std::flush;
+  log << "bf16 Newton–Schulz products: " << report.bf16_products << "\n" << std::flush;
 }
 
 }  // namespace

@@ -124,6 +124,8 @@ void whole_product_into(const at::Tensor& A, const at::Tensor& B, const at::Tens
   }
   auto out = C;  // at::mm_out takes a non-const reference; it writes C's elements in place
   at::mm_out(out, A, B);
+  check(out.data_ptr() == C.data_ptr(), "bf16 Newton–Schulz: LibTorch's at::mm_out gave its ",
+        A.size(0), "x", B.size(1), " bf16 result new memory instead of the workspace's");
 }
 
 // The upper triangle of a symmetric k×k fp32 or bf16 matrix as its blocks of kBlockRows rows:
@@ -347,7 +349,7 @@ struct Iterate {
   }
   // X ← R·W for the symmetric k×k bf16 R, Gram's result: summed into the fp32 X by the product,
   // or under Bf16Products::libtorch rounded to bf16 by LibTorch's product and widened into X.
-  // Rounding the result adds 2⁻⁹ of it at most, far below the bf16 iterations' own distance from
+  // Rounding the result adds 2⁻⁸ of it at most, far below the bf16 iterations' own distance from
   // the fp32 ones (docs/algorithms.md).
   void finish(const at::Tensor& R16, Bf16Products products) {
     if (products != Bf16Products::libtorch) {
