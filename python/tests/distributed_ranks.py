@@ -237,11 +237,11 @@ def main():
         checkpoint(phase, algorithm, steps, out_dir, rank)
         dist.barrier()
         dist.destroy_process_group()
-        # torch.distributed.checkpoint's collectives are torch.distributed's own: they hand Gloo
-        # tensors that Python made, and a Gloo worker thread may release one only after this
-        # interpreter has begun to shut down, when taking the GIL aborts the process ("terminate
-        # called without an active exception": 1 save in 70 with torch 2.15; docs/distributed.md).
-        # Everything this rank writes is written and closed: leave without that shutdown.
+        # torch.distributed.checkpoint's collectives are torch.distributed's own, with tensors
+        # Python made, and a rank ending after them aborted during the interpreter's shutdown
+        # ("terminate called without an active exception": 1 save in 70 with torch 2.15) — as a
+        # Gloo worker releasing such a tensor then would (docs/distributed.md). Everything this
+        # rank writes is written and closed: leave without that shutdown.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
