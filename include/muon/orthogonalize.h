@@ -67,7 +67,7 @@ enum class NsMethod {
   automatic,  // CPU float32/float64 with BLIS or a CBLAS: the cheaper of symmetric and gram; else
               // plain
   plain,      // three batched GEMMs per iteration (the reference)
-  symmetric,  // syrk for X·Xᵀ and A², symm for B·X (CPU, BLIS or CBLAS)
+  symmetric,  // one triangle of X·Xᵀ and of A², B·X whole (CPU, BLIS or CBLAS)
   gram,       // Gram Newton–Schulz on the k×k Gram matrix (CPU, BLIS or CBLAS; rectangular)
 };
 
@@ -150,8 +150,11 @@ std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options,
 // What the CPU methods symmetric and gram multiply with, the kernels it chose and why, starting
 // with the library's name: "BLIS 0.9.0, configuration 'haswell' (avx2 kernels): chosen from the
 // CPU's feature bits (avx2); BLIS's own detection picked 'generic'", "CBLAS: ..." or "none ..."
-// (then `automatic` always resolves to plain). BLIS's configuration follows the CPU's feature bits
-// (AVX-512, AVX2+FMA), never a table of CPU models; on other CPUs BLIS's own detection stands.
+// (then `automatic` always resolves to plain), then where the fp32 products run: "; fp32
+// products on oneDNN 2.6.3's sgemm (LibTorch's oneDNN too) instead" on an AVX-512 CPU beside a
+// LibTorch on the same oneDNN, else "; fp32 too (not oneDNN: " and why ")". BLIS's configuration
+// follows the CPU's feature bits (AVX-512, AVX2+FMA), never a table of CPU models; on other CPUs
+// BLIS's own detection stands.
 std::string blas_backend();
 
 // Where the bf16 Newton–Schulz products run on CPU (dtype bfloat16): "every bf16 product on the

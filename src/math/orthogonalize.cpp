@@ -259,8 +259,11 @@ bool gram_is_cheaper(int64_t rows, int64_t cols, const OrthogonalizeOptions& opt
                      at::ScalarType dtype) {
   const double k = static_cast<double>(std::min(rows, cols));
   const double m = static_cast<double>(std::max(rows, cols));
-  return detail::gram_flops(k, m, options.steps(), gram_restart_points(options, dtype)) <
-         detail::symmetric_flops(k, m, options.steps());
+  // bf16 products, and fp32 ones on oneDNN, compute symmetric products by row blocks.
+  const bool blocks = dtype == at::kBFloat16 ||
+                      (dtype == at::kFloat && detail::blas::fp32_on_onednn());
+  return detail::gram_flops(k, m, options.steps(), gram_restart_points(options, dtype), blocks) <
+         detail::symmetric_flops(k, m, options.steps(), blocks);
 }
 
 bool blas_eligible(at::Device device, at::ScalarType dtype) {

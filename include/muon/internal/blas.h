@@ -1,7 +1,8 @@
 // Internal: the dense products the CPU Newton–Schulz methods (newton_schulz_blas.cpp) are built
 // of, on BLIS where the build found it and on any CBLAS otherwise. BLIS is preferred: its gemmt
 // computes one triangle of a product at GEMM speed, and its syrk runs closer to GEMM speed than
-// OpenBLAS 0.3.21's (docs/benchmarks.md).
+// OpenBLAS 0.3.21's (docs/benchmarks.md). fp32 products run on oneDNN's sgemm instead where that
+// is safe and faster (src/math/cpu/blas_onednn.h).
 #pragma once
 
 #include <cstdint>
@@ -12,8 +13,12 @@ namespace muon::detail::blas {
 // Whether this build has a backend; without one the functions below must not be called.
 bool available();
 // The library, the kernels it runs and why, e.g. "BLIS 0.9.0, configuration 'skx' (avx512
-// kernels): chosen from the CPU's feature bits (avx512); BLIS's own detection picked 'generic'".
+// kernels): chosen from the CPU's feature bits (avx512); BLIS's own detection picked 'generic'",
+// then "; fp32 products on oneDNN 2.6.3's sgemm (LibTorch's oneDNN too) instead" where those run
+// on oneDNN, else "; fp32 too (not oneDNN: " and why ")".
 std::string backend();
+// Whether fp32 products run on oneDNN (fp64 ones always run on the library).
+bool fp32_on_onednn();
 // The vector family of those kernels: "avx512", "avx2", "none" (reference code) or "unknown".
 std::string kernel_family();
 
@@ -28,21 +33,18 @@ struct Panel {
 // A's upper triangle ← W·Wᵀ.
 template <class T>
 void gram_upper(const T* W, const Panel& p, T* A);
-// C's upper triangle ← alpha·A·Aᵀ + beta·C for k×k A.
+// C's upper triangle ← A·Aᵀ for k×k A.
 template <class T>
-void square_upper(T alpha, const T* A, T beta, T* C, int k);
+void square_upper(const T* A, T* C, int k);
 // C's upper triangle ← A·B for k×k A and B whose product is symmetric.
 template <class T>
 void product_upper(const T* A, const T* B, T* C, int k);
-// C ← S·B, reading only the upper triangle of the k×k symmetric S.
-template <class T>
-void symm_left(const T* S, const T* B, const Panel& p, T* C);
 // C ← R·B for a k×k R.
 template <class T>
 void gemm_left(const T* R, const T* B, const Panel& p, T* C);
 
-// C ← A·B for row-major n×n A, B (the plain GEMM `muon bench` times next to LibTorch's and
-// oneDNN's).
+// C ← A·B for row-major n×n A, B on BLIS or the CBLAS, fp32 too (the plain GEMM `muon bench`
+// times next to LibTorch's and oneDNN's).
 template <class T>
 void gemm_square(const T* A, const T* B, T* C, int n);
 

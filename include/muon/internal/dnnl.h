@@ -29,6 +29,12 @@ struct Operand {
 void matmul(int64_t m, int64_t n, int64_t k, Type in, Operand a, Operand b, Type out, void* c,
             int64_t rsc, int64_t csc, float beta = 0.0f);
 
+// C (m×n, row-major, rows ldc apart) ← op(A)·op(B) in fp32 by oneDNN's BLAS-like sgemm (its jit
+// GEMM kernels), on the calling thread's OpenMP team: op(A) is m×k, A row-major with rows lda
+// apart, read transposed where ta; likewise B (k×n) with tb. Throws muon::Error where it fails.
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float* c, int64_t ldc);
+
 // The kernel oneDNN picks for an n×n×n product of `in` into `out` (e.g. "brg:avx512_core_amx",
 // "gemm:jit"), or "" when it has none on this CPU.
 std::string kernel(Type in, Type out, int64_t n = 512);

@@ -1,6 +1,7 @@
 // Every BLAS product of the Newton–Schulz chain on CPU (plain, symmetric and Gram steps) over
-// BLIS or any CBLAS. One file of ~480 lines on purpose: the typed wrappers share the blocking and
-// threading helpers at its top, which would otherwise have to become an internal header.
+// BLIS or any CBLAS — the fp32 ones on oneDNN where blas_onednn.h chooses it. One file
+// of ~500 lines on purpose: the typed wrappers share the blocking and threading helpers at its
+// top, which would otherwise have to become an internal header.
 #include "muon/internal/blas.h"
 
 #include <ATen/Parallel.h>
@@ -10,8 +11,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "blas_onednn.h"
 #include "muon/internal/kernel_choice.h"
 
 #if MUON_HAVE_BLIS
@@ -31,6 +34,12 @@ namespace {
 }
 
 }  // namespace
+
+// The library's own description; each build's products are in namespace lib below, and the
+// public functions at the end send fp32 ones to oneDNN where blas_onednn.h chooses it.
+namespace lib {
+std::string backend();
+}  // namespace lib
 
 bool spread(int threads) {
   return threads > 1 && !at::in_parallel_region();
@@ -143,20 +152,6 @@ void syrk(int m, int k, double alpha, View<double> a, double beta, double* c, in
   bli_dsyrk_ex(BLIS_UPPER, BLIS_NO_TRANSPOSE, m, k, &alpha, in(a.data), a.rs, a.cs, &beta, c, ldc,
                1, nullptr, &r.rntm);
 }
-// C (m×n) = S·b for the m×m symmetric S given by its upper triangle (row-major, ld m).
-void symm(int m, int n, const float* s, View<float> b, float* c, int64_t rsc, int64_t csc) {
-  SingleThreaded r;
-  float one = 1, zero = 0;
-  bli_ssymm_ex(BLIS_LEFT, BLIS_UPPER, BLIS_NO_CONJUGATE, BLIS_NO_TRANSPOSE, m, n, &one, in(s), m, 1,
-               in(b.data), b.rs, b.cs, &zero, c, rsc, csc, nullptr, &r.rntm);
-}
-void symm(int m, int n, const double* s, View<double> b, double* c, int64_t rsc, int64_t csc) {
-  SingleThreaded r;
-  double one = 1, zero = 0;
-  bli_dsymm_ex(BLIS_LEFT, BLIS_UPPER, BLIS_NO_CONJUGATE, BLIS_NO_TRANSPOSE, m, n, &one, in(s), m, 1,
-               in(b.data), b.rs, b.cs, &zero, c, rsc, csc, nullptr, &r.rntm);
-}
-
 // Parts of a product of `flops`, one per thread of LibTorch's count; one for small products
 // (below ~2 MFLOP a second thread costs more than it saves). (Finer parts handed out dynamically
 // ran no faster under a competing process and slower without one: every part packs its own
@@ -232,7 +227,7 @@ void syrk_upper(T alpha, View<T> w, int k, int m, T beta, T* c) {
 
 }  // namespace
 
-std::string backend() {
+std::string lib::backend() {
   const auto& s = blis_setup();
   return std::string("BLIS ") + bli_info_get_version_str() + ", configuration '" + s.config +
          "' (" + to_string(blis_config_family(s.config)) + " kernels): " + s.reason;
@@ -246,14 +241,16 @@ int helper_threads() {
   return threads();
 }
 
+namespace lib {
+
 template <class T>
 void gram_upper(const T* W, const Panel& p, T* A) {
   syrk_upper(T(1), View<T>{W, p.rs, p.cs}, p.k, p.m, T(0), A);
 }
 
 template <class T>
-void square_upper(T alpha, const T* A, T beta, T* C, int k) {
-  syrk_upper(alpha, View<T>{A, k, 1}, k, k, beta, C);
+void square_upper(const T* A, T* C, int k) {
+  syrk_upper(T(1), View<T>{A, k, 1}, k, k, T(0), C);
 }
 
 // In row blocks of about equal time (triangle_cuts): each block's triangle by gemmt, the rest of
@@ -275,18 +272,6 @@ void product_upper(const T* A, const T* B, T* C, int k) {
   });
 }
 
-// In blocks of W's m columns.
-template <class T>
-void symm_left(const T* S, const T* B, const Panel& p, T* C) {
-  const int parts = parts_for(2.0 * p.k * p.k * p.m);
-  for_parts(parts, [&](int t) {
-    const int j0 = share(p.m, t, parts), j1 = share(p.m, t + 1, parts);
-    if (j1 > j0) {
-      symm(p.k, j1 - j0, S, View<T>{B, p.rs, p.cs}.at(0, j0), C + j0 * p.cs, p.rs, p.cs);
-    }
-  });
-}
-
 template <class T>
 void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
   const int parts = parts_for(2.0 * p.k * p.k * p.m);
@@ -299,9 +284,11 @@ void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
   });
 }
 
+}  // namespace lib
+
 template <class T>
 void gemm_square(const T* A, const T* B, T* C, int n) {
-  gemm_left(A, B, Panel{n, n, n, 1}, C);
+  lib::gemm_left(A, B, Panel{n, n, n, 1}, C);
 }
 
 #elif MUON_HAVE_CBLAS
@@ -312,7 +299,7 @@ bool available() {
 
 // The CBLAS is LibTorch's own BLAS (Debian: OpenBLAS through libblas.so), which picks its kernels
 // and threads itself (OPENBLAS_CORETYPE, OPENBLAS_NUM_THREADS): named here as it reports them.
-std::string backend() {
+std::string lib::backend() {
   using Text = char* (*)();
   const auto config = reinterpret_cast<Text>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
   const auto core = reinterpret_cast<Text>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
@@ -378,15 +365,6 @@ void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, int m, int n, int k, const double* 
           const double* b, int ldb, double* c, int ldc) {
   cblas_dgemm(o, ta, CblasNoTrans, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
-void symm(CBLAS_ORDER o, CBLAS_UPLO uplo, int m, int n, const float* s, const float* b, int ldb,
-          float* c) {
-  cblas_ssymm(o, CblasLeft, uplo, m, n, 1.0f, s, m, b, ldb, 0.0f, c, ldb);
-}
-void symm(CBLAS_ORDER o, CBLAS_UPLO uplo, int m, int n, const double* s, const double* b, int ldb,
-          double* c) {
-  cblas_dsymm(o, CblasLeft, uplo, m, n, 1.0, s, m, b, ldb, 0.0, c, ldb);
-}
-
 }  // namespace
 
 double product_upper_flops(double k) {
@@ -397,6 +375,8 @@ double product_upper_flops(double k) {
   return flops;
 }
 
+namespace lib {
+
 template <class T>
 void gram_upper(const T* W, const Panel& p, T* A) {
   const Layout l(p);
@@ -404,8 +384,8 @@ void gram_upper(const T* W, const Panel& p, T* A) {
 }
 
 template <class T>
-void square_upper(T alpha, const T* A, T beta, T* C, int k) {
-  syrk(CblasRowMajor, CblasUpper, k, k, alpha, A, k, beta, C);
+void square_upper(const T* A, T* C, int k) {
+  syrk(CblasRowMajor, CblasUpper, k, k, T(1), A, k, T(0), C);
 }
 
 // GEMMs on block rows compute the upper triangle plus the diagonal blocks: ~(1 + 1/blocks)·k³ of
@@ -420,16 +400,12 @@ void product_upper(const T* A, const T* B, T* C, int k) {
 }
 
 template <class T>
-void symm_left(const T* S, const T* B, const Panel& p, T* C) {
-  const Layout l(p);
-  symm(l.order, l.upper(), p.k, p.m, S, B, l.ld, C);
-}
-
-template <class T>
 void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
   const Layout l(p);
   gemm(l.order, l.square(), p.k, p.m, p.k, R, p.k, B, l.ld, C, l.ld);
 }
+
+}  // namespace lib
 
 template <class T>
 void gemm_square(const T* A, const T* B, T* C, int n) {
@@ -441,7 +417,7 @@ void gemm_square(const T* A, const T* B, T* C, int n) {
 bool available() {
   return false;
 }
-std::string backend() {
+std::string lib::backend() {
   return "none (neither BLIS nor a CBLAS in this build: Newton–Schulz runs on ATen's GEMMs)";
 }
 std::string kernel_family() {
@@ -453,26 +429,74 @@ int helper_threads() {
 double product_upper_flops(double k) {
   return 2 * k * k * k;
 }
+namespace lib {
+
 template <class T>
 void gram_upper(const T*, const Panel&, T*) {}
 template <class T>
-void square_upper(T, const T*, T, T*, int) {}
+void square_upper(const T*, T*, int) {}
 template <class T>
 void product_upper(const T*, const T*, T*, int) {}
 template <class T>
-void symm_left(const T*, const T*, const Panel&, T*) {}
-template <class T>
 void gemm_left(const T*, const T*, const Panel&, T*) {}
+}  // namespace lib
+
 template <class T>
 void gemm_square(const T*, const T*, T*, int) {}
 
 #endif
 
+std::string backend() {
+  if (!available()) return lib::backend();
+  if (!onednn::chosen()) {
+    return lib::backend() + "; fp32 too (not oneDNN: " + onednn::description() + ")";
+  }
+  return lib::backend() + "; fp32 products on " + onednn::description() + " instead";
+}
+
+bool fp32_on_onednn() {
+  return available() && onednn::chosen();
+}
+
+// The products: fp32 ones on oneDNN where it was chosen (it has no fp64 products), the rest on
+// the library.
+
+template <class T>
+void gram_upper(const T* W, const Panel& p, T* A) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn::chosen()) return onednn::gram_upper(W, p, A);
+  }
+  lib::gram_upper(W, p, A);
+}
+
+template <class T>
+void square_upper(const T* A, T* C, int k) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn::chosen()) return onednn::square_upper(A, C, k);
+  }
+  lib::square_upper(A, C, k);
+}
+
+template <class T>
+void product_upper(const T* A, const T* B, T* C, int k) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn::chosen()) return onednn::product_upper(A, B, C, k);
+  }
+  lib::product_upper(A, B, C, k);
+}
+
+template <class T>
+void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn::chosen()) return onednn::gemm_left(R, B, p, C);
+  }
+  lib::gemm_left(R, B, p, C);
+}
+
 #define MUON_INSTANTIATE(T)                                      \
   template void gram_upper(const T*, const Panel&, T*);          \
-  template void square_upper(T, const T*, T, T*, int);           \
+  template void square_upper(const T*, T*, int);                 \
   template void product_upper(const T*, const T*, T*, int);      \
-  template void symm_left(const T*, const T*, const Panel&, T*); \
   template void gemm_left(const T*, const T*, const Panel&, T*); \
   template void gemm_square(const T*, const T*, T*, int);
 MUON_INSTANTIATE(float)

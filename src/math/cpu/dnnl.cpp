@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -123,6 +124,17 @@ void matmul(int64_t m, int64_t n, int64_t k, Type in, Operand a, Operand b, Type
   stream.wait();
 }
 
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float* c, int64_t ldc) {
+  const auto status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb,
+                                 0.0f, c, ldc);
+  if (status != dnnl_success) {
+    throw Error("oneDNN's sgemm failed (status " + std::to_string(static_cast<int>(status)) +
+                ") on a " + std::to_string(m) + "x" + std::to_string(k) + " by " +
+                std::to_string(k) + "x" + std::to_string(n) + " product");
+  }
+}
+
 std::string kernel(Type in, Type out, int64_t n) {
   try {
     return make_pd(descriptor(n, n, in, n, 1), descriptor(n, n, in, n, 1),
@@ -147,6 +159,10 @@ std::string version() {
 }
 void matmul(int64_t, int64_t, int64_t, Type, Operand, Operand, Type, void*, int64_t, int64_t,
             float) {
+  throw Error("matrix products through oneDNN: this build has no oneDNN");
+}
+void sgemm(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+           float*, int64_t) {
   throw Error("matrix products through oneDNN: this build has no oneDNN");
 }
 std::string kernel(Type, Type, int64_t) {

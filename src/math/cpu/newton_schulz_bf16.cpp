@@ -17,6 +17,7 @@
 #include "muon/internal/dnnl.h"
 #include "muon/internal/kernel_choice.h"
 #include "transpose_bf16.h"
+#include "upper_blocks.h"
 
 namespace muon::detail {
 
@@ -86,13 +87,6 @@ std::string bf16_products_description() {
 
 namespace {
 
-// Rows per product when only the upper triangle of a symmetric product is wanted: smaller blocks
-// skip more of the lower triangle (128 rows compute 58% of a 768² product, 192 compute 62.5%, 256
-// compute 67%), larger ones give oneDNN's kernels longer panels and fewer right operands to pack.
-// 192 ran 3-5% faster than 128 or 256 on a CPU with AMX, and splits the usual width 768 into four
-// blocks that two threads share evenly.
-constexpr int64_t kBlockRows = 192;
-
 // C ← A·B + beta·C for 2-D bf16 A, B and an fp32 or bf16 C (C not read when beta is 0): one
 // oneDNN product with bf16 operands and fp32 sums, rounded to nearest even for a bf16 C, or its
 // emulation. A and B may be strided views; C's rows must be dense (oneDNN 2.x otherwise leaves
@@ -156,50 +150,18 @@ struct UpperBlocks {
   }
 };
 
-// The row blocks of a k×k upper triangle (their first rows) dealt to `threads` threads so that
-// each computes about as many elements: the largest block first, each to the least loaded thread.
-std::vector<std::vector<int64_t>> deal_blocks(int64_t k, int64_t threads) {
-  std::vector<std::vector<int64_t>> dealt(static_cast<size_t>(std::max<int64_t>(threads, 1)));
-  std::vector<int64_t> load(dealt.size(), 0);
-  for (int64_t i0 = 0; i0 < k; i0 += kBlockRows) {  // widest (first) blocks first
-    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-    dealt[least].push_back(i0);
-    load[least] += std::min(kBlockRows, k - i0) * (k - i0);
-  }
-  return dealt;
-}
-
 // C ← the upper triangle of A·Bᵀ for bf16 A and B (k×n each) whose product is symmetric — W·Wᵀ,
-// or A·B for a symmetric B: one product per block of rows, the diagonal block whole, into
-// C_block(i0), the block at row i0 (rows i0 .. i0 + kBlockRows, columns i0 .. k). Bᵀ rather
-// than B makes each block's right operand rows of B, read densely.
-//
-// With at least two blocks per thread the blocks are dealt to the threads, each running its
-// blocks' products on its own core in one parallel region: a product per block spread over every
-// thread paid a fork, a join and an uneven tail per block, which on a CPU with AMX cost as much
-// as the smaller blocks' arithmetic. With fewer, dealt blocks would leave cores idle (and each
-// thread's oneDNN scratchpad is sized for every thread), so each block's product is spread over
-// all of them.
+// or A·B for a symmetric B: one product per block of rows (for_each_upper_block), into
+// C_block(i0), the block at row i0 (rows i0 .. i0 + kBlockRows, columns i0 .. k). Bᵀ rather than
+// B makes each block's right operand rows of B, read densely. The emulation's at::mm threads
+// itself, so its blocks are not dealt to the threads.
 template <class Block>
 void upper_product_into(const at::Tensor& A, const at::Tensor& B, const Block& C_block,
                         Bf16Products products) {
   const int64_t k = A.size(0);
-  const auto block = [&](int64_t i0) {
+  for_each_upper_block(k, products != Bf16Products::emulated, [&](int64_t i0) {
     const int64_t rows = std::min(kBlockRows, k - i0);
     product_into(A.narrow(0, i0, rows), B.narrow(0, i0, k - i0).t(), C_block(i0), products);
-  };
-  const int64_t threads = at::get_num_threads();
-  const int64_t blocks = (k + kBlockRows - 1) / kBlockRows;
-  // The emulation's at::mm threads itself; too few blocks are each spread over every thread.
-  if (products == Bf16Products::emulated || blocks < 2 * threads) {
-    for (int64_t i0 = 0; i0 < k; i0 += kBlockRows) block(i0);
-    return;
-  }
-  const auto dealt = deal_blocks(k, threads);
-  at::parallel_for(0, static_cast<int64_t>(dealt.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      for (const int64_t i0 : dealt[t]) block(i0);
-    }
   });
 }
 

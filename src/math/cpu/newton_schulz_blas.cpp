@@ -5,6 +5,7 @@
 
 #include "muon/internal/blas.h"
 #include "muon/error.h"
+#include "upper_blocks.h"
 
 namespace muon::detail {
 
@@ -12,14 +13,28 @@ bool have_blas() {
   return blas::available();
 }
 
-double symmetric_flops(double k, double m, int64_t steps) {
-  return static_cast<double>(steps) * (3 * k * k * m + k * k * k);
+namespace {
+
+// FLOPs of one triangle of a symmetric k×k product with inner dimension n: oneDNN's row blocks
+// compute their diagonal blocks whole, BLIS's and a CBLAS's syrk one triangle.
+double triangle_flops(double k, double n, bool blocks) {
+  return blocks ? 2 * n * static_cast<double>(upper_block_elements(static_cast<int64_t>(k)))
+                : k * k * n;
+}
+
+}  // namespace
+
+double symmetric_flops(double k, double m, int64_t steps, bool blocks) {
+  const double iteration = triangle_flops(k, m, blocks) + triangle_flops(k, k, blocks) + 2 * k * k * m;
+  return static_cast<double>(steps) * iteration;
 }
 
 // Follows gram_one()'s schedule step by step.
-double gram_flops(double k, double m, int64_t steps, const std::vector<int64_t>& restarts) {
-  const double syrk_w = k * k * m, product_w = 2 * k * k * m, syrk_a = k * k * k;
-  const double product_a = blas::product_upper_flops(k);
+double gram_flops(double k, double m, int64_t steps, const std::vector<int64_t>& restarts,
+                  bool blocks) {
+  const double syrk_w = triangle_flops(k, m, blocks), product_w = 2 * k * k * m;
+  const double syrk_a = triangle_flops(k, k, blocks);
+  const double product_a = blocks ? syrk_a : blas::product_upper_flops(k);
   double flops = syrk_w;
   bool fresh = true;
   for (int64_t done = 1; done <= steps; ++done) {
@@ -106,21 +121,21 @@ void mirror(T* a, int k) {
   mirror(a, k, [](int) {});
 }
 
-// A holds its upper triangle: mirrors it (A full on return) and forms the upper triangle of
-// Q = a·I + b·A + c·A². b·A + a·I is written during the mirror's pass over A, and syrk adds c·A²
-// onto it (with β = 1 it also skips zeroing Q first).
+// A holds its upper triangle: mirrors it (A full on return) and forms Q = a·I + b·A + c·A², both
+// triangles: the upper one of A² by one product, then a·I + b·A + c·A² summed row by row during
+// the pass that mirrors it.
 template <class T>
 void polynomial(T* A, T* Q, int k, const Coefficients& abc) {
-  const auto b = static_cast<T>(abc[1]);
-  const auto a = static_cast<T>(abc[0]);
-  mirror(A, k, [&](int i) {
+  const auto a = static_cast<T>(abc[0]), b = static_cast<T>(abc[1]), c = static_cast<T>(abc[2]);
+  mirror(A, k);
+  blas::square_upper(A, Q, k);  // A·Aᵀ = A²
+  mirror(Q, k, [&](int i) {
     const size_t diagonal = static_cast<size_t>(i) * k + i;
     const T* __restrict__ from = A + diagonal;
     T* __restrict__ to = Q + diagonal;
-    for (int j = 0; j < k - i; ++j) to[j] = b * from[j];
+    for (int j = 0; j < k - i; ++j) to[j] = c * to[j] + b * from[j];
     to[0] += a;
   });
-  blas::square_upper(static_cast<T>(abc[2]), A, T(1), Q, k);  // + c·A·Aᵀ
 }
 
 // Iterates W_{t+1} = Q_t·W_t with Q_t = a·I + b·A_t + c·A_t², A_t = W_t·W_tᵀ (folding a·W into
@@ -132,7 +147,7 @@ T* symmetric_one(T* W, T* other, T* A, T* Q, const Panel& p, const CoefficientTa
   for (int64_t t = 0; t < steps; ++t) {
     blas::gram_upper(W, p, A);
     polynomial(A, Q, p.k, table.row(t));
-    blas::symm_left(Q, W, p, other);  // Q's upper triangle suffices
+    blas::gemm_left(Q, W, p, other);
     std::swap(W, other);
   }
   return W;
@@ -152,7 +167,6 @@ T* gram_one(T* W, T* other, T* A, T* Q, T* R, T* S, const Panel& p, const Coeffi
   bool fresh = true;  // R is the identity
   for (int64_t t = 0; t < steps; ++t) {
     polynomial(A, Q, k, table.row(t));
-    mirror(Q, k);
     const T* q = Q;
     if (fresh) {  // R = Q: take the buffer instead of copying it
       std::swap(R, Q);
@@ -174,7 +188,7 @@ T* gram_one(T* W, T* other, T* A, T* Q, T* R, T* S, const Panel& p, const Coeffi
     }
     // A ← A·q², q² = q·qᵀ by syrk. S holds nothing needed now, and Q nothing once q² is formed
     // (q is either Q itself or R).
-    blas::square_upper(T(1), q, T(0), S, k);
+    blas::square_upper(q, S, k);
     mirror(S, k);
     blas::product_upper(A, S, Q, k);
     std::swap(A, Q);

@@ -20,7 +20,7 @@ bool have_blas();
 // transpose through strides, so nothing is copied or transposed.
 //
 // symmetric: per iteration A = W·Wᵀ and A² by syrk (one triangle each, k²m + k³ flops) and
-// W ← (a·I + b·A + c·A²)·W by one symm (2k²m): 3k²m + k³ against the plain chain's 4k²m + 2k³.
+// W ← (a·I + b·A + c·A²)·W by one product (2k²m): 3k²m + k³ against the plain chain's 4k²m + 2k³.
 at::Tensor symmetric_iterations(at::Tensor& X, const CoefficientTable& table, int64_t steps,
                                 OrthogonalizeWorkspace& ws);
 
@@ -31,8 +31,10 @@ at::Tensor gram_iterations(at::Tensor& X, const CoefficientTable& table, int64_t
                            const std::vector<int64_t>& restarts, OrthogonalizeWorkspace& ws);
 
 // The cost model `automatic` chooses by: FLOPs of each method for `steps` iterations on a k×m
-// side (k ≤ m), counting a product known to be symmetric at what the backend computes of it.
-double symmetric_flops(double k, double m, int64_t steps);
-double gram_flops(double k, double m, int64_t steps, const std::vector<int64_t>& restarts);
+// side (k ≤ m), counting a product known to be symmetric at what computes it: oneDNN's row blocks
+// where `blocks` (bf16, and fp32 where blas::fp32_on_onednn()), else the library's triangles.
+double symmetric_flops(double k, double m, int64_t steps, bool blocks);
+double gram_flops(double k, double m, int64_t steps, const std::vector<int64_t>& restarts,
+                  bool blocks);
 
 }  // namespace muon::detail
