@@ -77,6 +77,11 @@ GemmBench::GemmBench(int64_t n) : n_(n), buffers_(new Buffers) {
         {"oneDNN", detail::dnnl::kernel(Type::f32, Type::f32), false, [=] {
            detail::dnnl::matmul(n, n, n, Type::f32, {a, n, 1}, {b, n, 1}, Type::f32, c, n, 1);
          }});
+    if (detail::blas::fp32_on_onednn()) {  // the fp32 Newton–Schulz products' own GEMM
+      gemms_.push_back({"oneDNN sgemm", "its jit GEMM", false, [=] {
+                          detail::dnnl::sgemm(false, false, n, n, n, a, n, b, n, c, n);
+                        }});
+    }
     const auto bf16_kernel = detail::dnnl::kernel(Type::bf16, Type::f32);
     if (t.a16.defined() && !bf16_kernel.empty()) {
       const void* a16 = t.a16.data_ptr();
