@@ -162,8 +162,8 @@ TEST(Orthogonalize, FastPathsSplitTheirProductsOverAnyThreadCount) {
   // column blocks of W), with sides that are no multiple of the kernels' tiles, on 1, 2 or 3
   // threads: in float64 (BLIS or the CBLAS) the split must not change the result beyond rounding;
   // in float32 every split is as accurate as the plain float32 chain, by the bound of
-  // FastPathsAreAsAccurateAsThePlainIteration. A side of 610 is four row blocks of a symmetric
-  // product where float32 runs on oneDNN (192 rows each, the last 34; blas_backend() names
+  // FastPathsAreAsAccurateAsThePlainIteration. A side of 610 is five row blocks of a symmetric
+  // product where float32 runs on oneDNN (128 rows each, the last 98; blas_backend() names
   // oneDNN there): dealt to 1 or 2 threads, each spread over 3.
   auto gen = seeded(13);
   const Threads restore(at::get_num_threads());
@@ -333,7 +333,7 @@ TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {
   EXPECT_EQ(resolve_method(at::zeros({64, 512}), {}), NsMethod::gram);
   // Nearly square: BLIS's triangular products make gram the cheaper one for any m > k; a CBLAS's
   // (GEMMs on 128-row blocks: whole products below k = 128) only from m > 5k/3 at such k, and so
-  // do oneDNN's row blocks (fp32 where it runs them, and bf16), whole products below k = 192.
+  // do oneDNN's row blocks (fp32 where it runs them, 128 rows; bf16, 192).
   const bool triangles = blas_backend().rfind("BLIS", 0) == 0 && !detail::blas::fp32_on_onednn();
   EXPECT_EQ(resolve_method(at::zeros({64, 65}), {}),
             triangles ? NsMethod::gram : NsMethod::symmetric);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/newton_schulz_blas.h"
+#include "cpu/upper_blocks.h"
 #include "muon/error.h"
 #include "muon/internal/blas.h"
 #include "muon/internal/lanes.h"
@@ -260,10 +261,12 @@ bool gram_is_cheaper(int64_t rows, int64_t cols, const OrthogonalizeOptions& opt
   const double k = static_cast<double>(std::min(rows, cols));
   const double m = static_cast<double>(std::max(rows, cols));
   // bf16 products, and fp32 ones on oneDNN, compute symmetric products by row blocks.
-  const bool blocks = dtype == at::kBFloat16 ||
-                      (dtype == at::kFloat && detail::blas::fp32_on_onednn());
-  return detail::gram_flops(k, m, options.steps(), gram_restart_points(options, dtype), blocks) <
-         detail::symmetric_flops(k, m, options.steps(), blocks);
+  const bool fp32_blocks = dtype == at::kFloat && detail::blas::fp32_on_onednn();
+  const int64_t block_rows = dtype == at::kBFloat16 ? detail::kBf16BlockRows
+                             : fp32_blocks           ? detail::kFp32BlockRows
+                                                     : 0;
+  return detail::gram_flops(k, m, options.steps(), gram_restart_points(options, dtype),
+                            block_rows) < detail::symmetric_flops(k, m, options.steps(), block_rows);
 }
 
 bool blas_eligible(at::Device device, at::ScalarType dtype) {

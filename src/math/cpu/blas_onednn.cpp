@@ -38,11 +38,12 @@ void product(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b
 }
 
 // C's upper triangle (k×k, row-major) ← a·b for k×n a and n×k b whose product is symmetric, by
-// the row blocks of upper_blocks.h: block i0 is a's rows i0 .. i0 + kBlockRows times b's columns
-// i0 .. k.
+// the row blocks of upper_blocks.h: block i0 is a's rows i0 .. i0 + kFp32BlockRows times b's
+// columns i0 .. k.
 void upper(const Operand& a, const Operand& b, int64_t k, int64_t n, float* C) {
-  for_each_upper_block(k, /*deal=*/true, [&](int64_t i0) {
-    product(std::min(kBlockRows, k - i0), k - i0, n, a.at(i0, 0), b.at(0, i0), C + i0 * k + i0, k);
+  for_each_upper_block(k, kFp32BlockRows, /*deal=*/true, [&](int64_t i0) {
+    const int64_t rows = std::min(kFp32BlockRows, k - i0);
+    product(rows, k - i0, n, a.at(i0, 0), b.at(0, i0), C + i0 * k + i0, k);
   });
 }
 

@@ -122,7 +122,7 @@ void whole_product_into(const at::Tensor& A, const at::Tensor& B, const at::Tens
         A.size(0), "x", B.size(1), " bf16 result new memory instead of the workspace's");
 }
 
-// The upper triangle of a symmetric k×k fp32 or bf16 matrix as its blocks of kBlockRows rows:
+// The upper triangle of a symmetric k×k fp32 or bf16 matrix as its blocks of kBf16BlockRows rows:
 // the block at row i0 holds rows i0 .. i0 + r and columns i0 .. k densely — what one product
 // writes (oneDNN 2.6 runs its brgemm kernels only on a result whose rows are that dense).
 template <class T>
@@ -132,35 +132,35 @@ struct UpperBlocks {
   const T* base = data.data_ptr<T>();  // read per element: not looked up each time
 
   static int64_t offset(int64_t i0, int64_t k) {  // where the block at row i0 starts
-    const int64_t before = i0 / kBlockRows;
-    return kBlockRows * (before * k - kBlockRows * before * (before - 1) / 2);
+    const int64_t before = i0 / kBf16BlockRows;
+    return kBf16BlockRows * (before * k - kBf16BlockRows * before * (before - 1) / 2);
   }
   static int64_t elements(int64_t k) {
-    const int64_t last = (k - 1) / kBlockRows * kBlockRows;
+    const int64_t last = (k - 1) / kBf16BlockRows * kBf16BlockRows;
     return offset(last, k) + (k - last) * (k - last);
   }
   at::Tensor block(int64_t i0) const {
-    const int64_t rows = std::min(kBlockRows, k - i0);
+    const int64_t rows = std::min(kBf16BlockRows, k - i0);
     return data.narrow(0, offset(i0, k), rows * (k - i0)).view({rows, k - i0});
   }
   // Row i indexed by column: row(i)[j] is element (i, j) for j ≥ i.
   const T* row(int64_t i) const {
-    const int64_t i0 = i / kBlockRows * kBlockRows;
+    const int64_t i0 = i / kBf16BlockRows * kBf16BlockRows;
     return base + offset(i0, k) + (i - i0) * (k - i0) - i0;
   }
 };
 
 // C ← the upper triangle of A·Bᵀ for bf16 A and B (k×n each) whose product is symmetric — W·Wᵀ,
 // or A·B for a symmetric B: one product per block of rows (for_each_upper_block), into
-// C_block(i0), the block at row i0 (rows i0 .. i0 + kBlockRows, columns i0 .. k). Bᵀ rather than
+// C_block(i0), the block at row i0 (rows i0 .. i0 + kBf16BlockRows, columns i0 .. k). Bᵀ rather than
 // B makes each block's right operand rows of B, read densely. The emulation's at::mm threads
 // itself, so its blocks are not dealt to the threads.
 template <class Block>
 void upper_product_into(const at::Tensor& A, const at::Tensor& B, const Block& C_block,
                         Bf16Products products) {
   const int64_t k = A.size(0);
-  for_each_upper_block(k, products != Bf16Products::emulated, [&](int64_t i0) {
-    const int64_t rows = std::min(kBlockRows, k - i0);
+  for_each_upper_block(k, kBf16BlockRows, products != Bf16Products::emulated, [&](int64_t i0) {
+    const int64_t rows = std::min(kBf16BlockRows, k - i0);
     product_into(A.narrow(0, i0, rows), B.narrow(0, i0, k - i0).t(), C_block(i0), products);
   });
 }

@@ -15,26 +15,27 @@ bool have_blas() {
 
 namespace {
 
-// FLOPs of one triangle of a symmetric k×k product with inner dimension n: oneDNN's row blocks
-// compute their diagonal blocks whole, BLIS's and a CBLAS's syrk one triangle.
-double triangle_flops(double k, double n, bool blocks) {
-  return blocks ? 2 * n * static_cast<double>(upper_block_elements(static_cast<int64_t>(k)))
-                : k * k * n;
+// FLOPs of one triangle of a symmetric k×k product with inner dimension n: row blocks compute
+// their diagonal blocks whole, BLIS's and a CBLAS's syrk one triangle.
+double triangle_flops(double k, double n, int64_t block_rows) {
+  if (block_rows == 0) return k * k * n;
+  return 2 * n * static_cast<double>(upper_block_elements(static_cast<int64_t>(k), block_rows));
 }
 
 }  // namespace
 
-double symmetric_flops(double k, double m, int64_t steps, bool blocks) {
-  const double iteration = triangle_flops(k, m, blocks) + triangle_flops(k, k, blocks) + 2 * k * k * m;
+double symmetric_flops(double k, double m, int64_t steps, int64_t block_rows) {
+  const double iteration =
+      triangle_flops(k, m, block_rows) + triangle_flops(k, k, block_rows) + 2 * k * k * m;
   return static_cast<double>(steps) * iteration;
 }
 
 // Follows gram_one()'s schedule step by step.
 double gram_flops(double k, double m, int64_t steps, const std::vector<int64_t>& restarts,
-                  bool blocks) {
-  const double syrk_w = triangle_flops(k, m, blocks), product_w = 2 * k * k * m;
-  const double syrk_a = triangle_flops(k, k, blocks);
-  const double product_a = blocks ? syrk_a : blas::product_upper_flops(k);
+                  int64_t block_rows) {
+  const double syrk_w = triangle_flops(k, m, block_rows), product_w = 2 * k * k * m;
+  const double syrk_a = triangle_flops(k, k, block_rows);
+  const double product_a = block_rows > 0 ? syrk_a : blas::product_upper_flops(k);
   double flops = syrk_w;
   bool fresh = true;
   for (int64_t done = 1; done <= steps; ++done) {
