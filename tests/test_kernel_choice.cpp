@@ -70,11 +70,12 @@ TEST(KernelChoice, BlisConfigurationFromTheFeatureBitsNotACpuModelTable) {
 }
 
 // The flags /proc/cpuinfo lists (Linux reports what the CPU and the kernel support together).
-std::set<std::string> proc_cpuinfo_flags() {
+// The words after "key:" on the first line of /proc/cpuinfo that starts with key.
+std::set<std::string> proc_cpuinfo(const std::string& key) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
   while (std::getline(cpuinfo, line)) {
-    if (line.rfind("flags", 0) == 0) {
+    if (line.rfind(key, 0) == 0) {
       std::istringstream words(line.substr(line.find(':') + 1));
       return {std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
     }
@@ -82,10 +83,53 @@ std::set<std::string> proc_cpuinfo_flags() {
   return {};
 }
 
+TEST(KernelChoice, Fp32ProductsLeaveTheLibraryOnlyForAnSgemmThatIsSafeHere) {
+  auto intel = avx512_cpu(), amd = avx512_cpu();
+  intel.vendor = "GenuineIntel";
+  amd.vendor = "AuthenticAMD";
+  const std::string debian = "oneDNN 2.6.3", pypi = "Intel(R) MKL-DNN v3.13.3 (Git Hash b38f97e)";
+  const std::string mkl = "MKL 2024.2";
+  const auto choose = [](const CpuFeatures& f, Fp32GemmContext context) {
+    return choose_fp32_gemm(f, context);
+  };
+
+  // LibTorch on the linked oneDNN release (Debian's): its sgemm, on any AVX-512 CPU.
+  for (const auto& cpu : {intel, amd}) {
+    const auto same = choose(cpu, {debian, "oneDNN v2.6.3 (Git Hash 0)", ""});
+    EXPECT_EQ(same.gemm, Fp32Gemm::onednn_sgemm);
+    EXPECT_EQ(same.reason, "oneDNN 2.6.3's sgemm (LibTorch's oneDNN too)");
+  }
+  // PyPI's torch: another oneDNN, whose symbols would break the linked one's sgemm; its MKL on
+  // Intel CPUs, the library elsewhere.
+  const auto pypi_intel = choose(intel, {debian, pypi, mkl});
+  EXPECT_EQ(pypi_intel.gemm, Fp32Gemm::libtorch_blas);
+  EXPECT_EQ(pypi_intel.reason,
+            "LibTorch's MKL 2024.2 sgemm (not oneDNN's: LibTorch's oneDNN is 3.13.3, not oneDNN "
+            "2.6.3, and its symbols would take the place of the linked library's)");
+  const auto pypi_amd = choose(amd, {debian, pypi, mkl});
+  EXPECT_EQ(pypi_amd.gemm, Fp32Gemm::library);
+  EXPECT_EQ(pypi_amd.reason,
+            "LibTorch's oneDNN is 3.13.3, not oneDNN 2.6.3, and its symbols would take the place "
+            "of the linked library's; LibTorch's MKL was measured on Intel CPUs only");
+  EXPECT_EQ(choose(intel, {debian, pypi, ""}).gemm, Fp32Gemm::library);  // no MKL exported
+  // A build without oneDNN, or a LibTorch without one (its version text has no release).
+  EXPECT_EQ(choose(intel, {"", pypi, mkl}).reason,
+            "LibTorch's MKL 2024.2 sgemm (not oneDNN's: no oneDNN in this build)");
+  const auto without = choose(intel, {debian, "MKLDNN not found", ""});
+  EXPECT_EQ(without.gemm, Fp32Gemm::library);
+  EXPECT_EQ(without.reason, "LibTorch's oneDNN is MKLDNN not found, not oneDNN 2.6.3, and its "
+                            "symbols would take the place of the linked library's");
+  // Below AVX-512 BLIS's own kernels were the fastest measured, whatever the rest.
+  const auto avx2 = choose(avx2_cpu(), {debian, "oneDNN v2.6.3", mkl});
+  EXPECT_EQ(avx2.gemm, Fp32Gemm::library);
+  EXPECT_EQ(avx2.reason, "oneDNN's and MKL's sgemm outran BLIS on AVX-512 CPUs only");
+}
+
 TEST(KernelChoice, DetectedFeaturesAgreeWithTheKernel) {
-  const auto flags = proc_cpuinfo_flags();
+  const auto flags = proc_cpuinfo("flags");
   if (flags.empty()) return;  // not Linux on x86-64: nothing to compare with
   const auto& f = cpu_features();
+  EXPECT_EQ(proc_cpuinfo("vendor_id"), std::set<std::string>{f.vendor});
   EXPECT_EQ(f.avx2, flags.count("avx2") == 1) << f.flags();
   EXPECT_EQ(f.fma, flags.count("fma") == 1) << f.flags();
   EXPECT_EQ(f.avx512f, flags.count("avx512f") == 1) << f.flags();
@@ -107,6 +151,13 @@ TEST(KernelChoice, TheProductsRunVectorKernelsWhereverTheCpuAllowsThem) {
     // OpenBLAS picks for itself (OPENBLAS_CORETYPE may hold it to AVX2): never reference code.
     EXPECT_NE(blas::kernel_family(), "none");
   }
+  // The report says where fp32 products run: on the library or on an sgemm, and that only on
+  // AVX-512 CPUs.
+  if (!blas::available()) return;
+  const bool elsewhere = report.find("; fp32 products on ") != std::string::npos;
+  EXPECT_EQ(elsewhere, blas::fp32_on_sgemm());
+  EXPECT_NE(elsewhere, report.find("; fp32 too (") != std::string::npos);
+  if (elsewhere) EXPECT_EQ(allowed, VectorFamily::avx512);
 }
 
 }  // namespace

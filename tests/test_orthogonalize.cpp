@@ -163,8 +163,8 @@ TEST(Orthogonalize, FastPathsSplitTheirProductsOverAnyThreadCount) {
   // threads: in float64 (BLIS or the CBLAS) the split must not change the result beyond rounding;
   // in float32 every split is as accurate as the plain float32 chain, by the bound of
   // FastPathsAreAsAccurateAsThePlainIteration. A side of 610 is five row blocks of a symmetric
-  // product where float32 runs on oneDNN (128 rows each, the last 98; blas_backend() names
-  // oneDNN there): dealt to 1 or 2 threads, each spread over 3.
+  // product where float32 runs on oneDNN's or MKL's sgemm (128 rows each, the last 98;
+  // blas_backend() names it there): dealt to 1 or 2 threads, each spread over 3.
   auto gen = seeded(13);
   const Threads restore(at::get_num_threads());
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{610, 803}, {803, 610}}) {
@@ -333,8 +333,9 @@ TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {
   EXPECT_EQ(resolve_method(at::zeros({64, 512}), {}), NsMethod::gram);
   // Nearly square: BLIS's triangular products make gram the cheaper one for any m > k; a CBLAS's
   // (GEMMs on 128-row blocks: whole products below k = 128) only from m > 5k/3 at such k, and so
-  // do oneDNN's row blocks (fp32 where it runs them, 128 rows; bf16, 192).
-  const bool triangles = blas_backend().rfind("BLIS", 0) == 0 && !detail::blas::fp32_on_onednn();
+  // do row blocks of an sgemm (fp32 on oneDNN's or MKL's, 128 rows) and of oneDNN's bf16 products
+  // (192 rows).
+  const bool triangles = blas_backend().rfind("BLIS", 0) == 0 && !detail::blas::fp32_on_sgemm();
   EXPECT_EQ(resolve_method(at::zeros({64, 65}), {}),
             triangles ? NsMethod::gram : NsMethod::symmetric);
   EXPECT_EQ(resolve_method(at::zeros({64, 65}, at::kDouble), {}),

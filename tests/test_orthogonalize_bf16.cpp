@@ -13,6 +13,7 @@
 #include "helpers.h"
 #include "math/cpu/bf16_rounding.h"
 #include "muon/error.h"
+#include "muon/internal/kernel_choice.h"
 #include "muon/internal/newton_schulz_bf16.h"
 #include "muon/orthogonalize.h"
 

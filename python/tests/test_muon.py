@@ -2,6 +2,7 @@
 §Muon update, written out in Python."""
 import inspect
 import re
+import sys
 
 import pytest
 import torch
@@ -102,6 +103,35 @@ def test_orthogonalize_matches_reference_and_leaves_input(method):
     expected = (gram - torch.eye(20, dtype=gram.dtype)).norm().item() / 20 ** 0.5
     assert muon_cpp.orthogonality_error(ours) == pytest.approx(expected, rel=1e-9)
 
+
+
+def test_fp32_products_leave_blis_only_for_an_sgemm_safe_beside_this_torch():
+    """fp32 products run on LibTorch's MKL sgemm where this torch's BLAS is MKL, on an Intel
+    AVX-512 CPU, unless this torch runs on the oneDNN muon_cpp links (then on its sgemm): PyPI's
+    x86-64 wheels export MKL's sgemm, and their own oneDNN would break the linked one's. Their row
+    blocks, on 1 to 3 threads, are as accurate as the plain fp32 chain."""
+    backend = muon_cpp._core.blas_backend()
+    cpuinfo = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
+    intel_avx512 = "GenuineIntel" in cpuinfo and all(
+        re.search(r"\b%s\b" % flag, cpuinfo) for flag in ("avx512f", "avx512dq", "avx512bw", "avx512vl"))
+    on_onednn = "sgemm (LibTorch's oneDNN too) instead" in backend
+    on_mkl = "; fp32 products on LibTorch's MKL " in backend
+    assert on_mkl == (torch.backends.mkl.is_available() and intel_avx512 and not on_onednn), backend
+    torch.manual_seed(8)
+    threads = torch.get_num_threads()
+    try:
+        for shape in [(610, 803), (803, 610)]:  # five 128-row blocks with ragged edges
+            x = torch.randn(shape, dtype=torch.float64)
+            truth = reference_newton_schulz(x)
+            plain = max_rel_diff(muon_cpp.orthogonalize(x.float(), method="plain"), truth)
+            for count in (1, 2, 3):
+                torch.set_num_threads(count)
+                for method in ("symmetric", "gram"):
+                    ours = muon_cpp.orthogonalize(x.float(), method=method)
+                    error = max_rel_diff(ours, truth)
+                    assert error <= 3 * plain + 2e-5, (shape, count, method, error, plain, backend)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("method", ["plain", "symmetric", "gram", "automatic"])

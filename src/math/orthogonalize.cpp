@@ -260,8 +260,9 @@ bool gram_is_cheaper(int64_t rows, int64_t cols, const OrthogonalizeOptions& opt
                      at::ScalarType dtype) {
   const double k = static_cast<double>(std::min(rows, cols));
   const double m = static_cast<double>(std::max(rows, cols));
-  // bf16 products, and fp32 ones on oneDNN, compute symmetric products by row blocks.
-  const bool fp32_blocks = dtype == at::kFloat && detail::blas::fp32_on_onednn();
+  // bf16 products, and fp32 ones on another sgemm than BLIS's, compute symmetric products by
+  // row blocks.
+  const bool fp32_blocks = dtype == at::kFloat && detail::blas::fp32_on_sgemm();
   const int64_t block_rows = dtype == at::kBFloat16 ? detail::kBf16BlockRows
                              : fp32_blocks           ? detail::kFp32BlockRows
                                                      : 0;

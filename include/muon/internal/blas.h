@@ -1,8 +1,8 @@
 // Internal: the dense products the CPU Newton–Schulz methods (newton_schulz_blas.cpp) are built
 // of, on BLIS where the build found it and on any CBLAS otherwise. BLIS is preferred: its gemmt
 // computes one triangle of a product at GEMM speed, and its syrk runs closer to GEMM speed than
-// OpenBLAS 0.3.21's (docs/benchmarks.md). fp32 products run on oneDNN's sgemm instead where that
-// is safe and faster (src/math/cpu/blas_onednn.h).
+// OpenBLAS 0.3.21's (docs/benchmarks.md). fp32 products run on oneDNN's or LibTorch's MKL sgemm
+// instead where that is safe and faster (src/math/cpu/blas_sgemm.h).
 #pragma once
 
 #include <cstdint>
@@ -15,9 +15,11 @@ bool available();
 // The library, the kernels it runs and why, e.g. "BLIS 0.9.0, configuration 'skx' (avx512
 // kernels): chosen from the CPU's feature bits (avx512); BLIS's own detection picked 'generic'",
 // then "; fp32 products on oneDNN 2.6.3's sgemm (LibTorch's oneDNN too) instead" where those run
-// on oneDNN, else "; fp32 too (not oneDNN: " and why ")".
+// on another sgemm (kernel_choice.h's choose_fp32_gemm), else "; fp32 too (" and why ")".
 std::string backend();
-// Whether fp32 products run on oneDNN (fp64 ones always run on the library).
+// Whether fp32 products run on another sgemm than the library's, a symmetric product's triangle as
+// row blocks of it (fp64 ones always run on the library); and whether that sgemm is oneDNN's.
+bool fp32_on_sgemm();
 bool fp32_on_onednn();
 // The vector family of those kernels: "avx512", "avx2", "none" (reference code) or "unknown".
 std::string kernel_family();

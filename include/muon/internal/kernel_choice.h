@@ -4,6 +4,7 @@
 // functions of the bits, so tests run every branch with injected bits on any machine.
 #pragma once
 
+#include <array>
 #include <string>
 
 namespace muon::detail {
@@ -14,6 +15,7 @@ struct CpuFeatures {
   bool avx512f = false, avx512dq = false, avx512bw = false, avx512vl = false;  // and ZMM state
   bool avx512_bf16 = false;  // VDPBF16PS: bf16 dot products into fp32
   bool amx_bf16 = false;     // AMX tiles with bf16 (and the OS saving tile state)
+  std::string vendor;        // CPUID's vendor string: "GenuineIntel", "AuthenticAMD", ...
   std::string model;         // the brand string, for reports only
 
   // The present features as a space-separated list ("avx2 fma avx512f ...").
@@ -40,6 +42,26 @@ struct BlisChoice {
 BlisChoice choose_blis_config(const std::string& blis_own, VectorFamily allowed);
 // The vector family of a BLIS configuration's kernels (none for generic and unknown ones).
 VectorFamily blis_config_family(const std::string& config);
+
+// (major, minor, patch) of the first "N.N.N" in a version text ("oneDNN 2.6.3", "Intel(R)
+// MKL-DNN v3.13.3 (Git Hash …)"); zeros where there is none (a LibTorch without oneDNN).
+std::array<int, 3> release_of(const std::string& text);
+
+// Where the fp32 Newton–Schulz products run: on the BLAS library (BLIS or a CBLAS, which has
+// triangular products), or on a GEMM that ran them faster on AVX-512 CPUs, a symmetric product's
+// upper triangle as row blocks of it (docs/algorithms.md, "Whose GEMM").
+enum class Fp32Gemm { library, onednn_sgemm, libtorch_blas };
+// What the choice depends on besides the CPU: the oneDNN release this build links, the one
+// LibTorch runs on, and the MKL LibTorch's BLAS is, where its library exports MKL's sgemm
+// (version texts; "" where there is none).
+struct Fp32GemmContext {
+  std::string onednn_linked, onednn_libtorch, libtorch_mkl;
+};
+struct Fp32GemmChoice {
+  Fp32Gemm gemm;
+  std::string reason;  // where the products run, or why not elsewhere than the library
+};
+Fp32GemmChoice choose_fp32_gemm(const CpuFeatures& features, const Fp32GemmContext& context);
 
 // Whether the features include bf16 dot products (AVX512_BF16 or AMX-BF16): what makes bf16
 // matrix products faster than fp32 ones.

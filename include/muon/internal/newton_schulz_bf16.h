@@ -7,7 +7,6 @@
 
 #include <ATen/ATen.h>
 
-#include <array>
 #include <string>
 #include <vector>
 
@@ -29,10 +28,6 @@ enum class Bf16Products { onednn, libtorch, emulated };
 // Whether this CPU and build run bf16 products in hardware; else why not.
 bool bf16_products_available();
 std::string bf16_products_unavailable_reason();
-
-// (major, minor, patch) of the first "N.N.N" in a version text ("oneDNN 2.6.3", "Intel(R)
-// MKL-DNN v3.13.3 (Git Hash …)"); zeros where there is none (a LibTorch without oneDNN).
-std::array<int, 3> release_of(const std::string& text);
 
 // libtorch where LibTorch's oneDNN is a newer release than the one this build links (PyPI's
 // torch bundles a current one; Debian's links the system's, ours): its GEMM then ran the large

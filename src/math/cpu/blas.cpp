@@ -1,5 +1,5 @@
 // Every BLAS product of the Newton–Schulz chain on CPU (plain, symmetric and Gram steps) over
-// BLIS or any CBLAS — the fp32 ones on oneDNN where blas_onednn.h chooses it. One file
+// BLIS or any CBLAS — the fp32 ones on another sgemm where blas_sgemm.h chooses one. One file
 // of ~500 lines on purpose: the typed wrappers share the blocking and threading helpers at its
 // top, which would otherwise have to become an internal header.
 #include "muon/internal/blas.h"
@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "blas_onednn.h"
+#include "blas_sgemm.h"
 #include "muon/internal/kernel_choice.h"
 
 #if MUON_HAVE_BLIS
@@ -36,7 +36,7 @@ namespace {
 }  // namespace
 
 // The library's own description; each build's products are in namespace lib below, and the
-// public functions at the end send fp32 ones to oneDNN where blas_onednn.h chooses it.
+// public functions at the end send fp32 ones to another sgemm where blas_sgemm.h chooses one.
 namespace lib {
 std::string backend();
 }  // namespace lib
@@ -448,23 +448,24 @@ void gemm_square(const T*, const T*, T*, int) {}
 
 std::string backend() {
   if (!available()) return lib::backend();
-  if (!onednn::chosen()) {
-    return lib::backend() + "; fp32 too (not oneDNN: " + onednn::description() + ")";
-  }
-  return lib::backend() + "; fp32 products on " + onednn::description() + " instead";
+  if (!sgemm::chosen()) return lib::backend() + "; fp32 too (" + sgemm::description() + ")";
+  return lib::backend() + "; fp32 products on " + sgemm::description() + " instead";
+}
+
+bool fp32_on_sgemm() {
+  return available() && sgemm::chosen();
 }
 
 bool fp32_on_onednn() {
-  return available() && onednn::chosen();
+  return fp32_on_sgemm() && sgemm::on_onednn();
 }
 
-// The products: fp32 ones on oneDNN where it was chosen (it has no fp64 products), the rest on
-// the library.
+// The products: fp32 ones on the sgemm where one was chosen (fp64 ones always on the library).
 
 template <class T>
 void gram_upper(const T* W, const Panel& p, T* A) {
   if constexpr (std::is_same_v<T, float>) {
-    if (onednn::chosen()) return onednn::gram_upper(W, p, A);
+    if (sgemm::chosen()) return sgemm::gram_upper(W, p, A);
   }
   lib::gram_upper(W, p, A);
 }
@@ -472,7 +473,7 @@ void gram_upper(const T* W, const Panel& p, T* A) {
 template <class T>
 void square_upper(const T* A, T* C, int k) {
   if constexpr (std::is_same_v<T, float>) {
-    if (onednn::chosen()) return onednn::square_upper(A, C, k);
+    if (sgemm::chosen()) return sgemm::square_upper(A, C, k);
   }
   lib::square_upper(A, C, k);
 }
@@ -480,7 +481,7 @@ void square_upper(const T* A, T* C, int k) {
 template <class T>
 void product_upper(const T* A, const T* B, T* C, int k) {
   if constexpr (std::is_same_v<T, float>) {
-    if (onednn::chosen()) return onednn::product_upper(A, B, C, k);
+    if (sgemm::chosen()) return sgemm::product_upper(A, B, C, k);
   }
   lib::product_upper(A, B, C, k);
 }
@@ -488,7 +489,7 @@ void product_upper(const T* A, const T* B, T* C, int k) {
 template <class T>
 void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
   if constexpr (std::is_same_v<T, float>) {
-    if (onednn::chosen()) return onednn::gemm_left(R, B, p, C);
+    if (sgemm::chosen()) return sgemm::gemm_left(R, B, p, C);
   }
   lib::gemm_left(R, B, p, C);
 }

@@ -1,6 +1,9 @@
 #include "muon/internal/kernel_choice.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -34,6 +37,15 @@ uint64_t saved_state() {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
+std::string vendor() {
+  const auto r = cpuid(0);
+  char text[13] = {};
+  std::memcpy(text, &r.ebx, 4);
+  std::memcpy(text + 4, &r.edx, 4);
+  std::memcpy(text + 8, &r.ecx, 4);
+  return text;
+}
+
 std::string brand() {
   if (cpuid(0x80000000).eax < 0x80000004) return "";
   char text[49] = {};
@@ -53,6 +65,7 @@ std::string brand() {
 CpuFeatures detect() {
   CpuFeatures f;
   f.x86_64 = true;
+  f.vendor = vendor();
   f.model = brand();
   const auto leaf1 = cpuid(1);
   if (!bit(leaf1.ecx, 27)) return f;  // no OSXSAVE: no AVX state either
@@ -146,6 +159,48 @@ BlisChoice choose_blis_config(const std::string& blis_own, VectorFamily allowed)
                                                              : "generic";
   return {config, "chosen from the CPU's feature bits (" + to_string(allowed) +
                       "); BLIS's own detection picked '" + blis_own + "'"};
+}
+
+std::array<int, 3> release_of(const std::string& text) {
+  std::array<int, 3> release{0, 0, 0};
+  const auto digit =
+      std::find_if(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+  if (digit != text.end() &&
+      std::sscanf(&*digit, "%d.%d.%d", &release[0], &release[1], &release[2]) != 3) {
+    release = {0, 0, 0};
+  }
+  return release;
+}
+
+Fp32GemmChoice choose_fp32_gemm(const CpuFeatures& f, const Fp32GemmContext& context) {
+  if (fp32_family(f) != VectorFamily::avx512) {
+    return {Fp32Gemm::library, "oneDNN's and MKL's sgemm outran BLIS on AVX-512 CPUs only"};
+  }
+  const auto& ours = context.onednn_linked;
+  const auto& theirs = context.onednn_libtorch;
+  // Beside a LibTorch on another oneDNN release (PyPI's bundles its own), that copy's exported
+  // weak symbols — the one-time set-up of the sgemm kernels among them — take the place of the
+  // linked library's, and its sgemm fails.
+  if (!ours.empty() && release_of(ours) == release_of(theirs)) {
+    return {Fp32Gemm::onednn_sgemm, ours + "'s sgemm (LibTorch's oneDNN too)"};
+  }
+  const auto release = release_of(theirs);
+  const std::string libtorch_onednn =
+      release == std::array<int, 3>{0, 0, 0}
+          ? theirs
+          : std::to_string(release[0]) + "." + std::to_string(release[1]) + "." +
+                std::to_string(release[2]);
+  const std::string no_onednn =
+      ours.empty() ? "no oneDNN in this build"
+                   : "LibTorch's oneDNN is " + libtorch_onednn + ", not " + ours +
+                         ", and its symbols would take the place of the linked library's";
+  // MKL's sgemm was measured against BLIS on Intel CPUs only (MKL picks its kernels by vendor).
+  const auto& mkl = context.libtorch_mkl;
+  if (!mkl.empty() && f.vendor == "GenuineIntel") {
+    return {Fp32Gemm::libtorch_blas, "LibTorch's " + mkl + " sgemm (not oneDNN's: " + no_onednn + ")"};
+  }
+  return {Fp32Gemm::library,
+          no_onednn + (mkl.empty() ? "" : "; LibTorch's MKL was measured on Intel CPUs only")};
 }
 
 bool has_bf16_products(const CpuFeatures& f) {

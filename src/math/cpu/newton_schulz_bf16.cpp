@@ -4,11 +4,8 @@
 #include <ATen/Version.h>
 
 #include <algorithm>
-#include <array>
-#include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -35,17 +32,6 @@ std::string bf16_products_unavailable_reason() {
   }
   if (!dnnl::available()) return "this build has no oneDNN (libdnnl-dev)";
   return dnnl::version() + " has no bf16 matrix-product kernel for this CPU";
-}
-
-std::array<int, 3> release_of(const std::string& text) {
-  std::array<int, 3> release{0, 0, 0};
-  const auto digit =
-      std::find_if(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-  if (digit != text.end() &&
-      std::sscanf(&*digit, "%d.%d.%d", &release[0], &release[1], &release[2]) != 3) {
-    release = {0, 0, 0};
-  }
-  return release;
 }
 
 namespace {

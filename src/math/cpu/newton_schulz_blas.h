@@ -32,7 +32,7 @@ at::Tensor gram_iterations(at::Tensor& X, const CoefficientTable& table, int64_t
 
 // The cost model `automatic` chooses by: FLOPs of each method for `steps` iterations on a k×m
 // side (k ≤ m), counting a product known to be symmetric at what computes it: row blocks of
-// `block_rows` rows each (upper_blocks.h: bf16, and fp32 where blas::fp32_on_onednn()), or the
+// `block_rows` rows each (upper_blocks.h: bf16, and fp32 where blas::fp32_on_sgemm()), or the
 // library's triangles where block_rows is 0.
 double symmetric_flops(double k, double m, int64_t steps, int64_t block_rows);
 double gram_flops(double k, double m, int64_t steps, const std::vector<int64_t>& restarts,

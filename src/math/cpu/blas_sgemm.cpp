@@ -1,0 +1,146 @@
+#include "blas_sgemm.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "muon/internal/dnnl.h"
+#include "muon/internal/kernel_choice.h"
+#include "upper_blocks.h"
+
+namespace muon::detail::blas::sgemm {
+namespace {
+
+// A strided operand, element (i, j) at data[i·rs + j·cs] with rs or cs 1, as sgemm takes it: a
+// row-major matrix read as it is (cs 1, rows rs apart) or transposed (rs 1, its rows cs apart).
+struct Operand {
+  const float* data;
+  int64_t rs, cs;
+
+  Operand at(int64_t i, int64_t j) const { return {data + i * rs + j * cs, rs, cs}; }
+  Operand t() const { return {data, cs, rs}; }
+  bool transposed() const { return cs != 1; }
+  // Its leading dimension as an rows×cols operand: where one row or column is all there is, both
+  // strides may be 1, and sgemm still wants the row length.
+  int64_t ld(int64_t rows, int64_t cols) const {
+    return transposed() ? std::max(cs, rows) : std::max(rs, cols);
+  }
+};
+
+// MKL's Fortran sgemm (LP64: 32-bit sizes) and its version, where LibTorch's BLAS is MKL linked
+// into libtorch_cpu (PyPI's x86-64 wheels), which exports both. Looked up in LibTorch's own
+// library, so that no other BLAS in the process (NumPy's, the system's) answers for it.
+using FortranSgemm = void (*)(const char*, const char*, const int*, const int*, const int*,
+                              const float*, const float*, const int*, const float*, const int*,
+                              const float*, float*, const int*);
+struct LibTorchMkl {
+  FortranSgemm sgemm = nullptr;
+  std::string version;  // "MKL 2024.2"; "" where there is none
+};
+
+const LibTorchMkl& libtorch_mkl() {
+  static const LibTorchMkl mkl = []() -> LibTorchMkl {
+    Dl_info where{};
+    // The context lives in LibTorch's library; the handle stays open for the process.
+    if (!at::hasMKL() || dladdr(&at::globalContext(), &where) == 0 || !where.dli_fname) return {};
+    void* library = dlopen(where.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (library == nullptr) return {};
+    const auto sgemm = reinterpret_cast<FortranSgemm>(dlsym(library, "sgemm_"));
+    const auto version =
+        reinterpret_cast<void (*)(char*, int)>(dlsym(library, "MKL_Get_Version_String"));
+    if (sgemm == nullptr || version == nullptr) return {};
+    char text[200] = {};
+    version(text, sizeof text - 1);
+    // "Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build …" → "MKL 2024.2"
+    const std::string full = text;
+    const auto at = full.find("Version ");
+    const std::string number = at == std::string::npos ? "" : full.substr(at + 8);
+    return {sgemm, "MKL " + number.substr(0, number.find_first_of("- "))};
+  }();
+  return mkl;
+}
+
+const Fp32GemmChoice& choice() {
+  static const Fp32GemmChoice c = choose_fp32_gemm(
+      cpu_features(), {dnnl::available() ? dnnl::version() : "", at::get_mkldnn_version(),
+                       libtorch_mkl().version});
+  return c;
+}
+
+// C (m×n, rows ldc apart) ← a·b.
+void product(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b, float* c,
+             int64_t ldc) {
+  ldc = std::max(ldc, n);
+  if (choice().gemm == Fp32Gemm::onednn_sgemm) {
+    dnnl::sgemm(a.transposed(), b.transposed(), m, n, k, a.data, a.ld(m, k), b.data, b.ld(k, n),
+                c, ldc);
+    return;
+  }
+  // MKL's is column-major: the row-major C = a·b is its Cᵀ = bᵀ·aᵀ, and a row-major operand read
+  // as it is is its transpose there — the same transposition flags, the operands swapped.
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  const int lda = static_cast<int>(a.ld(m, k)), ldb = static_cast<int>(b.ld(k, n));
+  const int ldci = static_cast<int>(ldc);
+  const float one = 1.0f, zero = 0.0f;
+  libtorch_mkl().sgemm(b.transposed() ? "T" : "N", a.transposed() ? "T" : "N", &ni, &mi, &ki, &one,
+                       b.data, &ldb, a.data, &lda, &zero, c, &ldci);
+}
+
+// C's upper triangle (k×k, row-major) ← a·b for k×n a and n×k b whose product is symmetric, by
+// the row blocks of upper_blocks.h: block i0 is a's rows i0 .. i0 + kFp32BlockRows times b's
+// columns i0 .. k.
+void upper(const Operand& a, const Operand& b, int64_t k, int64_t n, float* C) {
+  for_each_upper_block(k, kFp32BlockRows, /*deal=*/true, [&](int64_t i0) {
+    const int64_t rows = std::min(kFp32BlockRows, k - i0);
+    product(rows, k - i0, n, a.at(i0, 0), b.at(0, i0), C + i0 * k + i0, k);
+  });
+}
+
+}  // namespace
+
+bool chosen() {
+  return choice().gemm != Fp32Gemm::library;
+}
+
+bool on_onednn() {
+  return choice().gemm == Fp32Gemm::onednn_sgemm;
+}
+
+std::string description() {
+  return choice().reason;
+}
+
+void gram_upper(const float* W, const Panel& p, float* A) {
+  const Operand w{W, p.rs, p.cs};
+  upper(w, w.t(), p.k, p.m, A);
+}
+
+void square_upper(const float* A, float* C, int k) {
+  const Operand a{A, k, 1};
+  upper(a, a.t(), k, k, C);
+}
+
+void product_upper(const float* A, const float* B, float* C, int k) {
+  upper({A, k, 1}, {B, k, 1}, k, k, C);
+}
+
+// By parts of B's columns, one per thread, each product on its thread's core (as the library's
+// own products, blas.cpp); a product under ~2 MFLOP on one thread. A column-major panel (a tall
+// matrix read as its transpose) as Cᵀ = Bᵀ·Rᵀ, whose rows are C's columns.
+void gemm_left(const float* R, const float* B, const Panel& p, float* C) {
+  const bool small = 2.0 * p.k * p.k * p.m < 2e6;
+  const Operand r{R, p.k, 1}, b{B, p.rs, p.cs};
+  at::parallel_for(0, p.m, small ? p.m : 16, [&](int64_t j0, int64_t j1) {
+    if (!b.transposed()) {
+      product(p.k, j1 - j0, p.k, r, b.at(0, j0), C + j0, p.rs);
+    } else {
+      product(j1 - j0, p.k, p.k, b.at(0, j0).t(), r.t(), C + j0 * p.cs, p.cs);
+    }
+  });
+}
+
+}  // namespace muon::detail::blas::sgemm
