@@ -2,6 +2,7 @@
 
     python3 bench/torch_peers.py [--device cpu|cuda] [--threads N] [--layers 4] [--width 768]
                                  [--mlp swiglu|gelu] [--steps 10] [--json FILE]
+                                 [--only muon|orthogonalize|adamw]
 
 Muon on the hidden matrices (per layer q, k, v, o of width²; an MLP of hidden size 4·width:
 gate, up and down with --mlp swiglu, up and down with gelu): torch.optim.Muon (PyTorch 2.9+,
@@ -9,7 +10,8 @@ bf16 Newton–Schulz) beside muon_cpp.Muon with bf16 and fp32 Newton–Schulz (o
 default, bf16) and, where torch has no Muon, a plain bf16 ATen Muon written here. AdamW on every
 tensor (embedding and norms too): torch.optim.AdamW(fused=True) (PyTorch 2.4+ on the CPU) and
 (foreach=True) beside muon_cpp.AdamW, Adam and Lamb, with a copy of the same bytes as the
-bandwidth they are bound by.
+bandwidth they are bound by. Newton–Schulz alone: each distinct matrix shape (and 1024², 1024×4096)
+orthogonalized by every Muon candidate's own chain, against torch.mm's fp32 and bf16 GEMM rates.
 
 On the CPU every library runs on --threads threads: muon_cpp's products and kernels run on
 PyTorch's intra-op threads, so torch.set_num_threads(N) sets both (docs/python.md §Threads).
@@ -200,6 +202,45 @@ def bench_muon(args, device, results):
               f"   ‖NS − polar‖/‖polar‖: {errors}")
 
 
+def bench_orthogonalize(args, device, results):
+    """Each distinct matrix shape of the run (and the 1024² and 1024×4096 of `muon bench`)
+    orthogonalized alone, in the same rounds as a 2048³ GEMM per dtype; GFLOP/s count the plain
+    chain's 5·(4k²m + 2k³) FLOPs, whatever each method does."""
+    matrices, _ = gpt_shapes(args.layers, args.width, args.vocab, args.mlp)
+    shapes = list(dict.fromkeys([tuple(s) for s in matrices] + [(1024, 1024), (1024, 4096)]))
+    _, newton_schulz = muon_candidates(device)
+    generator = torch.Generator(device="cpu").manual_seed(2)
+    steps, flops = {}, {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.randn(2048, 2048, generator=generator).to(device, dtype)
+        steps[f"GEMM 2048³ {str(dtype)[6:]}"] = lambda a=a: torch.mm(a, a)
+    for shape in shapes:
+        g = torch.randn(shape, generator=generator).to(device)
+        k, m = min(shape), max(shape)
+        for name, ns in newton_schulz.items():
+            steps[(shape, name)] = lambda ns=ns, g=g: ns(g)
+            flops[(shape, name)] = 5 * (4 * k * k * m + 2 * k ** 3)
+    times = median_times(steps, device, args.steps, args.warmup)
+    gemm = {dtype: 2 * 2048 ** 3 / times[f"GEMM 2048³ {dtype}"] / 1e6
+            for dtype in ("float32", "bfloat16")}
+    reference = next(iter(newton_schulz))
+    print(f"\northogonalize, each matrix alone, {device}: GEMM 2048³ "
+          f"fp32 {gemm['float32']:.0f} GFLOP/s, bf16 {gemm['bfloat16']:.0f} GFLOP/s (torch.mm)")
+    results["orthogonalize"]["gemm_gflops"] = gemm
+    for shape in shapes:
+        label = "x".join(map(str, shape))
+        row = results["orthogonalize"].setdefault(label, {})
+        for name in newton_schulz:
+            ms = times[(shape, name)]
+            rate = flops[(shape, name)] / ms / 1e6
+            row[name] = {"ms": ms, "of_fp32_gemm": rate / gemm["float32"],
+                         "of_bf16_gemm": rate / gemm["bfloat16"],
+                         "speed_vs_" + reference: times[(shape, reference)] / ms}
+            print(f"  {label:10s} {name:24s} {ms:8.1f} ms  {rate:6.0f} GFLOP/s = "
+                  f"{row[name]['of_fp32_gemm']:4.2f}× fp32 GEMM, {row[name]['of_bf16_gemm']:4.2f}× "
+                  f"bf16 GEMM   {row[name]['speed_vs_' + reference]:5.2f}× {reference}'s speed")
+
+
 def bench_adamw(args, device, results):
     matrices, others = gpt_shapes(args.layers, args.width, args.vocab, args.mlp)
     shapes = matrices + others
@@ -268,7 +309,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=50304)
     parser.add_argument("--steps", type=int, default=10, help="timed rounds")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--only", choices=["muon", "adamw"])
+    parser.add_argument("--only", choices=["muon", "orthogonalize", "adamw"])
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -284,11 +325,11 @@ def main():
               f"muon_cpp's bf16 products: {muon_cpp._core.bf16_products()}")
     results = {"torch": torch.__version__, "device": name, "threads": torch.get_num_threads(),
                "layers": args.layers, "width": args.width, "mlp": args.mlp, "muon": {},
-               "adamw": {}}
-    if args.only != "adamw":
-        bench_muon(args, device, results)
-    if args.only != "muon":
-        bench_adamw(args, device, results)
+               "orthogonalize": {}, "adamw": {}}
+    sections = {"muon": bench_muon, "orthogonalize": bench_orthogonalize, "adamw": bench_adamw}
+    for name, bench in sections.items():
+        if args.only in (None, name):
+            bench(args, device, results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
