@@ -226,10 +226,10 @@ def bench_orthogonalize(args, device, results):
     reference = next(iter(newton_schulz))
     print(f"\northogonalize, each matrix alone, {device}: GEMM 2048³ "
           f"fp32 {gemm['float32']:.0f} GFLOP/s, bf16 {gemm['bfloat16']:.0f} GFLOP/s (torch.mm)")
-    results["orthogonalize"]["gemm_gflops"] = gemm
+    results["orthogonalize"] = {"gemm_gflops": gemm, "shapes": {}}
     for shape in shapes:
         label = "x".join(map(str, shape))
-        row = results["orthogonalize"].setdefault(label, {})
+        row = results["orthogonalize"]["shapes"].setdefault(label, {})
         for name in newton_schulz:
             ms = times[(shape, name)]
             rate = flops[(shape, name)] / ms / 1e6

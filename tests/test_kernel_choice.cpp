@@ -3,6 +3,7 @@
 // bits allow vector kernels.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -69,8 +70,8 @@ TEST(KernelChoice, BlisConfigurationFromTheFeatureBitsNotACpuModelTable) {
   EXPECT_EQ(blis_config_family("penryn"), VectorFamily::none);
 }
 
-// The flags /proc/cpuinfo lists (Linux reports what the CPU and the kernel support together).
-// The words after "key:" on the first line of /proc/cpuinfo that starts with key.
+// The words after "key:" on the first line of /proc/cpuinfo that starts with key (for "flags",
+// what the CPU and the kernel support together).
 std::set<std::string> proc_cpuinfo(const std::string& key) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
@@ -81,6 +82,19 @@ std::set<std::string> proc_cpuinfo(const std::string& key) {
     }
   }
   return {};
+}
+
+// oneDNN's and MKL's releases, as their version texts give them.
+TEST(KernelChoice, ReleasesAreReadFromVersionTexts) {
+  using Release = std::array<int, 3>;
+  EXPECT_EQ(release_of("oneDNN 2.6.3"), (Release{2, 6, 3}));
+  EXPECT_EQ(
+      release_of("Intel(R) MKL-DNN v3.13.3 (Git Hash b38f97eb6f2173513112f15a0481750b8a66e901)"),
+      (Release{3, 13, 3}));
+  EXPECT_EQ(release_of("MKLDNN not found"), (Release{0, 0, 0}));
+  EXPECT_EQ(release_of("oneDNN 3.4"), (Release{0, 0, 0}));
+  EXPECT_EQ(release_of(""), (Release{0, 0, 0}));
+  EXPECT_GT(release_of("v3.13.3"), release_of("oneDNN 3.9.1"));
 }
 
 TEST(KernelChoice, Fp32ProductsLeaveTheLibraryOnlyForAnSgemmThatIsSafeHere) {
@@ -102,7 +116,7 @@ TEST(KernelChoice, Fp32ProductsLeaveTheLibraryOnlyForAnSgemmThatIsSafeHere) {
   // PyPI's torch: another oneDNN, whose symbols would break the linked one's sgemm; its MKL on
   // Intel CPUs, the library elsewhere.
   const auto pypi_intel = choose(intel, {debian, pypi, mkl});
-  EXPECT_EQ(pypi_intel.gemm, Fp32Gemm::libtorch_blas);
+  EXPECT_EQ(pypi_intel.gemm, Fp32Gemm::libtorch_mkl);
   EXPECT_EQ(pypi_intel.reason,
             "LibTorch's MKL 2024.2 sgemm (not oneDNN's: LibTorch's oneDNN is 3.13.3, not oneDNN "
             "2.6.3, and its symbols would take the place of the linked library's)");
@@ -113,12 +127,17 @@ TEST(KernelChoice, Fp32ProductsLeaveTheLibraryOnlyForAnSgemmThatIsSafeHere) {
             "of the linked library's; LibTorch's MKL was measured on Intel CPUs only");
   EXPECT_EQ(choose(intel, {debian, pypi, ""}).gemm, Fp32Gemm::library);  // no MKL exported
   // A build without oneDNN, or a LibTorch without one (its version text has no release).
-  EXPECT_EQ(choose(intel, {"", pypi, mkl}).reason,
+  const auto no_onednn = choose(intel, {"", pypi, mkl});
+  EXPECT_EQ(no_onednn.gemm, Fp32Gemm::libtorch_mkl);
+  EXPECT_EQ(no_onednn.reason,
             "LibTorch's MKL 2024.2 sgemm (not oneDNN's: no oneDNN in this build)");
   const auto without = choose(intel, {debian, "MKLDNN not found", ""});
   EXPECT_EQ(without.gemm, Fp32Gemm::library);
-  EXPECT_EQ(without.reason, "LibTorch's oneDNN is MKLDNN not found, not oneDNN 2.6.3, and its "
-                            "symbols would take the place of the linked library's");
+  EXPECT_EQ(without.reason,
+            "LibTorch's oneDNN is MKLDNN not found, not oneDNN 2.6.3, and its "
+            "symbols would take the place of the linked library's");
+  // Two version texts without a release are no evidence of one library.
+  EXPECT_EQ(choose(intel, {"oneDNN", "MKLDNN not found", ""}).gemm, Fp32Gemm::library);
   // Below AVX-512 BLIS's own kernels were the fastest measured, whatever the rest.
   const auto avx2 = choose(avx2_cpu(), {debian, "oneDNN v2.6.3", mkl});
   EXPECT_EQ(avx2.gemm, Fp32Gemm::library);

@@ -3,6 +3,7 @@
 import inspect
 import re
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -108,10 +109,12 @@ def test_orthogonalize_matches_reference_and_leaves_input(method):
 def test_fp32_products_leave_blis_only_for_an_sgemm_safe_beside_this_torch():
     """fp32 products run on LibTorch's MKL sgemm where this torch's BLAS is MKL, on an Intel
     AVX-512 CPU, unless this torch runs on the oneDNN muon_cpp links (then on its sgemm): PyPI's
-    x86-64 wheels export MKL's sgemm, and their own oneDNN would break the linked one's. Their row
-    blocks, on 1 to 3 threads, are as accurate as the plain fp32 chain."""
+    x86-64 wheels link MKL into libtorch_cpu and export its sgemm (a torch whose MKL is a separate
+    library would fail the first assertion: muon_cpp takes MKL only from LibTorch's own library),
+    and their own oneDNN would break the linked one's. Their row blocks, on 1 to 3 threads, are
+    as accurate as the plain fp32 chain."""
     backend = muon_cpp._core.blas_backend()
-    cpuinfo = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if sys.platform == "linux" else ""
     intel_avx512 = "GenuineIntel" in cpuinfo and all(
         re.search(r"\b%s\b" % flag, cpuinfo) for flag in ("avx512f", "avx512dq", "avx512bw", "avx512vl"))
     on_onednn = "sgemm (LibTorch's oneDNN too) instead" in backend

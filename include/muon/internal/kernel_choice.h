@@ -48,9 +48,10 @@ VectorFamily blis_config_family(const std::string& config);
 std::array<int, 3> release_of(const std::string& text);
 
 // Where the fp32 Newton–Schulz products run: on the BLAS library (BLIS or a CBLAS, which has
-// triangular products), or on a GEMM that ran them faster on AVX-512 CPUs, a symmetric product's
-// upper triangle as row blocks of it (docs/algorithms.md, "Whose GEMM").
-enum class Fp32Gemm { library, onednn_sgemm, libtorch_blas };
+// triangular products), or on an sgemm that ran them faster on AVX-512 CPUs, a symmetric
+// product's upper triangle as row blocks of it (docs/algorithms.md, "fp32 on oneDNN's or MKL's
+// sgemm").
+enum class Fp32Gemm { library, onednn_sgemm, libtorch_mkl };
 // What the choice depends on besides the CPU: the oneDNN release this build links, the one
 // LibTorch runs on, and the MKL LibTorch's BLAS is, where its library exports MKL's sgemm
 // (version texts; "" where there is none).

@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <string>
 
+#include "muon/error.h"
 #include "muon/internal/dnnl.h"
 #include "muon/internal/kernel_choice.h"
 #include "upper_blocks.h"
@@ -32,8 +35,9 @@ struct Operand {
 };
 
 // MKL's Fortran sgemm (LP64: 32-bit sizes) and its version, where LibTorch's BLAS is MKL linked
-// into libtorch_cpu (PyPI's x86-64 wheels), which exports both. Looked up in LibTorch's own
-// library, so that no other BLAS in the process (NumPy's, the system's) answers for it.
+// into libtorch_cpu (PyPI's x86-64 wheels), which exports both. Looked up through LibTorch's own
+// library and kept only where that library defines it, so that no other BLAS in the process
+// (NumPy's, the system's, one LibTorch links dynamically) answers for it.
 using FortranSgemm = void (*)(const char*, const char*, const int*, const int*, const int*,
                               const float*, const float*, const int*, const float*, const int*,
                               const float*, float*, const int*);
@@ -52,22 +56,28 @@ const LibTorchMkl& libtorch_mkl() {
     const auto sgemm = reinterpret_cast<FortranSgemm>(dlsym(library, "sgemm_"));
     const auto version =
         reinterpret_cast<void (*)(char*, int)>(dlsym(library, "MKL_Get_Version_String"));
-    if (sgemm == nullptr || version == nullptr) return {};
+    Dl_info defined{};
+    if (sgemm == nullptr || version == nullptr ||
+        dladdr(reinterpret_cast<void*>(sgemm), &defined) == 0 || defined.dli_fname == nullptr ||
+        std::string(defined.dli_fname) != where.dli_fname) {
+      return {};
+    }
     char text[200] = {};
     version(text, sizeof text - 1);
     // "Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build …" → "MKL 2024.2"
     const std::string full = text;
     const auto at = full.find("Version ");
     const std::string number = at == std::string::npos ? "" : full.substr(at + 8);
-    return {sgemm, "MKL " + number.substr(0, number.find_first_of("- "))};
+    const auto release = number.substr(0, number.find_first_of("- "));
+    return {sgemm, release.empty() ? "MKL" : "MKL " + release};
   }();
   return mkl;
 }
 
 const Fp32GemmChoice& choice() {
   static const Fp32GemmChoice c = choose_fp32_gemm(
-      cpu_features(), {dnnl::available() ? dnnl::version() : "", at::get_mkldnn_version(),
-                       libtorch_mkl().version});
+      cpu_features(),
+      {dnnl::available() ? dnnl::version() : "", at::get_mkldnn_version(), libtorch_mkl().version});
   return c;
 }
 
@@ -76,18 +86,22 @@ void product(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b
              int64_t ldc) {
   ldc = std::max(ldc, n);
   if (choice().gemm == Fp32Gemm::onednn_sgemm) {
-    dnnl::sgemm(a.transposed(), b.transposed(), m, n, k, a.data, a.ld(m, k), b.data, b.ld(k, n),
-                c, ldc);
+    dnnl::sgemm(a.transposed(), b.transposed(), m, n, k, a.data, a.ld(m, k), b.data, b.ld(k, n), c,
+                ldc);
     return;
   }
   // MKL's is column-major: the row-major C = a·b is its Cᵀ = bᵀ·aᵀ, and a row-major operand read
   // as it is is its transpose there — the same transposition flags, the operands swapped.
+  const int64_t lda = a.ld(m, k), ldb = b.ld(k, n);
+  check(std::max({m, n, k, lda, ldb, ldc}) <= std::numeric_limits<int>::max(),
+        "fp32 Newton–Schulz on MKL: a ", m, "x", k, " by ", k, "x", n,
+        " product exceeds its 32-bit sizes and strides");
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
-  const int lda = static_cast<int>(a.ld(m, k)), ldb = static_cast<int>(b.ld(k, n));
+  const int ldai = static_cast<int>(lda), ldbi = static_cast<int>(ldb);
   const int ldci = static_cast<int>(ldc);
   const float one = 1.0f, zero = 0.0f;
   libtorch_mkl().sgemm(b.transposed() ? "T" : "N", a.transposed() ? "T" : "N", &ni, &mi, &ki, &one,
-                       b.data, &ldb, a.data, &lda, &zero, c, &ldci);
+                       b.data, &ldbi, a.data, &ldai, &zero, c, &ldci);
 }
 
 // C's upper triangle (k×k, row-major) ← a·b for k×n a and n×k b whose product is symmetric, by

@@ -1,4 +1,4 @@
-// Internal: the fp32 products of muon/internal/blas.h on a row-major sgemm where one ran them
+// Internal: the fp32 products of muon/internal/blas.h on an sgemm where one ran them
 // faster than BLIS 0.9's skx kernels on AVX-512 CPUs (docs/benchmarks.md): oneDNN's BLAS-like
 // sgemm (its jit GEMM kernels) where LibTorch runs on the oneDNN release this build links
 // (Debian's LibTorch), else the sgemm of LibTorch's own BLAS where that is MKL (PyPI's torch on

@@ -181,15 +181,15 @@ Fp32GemmChoice choose_fp32_gemm(const CpuFeatures& f, const Fp32GemmContext& con
   // Beside a LibTorch on another oneDNN release (PyPI's bundles its own), that copy's exported
   // weak symbols — the one-time set-up of the sgemm kernels among them — take the place of the
   // linked library's, and its sgemm fails.
-  if (!ours.empty() && release_of(ours) == release_of(theirs)) {
+  const auto release = release_of(theirs);
+  if (!ours.empty() && release != std::array<int, 3>{0, 0, 0} && release_of(ours) == release) {
     return {Fp32Gemm::onednn_sgemm, ours + "'s sgemm (LibTorch's oneDNN too)"};
   }
-  const auto release = release_of(theirs);
-  const std::string libtorch_onednn =
-      release == std::array<int, 3>{0, 0, 0}
-          ? theirs
-          : std::to_string(release[0]) + "." + std::to_string(release[1]) + "." +
-                std::to_string(release[2]);
+  const std::string libtorch_onednn = release == std::array<int, 3>{0, 0, 0}
+                                          ? theirs
+                                          : std::to_string(release[0]) + "." +
+                                                std::to_string(release[1]) + "." +
+                                                std::to_string(release[2]);
   const std::string no_onednn =
       ours.empty() ? "no oneDNN in this build"
                    : "LibTorch's oneDNN is " + libtorch_onednn + ", not " + ours +
@@ -197,7 +197,8 @@ Fp32GemmChoice choose_fp32_gemm(const CpuFeatures& f, const Fp32GemmContext& con
   // MKL's sgemm was measured against BLIS on Intel CPUs only (MKL picks its kernels by vendor).
   const auto& mkl = context.libtorch_mkl;
   if (!mkl.empty() && f.vendor == "GenuineIntel") {
-    return {Fp32Gemm::libtorch_blas, "LibTorch's " + mkl + " sgemm (not oneDNN's: " + no_onednn + ")"};
+    return {Fp32Gemm::libtorch_mkl,
+            "LibTorch's " + mkl + " sgemm (not oneDNN's: " + no_onednn + ")"};
   }
   return {Fp32Gemm::library,
           no_onednn + (mkl.empty() ? "" : "; LibTorch's MKL was measured on Intel CPUs only")};

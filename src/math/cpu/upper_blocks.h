@@ -1,6 +1,7 @@
 // Internal: the upper triangle of a symmetric k×k product computed as row blocks, one GEMM each
-// (oneDNN has no syrk, and MKL's gemmt is not among the symbols LibTorch exports). The bf16 chain (newton_schulz_bf16.cpp) and the fp32 products
-// on another sgemm (blas_sgemm.cpp) share the blocking and the way the blocks meet the threads.
+// (oneDNN has no syrk; LibTorch exports MKL's public sgemm but not its gemmt or syrk). The bf16
+// chain (newton_schulz_bf16.cpp) and the fp32 products on another sgemm (blas_sgemm.cpp) share
+// the blocking and the way the blocks meet the threads.
 #pragma once
 
 #include <ATen/Parallel.h>
