@@ -121,6 +121,44 @@ optimizer:
   EXPECT_EQ(second.hybrid.muon.fused(), false);
 }
 
+TEST(Config, KeywordArgumentsMergeIntoTheOptimizerSection) {
+  // Python's HybridOptimizer(params, config, lr=..., routing=...) merges its keywords this way.
+  const auto merged = with_optimizer_keys(
+      "optimizer: muon\ncautious: true\n",
+      R"({"lr": 0.01, "routing": {"names": false}, "param_groups": [{"name": "g", "patterns": ["*"],
+          "weight_decay": 0.0}]})");
+  const auto c = OptimConfig::from_yaml(merged);
+  EXPECT_EQ(c.name, "muon");
+  EXPECT_DOUBLE_EQ(c.hybrid.muon.lr(), 0.01);
+  EXPECT_FALSE(c.routing.use_names);
+  EXPECT_TRUE(c.hybrid.muon.cautious());
+  ASSERT_EQ(c.hybrid.groups.size(), 1u);
+  EXPECT_EQ(OptimConfig::from_yaml(c.to_yaml()).to_yaml(), c.to_yaml());  // names written back
+  // Mappings merge key by key; a key both set is an error naming it.
+  const auto routed = OptimConfig::from_yaml(with_optimizer_keys(
+      "optimizer: {routing: {adamw: ['*.gate']}}", R"({"routing": {"names": false}})"));
+  EXPECT_EQ(routed.routing.adamw_patterns, (std::vector<std::string>{"*.gate"}));
+  EXPECT_FALSE(routed.routing.use_names);
+  testing::expect_error<Error>(
+      [] { with_optimizer_keys("optimizer: {lr: 0.02}", R"({"lr": 0.01})"); },
+      {"optimizer.lr: set both by the configuration and by a keyword argument"});
+  testing::expect_error<Error>([] { with_optimizer_keys("[1, 2]", R"({"lr": 0.01})"); },
+                               {"config: expected a mapping at the top"});
+  EXPECT_EQ(with_optimizer_keys("optimizer: muon\n", "{}"), "optimizer: muon\n");
+}
+
+TEST(Config, TotalStepsMayBeUnknownWithoutSchedules) {
+  const auto plain = OptimConfig::from_yaml("optimizer: {lr: 0.02}");
+  plain.check_steps(0);  // unknown: nothing needs it
+  const auto scheduled = OptimConfig::from_yaml("optimizer: {schedule: {name: cosine}}");
+  testing::expect_error<Error>(
+      [&] { scheduled.check_steps(0); },
+      {"total_steps must be > 0 (the run's length, which the configuration's "
+       "schedules need), got 0"});
+  testing::expect_error<Error>([&] { plain.check_steps(-1); },
+                               {"total_steps must be > 0, or 0 when unknown"});
+}
+
 TEST(Config, DionStartsFromItsDefaultsAndRoundTrips) {
   const auto first = OptimConfig::from_yaml(R"(
 optimizer:
@@ -380,7 +418,9 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
       {"optimizer: {ns_dtype: float16}",
        "optimizer.ns_dtype: expected float32, bfloat16 or float64 (or null: per device), got "
        "'float16'"},
-      {"optimizer: {nonfinite: ignore}", "optimizer.nonfinite: expected skip or error"},
+      {"optimizer: {nonfinite: drop}",
+       "optimizer.nonfinite: unknown nonfinite policy 'drop'; valid policies are skip, error, "
+       "ignore"},
       {"optimizer: {momentum_form: adam}", "optimizer.momentum_form: expected ema or sum"},
       {"optimizer: {adjust_lr: sqrt}", "optimizer.adjust_lr: unknown mode 'sqrt'"},
       {"optimizer: {ns_coefficients: cubic}",

@@ -9,6 +9,7 @@
 
 #include "gpt.h"
 #include "helpers.h"
+#include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/lion.h"
 #include "muon/param_state.h"
@@ -620,6 +621,135 @@ TEST(Hybrid, FrozenParametersNeverMoveAndAdamWModeTakesEverything) {
   const auto before = model->norm->weight.detach().clone();
   opt.step();
   EXPECT_TRUE(at::equal(model->norm->weight, before));
+}
+
+TEST(Hybrid, ReplacedParametersTakeTheirPlaceAndLeftOnesAreForgotten) {
+  cli::Gpt model(tiny());
+  HybridOptimizer opt(route(*model), HybridOptions{});
+  set_gradients(*model, 1);
+  opt.step();
+  std::vector<std::vector<at::Tensor>> params;
+  for (const auto& group : opt.param_groups()) params.push_back(group.params());
+  size_t g = 0;  // a Muon group
+  while (opt.role_of(params[g][0]) != Role::muon) ++g;
+  const auto old = params[g][0];
+  const auto old_name = [&] {
+    for (const auto& [n, p] : opt.named_trainable()) {
+      if (p.is_same(old)) return n;
+    }
+    return std::string();
+  }();
+  auto stand_in = old.detach().clone().requires_grad_();
+  auto appended = at::randn({6, 16}).requires_grad_();
+  ASSERT_GE(params[g].size(), 3u);
+  auto removed = params[g][1];
+  params[g][0] = stand_in;
+  params[g].erase(params[g].begin() + 1);  // the others move up an index and stay
+  params[g].push_back(appended);
+  // Refused, changing nothing: a vector in a Muon group, a tensor in two groups.
+  auto bad = params;
+  bad[g].push_back(at::zeros({5}).requires_grad_());
+  expect_error<Error>(
+      [&] { opt.replace_params(bad); },
+      {"Muon: parameter ", " of param group " + std::to_string(g) + " has shape [5]"});
+  bad = params;
+  bad[g == 0 ? 1 : 0].push_back(stand_in);
+  expect_error<Error>([&] { opt.replace_params(bad); },
+                      {"is listed twice; a parameter belongs to one group, once"});
+  EXPECT_TRUE(opt.param_groups()[g].params()[0].is_same(old));
+  opt.replace_params(params);
+  EXPECT_TRUE(opt.param_groups()[g].params()[0].is_same(stand_in));
+  EXPECT_FALSE(read_param_state(opt, stand_in).has_value());
+  EXPECT_EQ(opt.state().count(compat::param_state_key(old)), 0u);
+  EXPECT_EQ(opt.state().count(compat::param_state_key(removed)), 0u);
+  EXPECT_EQ(opt.role_of(old), Role::frozen);  // forgotten
+  bool named = false, appended_named = false;
+  for (const auto& [n, p] : opt.named_trainable()) {
+    named = named || (n == old_name && p.is_same(stand_in));
+    appended_named =
+        appended_named || (p.is_same(appended) && n == "param_groups." + std::to_string(g) + "." +
+                                                           std::to_string(params[g].size() - 1));
+  }
+  EXPECT_TRUE(named && appended_named);
+  const auto& row = row_of(opt, old_name);
+  EXPECT_EQ(row.role, Role::muon);
+  set_gradients(*model, 2);
+  stand_in.mutable_grad() = at::ones_like(stand_in);
+  appended.mutable_grad() = at::ones({6, 16});
+  const auto before = stand_in.detach().clone();
+  const auto removed_before = removed.detach().clone();
+  opt.step();
+  EXPECT_FALSE(at::equal(stand_in, before));
+  EXPECT_TRUE(at::equal(removed, removed_before));  // it has a gradient, but left the group
+  EXPECT_EQ(read_param_state(opt, appended)->step, 1);
+  EXPECT_EQ(opt.report().size(), route(*model).size());  // one row in (appended), one out
+}
+
+TEST(Hybrid, IgnorePolicyStepsNonFiniteGradientsAsTorchDoes) {
+  at::manual_seed(0);
+  cli::Gpt ours(tiny()), theirs(tiny());
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < ours->parameters().size(); ++i) {
+      theirs->parameters()[i].copy_(ours->parameters()[i]);
+    }
+  }
+  HybridOptions ignore;
+  ignore.nonfinite = NonfinitePolicy::ignore;
+  HybridOptimizer a(route(*ours), ignore), b(route(*theirs), HybridOptions{});
+  set_gradients(*ours, 3);
+  set_gradients(*theirs, 3);
+  a.step();
+  b.step();
+  for (size_t i = 0; i < ours->parameters().size(); ++i) {
+    EXPECT_TRUE(at::equal(ours->parameters()[i], theirs->parameters()[i])) << i;
+  }
+  EXPECT_TRUE(std::isnan(a.last_step().grad_norm));  // not measured: nothing needs it
+  auto& w = ours->blocks[0]->as<cli::BlockImpl>()->mlp->up_proj->weight;
+  set_gradients(*ours, 4);
+  w.mutable_grad()[0][0] = std::nanf("");
+  a.step();
+  EXPECT_FALSE(a.last_step().skipped);
+  EXPECT_TRUE(at::isnan(w).any().item<bool>());  // stepped, as torch.optim would
+  // With clipping the norm is measured; a non-finite one leaves the gradients unclipped.
+  ignore.max_grad_norm = 1.0;
+  HybridOptimizer clipped(route(*theirs), ignore);
+  set_gradients(*theirs, 5);
+  clipped.step();
+  EXPECT_GT(clipped.last_step().grad_norm, 1.0);
+  EXPECT_LT(clipped.last_step().clip_factor, 1.0);
+}
+
+TEST(Hybrid, MatrixViewsOfAddedGroupsAreOrthogonalizedInThatView) {
+  // A (4, 2, 3, 3) kernel as a (4, 18) matrix, as Muon alone would orthogonalize that matrix.
+  at::manual_seed(0);
+  auto kernel = at::randn({4, 2, 3, 3}).requires_grad_();
+  auto matrix = kernel.detach().reshape({4, 18}).clone().requires_grad_();
+  kernel.mutable_grad() = at::randn({4, 2, 3, 3});
+  matrix.mutable_grad() = kernel.grad().reshape({4, 18}).clone();
+  HybridOptimizer opt(std::vector<RoutedParameter>{}, HybridOptions{});
+  opt.add_param_group(
+      torch::optim::OptimizerParamGroup({kernel}, std::make_unique<MuonOptions>(0.02)));
+  opt.set_matrix_view(kernel, {4, 18});
+  expect_error<Error>(
+      [&] {
+        opt.set_matrix_view(kernel, {4, 17});
+      },
+      {"view [4, 17] holds 68 elements"});
+  expect_error<Error>(
+      [&] {
+        opt.set_matrix_view(matrix, {4, 18});
+      },
+      {"is not a parameter of one of this optimizer's matrices groups"});
+  Muon alone({matrix}, MuonOptions(0.02));
+  opt.step();
+  alone.step();
+  EXPECT_TRUE(at::allclose(kernel.detach().reshape({4, 18}), matrix.detach(), 1e-6, 1e-7));
+  expect_error<Error>(
+      [&] {
+        opt.set_matrix_view(kernel, {12, 6});
+      },
+      {"already has state for view [4, 18]"});
 }
 
 }  // namespace

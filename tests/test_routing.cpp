@@ -127,6 +127,34 @@ TEST(Routing, NameTypeAndRankHeuristics) {
   expect("heads.weight", Role::muon, "hidden 2-D matrix");
 }
 
+TEST(Routing, WithoutNamesRankAndDtypeDecideAlone) {
+  // Parameters given without names (Python's plain tensors): the names below would send each of
+  // them to AdamW, or make the last a guessed output layer; without use_names they count for
+  // nothing.
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const std::vector<NamedParameter> params = {
+      {"0.bias_matrix_bias", t({8, 8}), ""}, {"1.lm_head", t({8, 8}), ""}, {"2.bias", t({8}), ""},
+      {"3.conv", t({4, 3, 3, 3}), ""},       {"4.out", t({3, 8}), ""},
+  };
+  RoutingRules rules;
+  rules.use_names = false;
+  const auto routes = route(params, rules);
+  const auto named = by_name(routes);
+  const std::string by_shape = "2-D matrix (routed by shape: given without a name)";
+  for (const char* name : {"0.bias_matrix_bias", "1.lm_head", "4.out"}) {
+    EXPECT_EQ(named.at(name)->role, Role::muon) << name;
+    EXPECT_EQ(named.at(name)->reason, by_shape) << name;
+  }
+  EXPECT_EQ(named.at("2.bias")->reason, "rank-1 tensor");
+  EXPECT_EQ(named.at("3.conv")->role, Role::adamw);  // the higher_rank policy still applies
+  // With names, the same parameters go as their names say.
+  const auto routes_by_name = route(params);
+  const auto with_names = by_name(routes_by_name);
+  EXPECT_EQ(with_names.at("0.bias_matrix_bias")->role, Role::adamw);
+  EXPECT_EQ(with_names.at("1.lm_head")->role, Role::adamw);
+  EXPECT_EQ(with_names.at("4.out")->role, Role::adamw);
+}
+
 TEST(Routing, OutputLayersOfCommonModelsGoToAdamW) {
   // nn.Sequential(Linear, ReLU, Linear): the last layer produces the output.
   torch::nn::Sequential mlp(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 4));
@@ -266,10 +294,10 @@ TEST(Routing, DeclaredAxesFollowDewsRules) {
 TEST(Routing, SplitHeadsSplitsADeclaredRowsSideIntoItsHeads) {
   auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
   const std::vector<NamedParameter> params = {
-      {"q_proj", t({4, 16, 64}), ""},      // (heads, head_dim, embed): torch's (out, in)
-      {"kv_proj", t({2, 2, 8, 64}), ""},   // (kv, heads, head_dim, embed)
-      {"o_proj", t({64, 4, 16}), ""},      // (embed, heads, head_dim): heads on the columns
-      {"fused", t({64, 64}), ""},          // (mlp, embed): no head axes
+      {"q_proj", t({4, 16, 64}), ""},     // (heads, head_dim, embed): torch's (out, in)
+      {"kv_proj", t({2, 2, 8, 64}), ""},  // (kv, heads, head_dim, embed)
+      {"o_proj", t({64, 4, 16}), ""},     // (embed, heads, head_dim): heads on the columns
+      {"fused", t({64, 64}), ""},         // (mlp, embed): no head axes
   };
   RoutingRules rules;
   rules.declare_axes("q_proj", {"heads", "head_dim", "embed"});

@@ -49,7 +49,8 @@ struct OptimConfig {
   // The resolved configuration, defaults filled, as YAML that from_yaml() reads back.
   std::string to_yaml() const;
   // Throws muon::Error naming the key (optimizer.schedule, optimizer.param_groups[i].schedule,
-  // optimizer.momentum_schedule) when a schedule cannot run for `total_steps` updates.
+  // optimizer.momentum_schedule) when a schedule cannot run for `total_steps` updates; 0 stands
+  // for a run of unknown length, which only a configuration without schedules takes.
   void check_steps(int64_t total_steps) const;
 };
 
@@ -63,8 +64,13 @@ struct ConfigKey {
 // momentum_schedule or param_group. For generated docs and the schema tests.
 std::vector<ConfigKey> config_schema(const std::string& section);
 
+// The configuration `yaml` with the keys of the mapping `keys` (YAML or JSON text) set in its
+// optimizer section, as keyword arguments set them in Python; mappings merge key by key, and a key
+// both give is an error naming it (muon::Error).
+std::string with_optimizer_keys(const std::string& yaml, const std::string& keys);
+
 // The hybrid optimizer `config` describes over `parameters`, with its schedules running over
-// `total_steps` updates.
+// `total_steps` updates (0: unknown, for a configuration without schedules).
 // The parameters come first, as in torch.optim and the Python module's build_optimizer.
 std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<NamedParameter>& parameters,
                                                  const OptimConfig& config, int64_t total_steps);

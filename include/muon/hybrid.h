@@ -38,15 +38,18 @@ class DataParallel;
 }
 
 enum class NonfinitePolicy {
-  skip,   // leave parameters and state untouched, count the step, log a warning (default)
-  error,  // throw muon::Error naming the first parameter with a non-finite gradient
+  skip,    // leave parameters and state untouched, count the step, log a warning (default)
+  error,   // throw muon::Error naming the first parameter with a non-finite gradient
+  ignore,  // step anyway, as torch.optim does: no norm is measured unless clipping needs it
 };
 template <>
 struct EnumNames<NonfinitePolicy> {
   static constexpr const char* noun = "nonfinite policy";
   static constexpr const char* plural = "policies";
-  static constexpr std::array<std::pair<NonfinitePolicy, const char*>, 2> table{
-      {{NonfinitePolicy::skip, "skip"}, {NonfinitePolicy::error, "error"}}};
+  static constexpr std::array<std::pair<NonfinitePolicy, const char*>, 3> table{
+      {{NonfinitePolicy::skip, "skip"},
+       {NonfinitePolicy::error, "error"},
+       {NonfinitePolicy::ignore, "ignore"}}};
 };
 
 // The hybrid's own settings (beside muon, adamw and the groups, which have their own schemas).
@@ -57,7 +60,8 @@ struct EnumNames<NonfinitePolicy> {
   X(std::optional<double>, max_grad_norm, grad_clip, "max_grad_norm", std::nullopt, positive, "",  \
     "clip the global gradient norm to this; unset: no clipping")                                   \
   X(NonfinitePolicy, nonfinite, nonfinite, "", NonfinitePolicy::skip, any, "",                     \
-    "a non-finite gradient norm: skip the step (counted, logged) or error")                        \
+    "a non-finite gradient norm: skip the step (counted, logged), error, or ignore it (step " \
+    "anyway, as torch.optim does; no norm measured without clipping)")                        \
   X(std::optional<LrSchedule>, schedule, schedule, "", std::nullopt, any, "",                      \
     "the learning-rate schedule of every group without its own")                                   \
   X(std::optional<MomentumSchedule>, momentum_schedule, momentum_schedule, "", std::nullopt, any,  \
@@ -107,7 +111,8 @@ MUON_DEFINE_VISIT(HybridOptions, MUON_HYBRID_FIELDS)
 
 // What the last step() did.
 struct StepStats {
-  double grad_norm = 0;                // √Σ‖g‖² over every gradient, before clipping
+  double grad_norm = 0;                // √Σ‖g‖² over every gradient, before clipping; NaN
+                                       // when not measured (nonfinite ignore, no clipping)
   double clip_factor = 1;              // what gradients were multiplied by
   bool skipped = false;                // a non-finite norm skipped this step
   int64_t skipped_steps = 0;           // over the optimizer's life
@@ -175,6 +180,22 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // of a type it does not know (muon/compat.h), so add groups here.
   void add_param_group(const torch::optim::OptimizerParamGroup& group);
 
+  // Gives each param group the parameters `params[g]` (one list per group, in order), as Python
+  // code does by assigning or editing param_groups[g]['params'] (accelerate, a user's swap).
+  // Tensors that stay keep their state, name and view. A new tensor at the index of one that
+  // left takes its place — its name, routing's reason and, for the same shape, its view; other
+  // new tensors are named "param_groups.<group>.<index>". Tensors that leave lose their state.
+  // Every new tensor is checked as the group's algorithm checks a parameter, and no tensor may
+  // be in two groups: on an error (muon::Error naming the group and index) nothing changes.
+  // Refused on several ranks (set_communicator, set_partition), whose owners were planned over
+  // the parameters as they were.
+  void replace_params(const std::vector<std::vector<at::Tensor>>& params);
+
+  // Orthogonalizes the matrices parameter `param` (of a matrices group) in the (batch..., rows,
+  // cols) `view` of its elements instead of its shape (a conv kernel as (out, in·kh·kw)); before
+  // its first update.
+  void set_matrix_view(const at::Tensor& param, std::vector<int64_t> view);
+
   // Writes / reads the state of every parameter, the step counters and each group's lr, weight
   // decay and momentum or betas and eps (what schedules and schedulers change), by group and
   // position: torch::save(optimizer, path) and torch::load(optimizer, path) round-trip. load
@@ -228,6 +249,10 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   void adopt_group(size_t g, std::optional<LrSchedule> schedule);
   void adopt_added_groups(const char* who);  // `who` names the caller in errors
   void warn_when_muon_gets_nothing() const;
+  void check_new_param(size_t g, size_t i, const at::Tensor& p,
+                       const std::vector<int64_t>& view) const;
+  void forget(const at::Tensor& param);
+  std::optional<std::string> configured_group(size_t g) const;
   struct Settings {
     double lr, weight_decay, momentum;  // momentum: Muon groups only (0 for AdamW)
     bool operator==(const Settings& o) const {

@@ -105,6 +105,9 @@ struct RoutingRules {
   // (kv, heads, head_dim) — alone, as Muon's num_heads (dion's per-head orthogonalization); off:
   // the side's rows form one matrix. Head axes on the columns side always stay merged.
   bool split_heads = false;
+  // Whether names count: false routes by rank and dtype alone — no bias, input/output-name or
+  // last-layer rules — for parameters given without names (Python's plain tensors and groups).
+  bool use_names = true;
 
   std::map<const void*, Role> tags;
   std::map<std::string, std::vector<std::string>> axes;
@@ -116,7 +119,7 @@ struct RoutingRules {
 // axes; then Speedtronic's heuristics: rank < 2, non-floating or a bias → AdamW; owning module
 // type containing "embedding" or "norm" → AdamW; a name part naming an input/output layer (embed,
 // wte, lm_head, head, ...) → AdamW; rank > 2 → the higher_rank policy; any other floating 2-D
-// tensor → Muon.
+// tensor → Muon. Without use_names the rules that read names are left out.
 std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters,
                                    const RoutingRules& rules = {});
 std::vector<RoutedParameter> route(const torch::nn::Module& model, const RoutingRules& rules = {});

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -222,6 +223,159 @@ void HybridOptimizer::add_param_group(const torch::optim::OptimizerParamGroup& g
     throw;
   }
   adopt_group(param_groups_.size() - 1, std::nullopt);
+}
+
+// The configured group (the report's) of group g's parameters, if it has any yet.
+std::optional<std::string> HybridOptimizer::configured_group(size_t g) const {
+  for (const auto& p : param_groups_[g].params()) {
+    const auto name = names_.find(p.unsafeGetTensorImpl());
+    if (name == names_.end()) continue;
+    for (const auto& r : report_) {
+      if (r.name == name->second) return r.group;
+    }
+  }
+  return std::nullopt;
+}
+
+// Whether group g's algorithm takes `p` as its parameter i (orthogonalized in `view`): what its
+// step checks of a parameter, and of the gradient when there is one.
+void HybridOptimizer::check_new_param(size_t g, size_t i, const at::Tensor& p,
+                                      const std::vector<int64_t>& view) const {
+  const auto where = detail::concat("parameter ", i, " of param group ", g);
+  visit_algorithm(param_groups_[g].options(), [&](const auto& o) {
+    using Entry = Algorithm<std::decay_t<decltype(o)>>;
+    if constexpr (Entry::kind == ParamKind::matrices) {
+      check_muon_param(p, where, algorithm_title(Entry::name).c_str());
+      if (p.grad().defined()) Entry::check_item(p, p.grad(), o, view, where);
+    } else {
+      Entry::check_item(p, p.grad(), o, where);
+    }
+  });
+}
+
+// Drops what this optimizer keeps of `param`: its state, name, role, group and view (its report
+// row stays for replace_params to pass on or drop).
+void HybridOptimizer::forget(const at::Tensor& param) {
+  const auto* impl = param.unsafeGetTensorImpl();
+  state_.erase(compat::param_state_key(param));
+  names_.erase(impl);
+  roles_.erase(impl);
+  groups_.erase(impl);
+  views_.erase(impl);
+}
+
+void HybridOptimizer::replace_params(const std::vector<std::vector<at::Tensor>>& params) {
+  const char* who = "HybridOptimizer: param_groups changed";
+  adopt_added_groups("HybridOptimizer::replace_params");
+  check(params.size() == param_groups_.size(), who, ": ", params.size(), " parameter lists for ",
+        param_groups_.size(), " param groups");
+  check(parallel_ == nullptr && !partition_, who,
+        ", but this optimizer trains on several ranks, whose owners were planned over the "
+        "parameters as they were; build it again over the new parameters");
+  // A tensor stays when it is in the same group as before; any other is new there (a tensor
+  // moved to another group starts afresh), and one that left makes room for a new one at its
+  // index, which takes its place.
+  std::vector<std::set<const void*>> listed(params.size());
+  std::set<const void*> anywhere;
+  for (size_t g = 0; g < params.size(); ++g) {
+    for (size_t i = 0; i < params[g].size(); ++i) {
+      const auto* impl = params[g][i].unsafeGetTensorImpl();
+      check(anywhere.insert(impl).second, who, ": parameter ", i, " of param group ", g,
+            " is listed twice; a parameter belongs to one group, once");
+      listed[g].insert(impl);
+    }
+  }
+  const auto stays = [&](const at::Tensor& p, size_t g) {
+    const auto it = groups_.find(p.unsafeGetTensorImpl());
+    return it != groups_.end() && it->second == g && listed[g].count(it->first) != 0;
+  };
+  struct Arrival {
+    size_t g, i;
+    const at::Tensor* replaces;  // the tensor that left from index i, or null
+  };
+  std::vector<Arrival> arrivals;
+  for (size_t g = 0; g < params.size(); ++g) {
+    const auto& old = param_groups_[g].params();
+    for (size_t i = 0; i < params[g].size(); ++i) {
+      const auto& p = params[g][i];
+      if (stays(p, g)) continue;
+      const bool replaces = i < old.size() && !stays(old[i], g);
+      const bool same_shape = replaces && old[i].sizes() == p.sizes();
+      check_new_param(g, i, p, same_shape ? matrix_view(old[i]) : p.sizes().vec());
+      arrivals.push_back({g, i, replaces ? &old[i] : nullptr});
+    }
+  }
+  // Checked: from here nothing throws but allocation. A stand-in takes the name, report row and
+  // (for the same shape) view of the tensor it replaces.
+  std::map<const void*, std::pair<std::string, std::optional<std::vector<int64_t>>>> left;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    for (const auto& p : param_groups_[g].params()) {
+      if (stays(p, g)) continue;
+      const auto* impl = p.unsafeGetTensorImpl();
+      const auto view = views_.find(impl);
+      left[impl] = {names_.at(impl),
+                    view == views_.end() ? std::nullopt : std::optional(view->second)};
+      forget(p);
+    }
+  }
+  std::set<std::string> names;  // taken: the trainable tensors' and the frozen ones'
+  for (const auto& [impl, name] : names_) names.insert(name);
+  for (const auto& row : report_) {
+    if (row.role == Role::frozen) names.insert(row.name);
+  }
+  for (const auto& a : arrivals) {
+    const auto& p = params[a.g][a.i];
+    const auto* impl = p.unsafeGetTensorImpl();
+    std::string name;
+    if (a.replaces != nullptr) {
+      const auto& [previous, view] = left.at(a.replaces->unsafeGetTensorImpl());
+      name = previous;
+      if (view && a.replaces->sizes() == p.sizes()) views_[impl] = *view;
+    } else {
+      const auto& o = param_groups_[a.g].options();
+      name = detail::concat("param_groups.", a.g, ".", a.i);
+      for (int k = 1; names.count(name) != 0; ++k) {
+        name = detail::concat("param_groups.", a.g, ".", a.i, ".", k);
+      }
+      report_.push_back({name,
+                         {},
+                         p.scalar_type(),
+                         role_of_group(a.g),
+                         "put into param_groups after construction",
+                         algorithm_name(o),
+                         configured_group(a.g).value_or(name),
+                         o.get_lr(),
+                         group_settings(o).at("weight_decay")});
+    }
+    for (auto& row : report_) {
+      if (row.name != name) continue;
+      row.shape = p.sizes().vec();
+      row.dtype = p.scalar_type();
+    }
+    names.insert(name);
+    names_[impl] = name;
+    roles_[impl] = role_of_group(a.g);
+    groups_[impl] = a.g;
+  }
+  report_.erase(std::remove_if(report_.begin(), report_.end(),
+                               [&](const ParameterReport& r) {
+                                 return r.role != Role::frozen && names.count(r.name) == 0;
+                               }),
+                report_.end());
+  for (size_t g = 0; g < param_groups_.size(); ++g) param_groups_[g].params() = params[g];
+}
+
+void HybridOptimizer::set_matrix_view(const at::Tensor& param, std::vector<int64_t> view) {
+  const char* who = "HybridOptimizer::set_matrix_view";
+  const auto it = groups_.find(param.unsafeGetTensorImpl());
+  check(it != groups_.end() && role_of_group(it->second) == Role::muon, who,
+        ": the tensor of shape ", param.sizes(),
+        " is not a parameter of one of this optimizer's matrices groups");
+  check_matrix_view(param, view, who);
+  check(state_.count(compat::param_state_key(param)) == 0 || matrix_view(param) == view, who,
+        ": the parameter already has state for view ", at::IntArrayRef(matrix_view(param)),
+        "; set views before its first update");
+  views_[param.unsafeGetTensorImpl()] = std::move(view);
 }
 
 HybridOptimizer::Settings HybridOptimizer::settings_of(size_t g) const {

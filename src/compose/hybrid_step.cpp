@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -85,6 +86,13 @@ std::string HybridOptimizer::first_nonfinite_gradient() const {
 }
 
 bool HybridOptimizer::clip_gradients(Gradients& grads) {
+  stats_.clip_factor = 1;
+  stats_.skipped = false;
+  const bool ignore = options_.nonfinite == NonfinitePolicy::ignore;
+  if (ignore && !options_.max_grad_norm) {  // nothing reads the norm: no pass over the gradients
+    stats_.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    return true;
+  }
   // Each gradient's norm in fp64 on its device, fetched once per device, summed in group order.
   std::vector<at::Tensor> norms;
   for (const auto& group : param_groups_) {
@@ -103,8 +111,7 @@ bool HybridOptimizer::clip_gradients(Gradients& grads) {
     sum = total.item<double>();
   }
   stats_.grad_norm = std::sqrt(sum);
-  stats_.clip_factor = 1;
-  stats_.skipped = false;
+  if (!std::isfinite(stats_.grad_norm) && ignore) return true;  // unclipped, as it came
   if (!std::isfinite(stats_.grad_norm)) {
     if (options_.nonfinite == NonfinitePolicy::error) {
       throw Error(detail::concat("non-finite gradient norm (", stats_.grad_norm, "): parameter '",

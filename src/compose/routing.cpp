@@ -152,7 +152,7 @@ Decision decide_declared(const NamedParameter& p, const std::vector<std::string>
 }
 
 // Speedtronic's heuristics (docs/design.md §Routing, rule 5) with the higher_rank policy.
-Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank) {
+Decision decide_heuristic(const NamedParameter& p, const RoutingRules& rules) {
   const auto& t = p.tensor;
   if (!t.is_floating_point()) {
     return {Role::adamw,
@@ -160,7 +160,7 @@ Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank)
             {}};
   }
   if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor", {}};
-  if (ends_with(p.name, "bias")) return {Role::adamw, "a bias", {}};
+  if (rules.use_names && ends_with(p.name, "bias")) return {Role::adamw, "a bias", {}};
   const auto type = lower(p.module_type);
   if (type.find("embedding") != std::string::npos) {
     return {Role::adamw, "owned by an embedding module (" + p.module_type + ")", {}};
@@ -168,13 +168,13 @@ Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank)
   if (type.find("norm") != std::string::npos) {
     return {Role::adamw, "owned by a norm module (" + p.module_type + ")", {}};
   }
-  const auto part = input_output_part(p.name);
+  const auto part = rules.use_names ? input_output_part(p.name) : "";
   if (!part.empty()) {
     return {Role::adamw, "name part '" + part + "' marks an input/output layer", {}};
   }
   if (t.dim() > 2) {
     const auto rank = "rank-" + std::to_string(t.dim()) + " tensor";
-    switch (higher_rank) {
+    switch (rules.higher_rank) {
       case HigherRankPolicy::adamw:
         return {
             Role::adamw, rank + " without declared matrix axes (higher_rank policy 'adamw')", {}};
@@ -192,6 +192,8 @@ Decision decide_heuristic(const NamedParameter& p, HigherRankPolicy higher_rank)
                     "or use higher_rank 'flatten' or 'adamw'");
     }
   }
+  if (!rules.use_names)
+    return {Role::muon, "2-D matrix (routed by shape: given without a name)", {}};
   return {Role::muon, "hidden 2-D matrix", {}};
 }
 
@@ -276,12 +278,12 @@ std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters
     } else if (const auto declared = rules.axes.find(p.name); declared != rules.axes.end()) {
       d = decide_declared(p, declared->second, rules.split_heads);
     } else {
-      d = decide_heuristic(p, rules.higher_rank);
+      d = decide_heuristic(p, rules);
     }
-    out.push_back({p.name, p.tensor, d.role, std::move(d.reason), p.module_type,
-                   std::move(d.view), d.num_heads});
+    out.push_back({p.name, p.tensor, d.role, std::move(d.reason), p.module_type, std::move(d.view),
+                   d.num_heads});
   }
-  review_last_matrix(out);
+  if (rules.use_names) review_last_matrix(out);
   return out;
 }
 

@@ -67,7 +67,8 @@ void read_partition(Section& s, OptimConfig& config) {
       known = known || (Entry::kind == ParamKind::matrices && *matrices == Entry::name);
     });
     check(known, s.key_path("matrices"), ": '", *matrices,
-          "' does not orthogonalize matrices; valid are ", algorithm_names_text(ParamKind::matrices));
+          "' does not orthogonalize matrices; valid are ",
+          algorithm_names_text(ParamKind::matrices));
     config.name = *matrices;
   }
   const auto others = s.text("others");
@@ -86,10 +87,10 @@ void read_partition(Section& s, OptimConfig& config) {
 void read_dion_switch(Section& s, OptimConfig& config) {
   auto& h = config.hybrid;
   const auto muon_section = s.find("muon");
-  for (auto [key, node] : {std::pair{std::string("dion"), s.find("dion")},
-                           std::pair{std::string("muon.dion"),
-                                     muon_section && muon_section.IsMap() ? muon_section["dion"]
-                                                                          : YAML::Node()}}) {
+  for (auto [key, node] :
+       {std::pair{std::string("dion"), s.find("dion")},
+        std::pair{std::string("muon.dion"),
+                  muon_section && muon_section.IsMap() ? muon_section["dion"] : YAML::Node()}}) {
     if (!node || node.IsNull()) continue;
     if (h.all_adamw) refuse_unused_under_adamw(s, key, "Dion's settings");
     const bool on = !node.IsScalar() || Section::as_bool(node, s.key_path(key));
@@ -277,15 +278,64 @@ OptimConfig read_config(const YAML::Node& root);
 
 }  // namespace
 
-OptimConfig OptimConfig::from_yaml(const std::string& text) {
+namespace {
+
+// `text` as a YAML node; an empty document is an empty mapping. `what` names it in errors.
+YAML::Node parse_yaml(const std::string& text, const char* what) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw Error("config: invalid YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
-                std::to_string(e.mark.column + 1) + ": " + e.msg);
+    throw Error(std::string(what) + ": invalid YAML at line " + std::to_string(e.mark.line + 1) +
+                ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  return root;
+}
+
+// Sets every key of the mapping `keys` in the mapping `into`, merging mappings key by key; a key
+// both set (anything but a mapping on both sides) is an error naming its path.
+void merge_keys(YAML::Node into, const YAML::Node& keys, const std::string& path) {
+  for (const auto& item : keys) {
+    const auto key = item.first.as<std::string>();
+    const auto key_path = path + "." + key;
+    const YAML::Node& existing = static_cast<const YAML::Node&>(into)[key];
+    if (existing && !existing.IsNull() && existing.IsMap() && item.second.IsMap()) {
+      merge_keys(existing, item.second, key_path);
+      continue;
+    }
+    check(!existing || existing.IsNull(), key_path,
+          ": set both by the configuration and by a keyword argument; give it once");
+    into[key] = item.second;
+  }
+}
+
+}  // namespace
+
+std::string with_optimizer_keys(const std::string& yaml, const std::string& keys) {
+  const auto extra = parse_yaml(keys, "optimizer keys");
+  check(extra.IsMap(), "optimizer keys: expected a mapping of keys, got YAML of another kind");
+  if (extra.size() == 0) return yaml;
+  auto root = parse_yaml(yaml, "config");
+  check(root.IsMap(), "config: expected a mapping at the top (optimizer: ...)");
+  YAML::Node optimizer = root["optimizer"];
+  if (!optimizer || optimizer.IsNull()) {
+    optimizer = YAML::Node(YAML::NodeType::Map);
+  } else if (optimizer.IsScalar()) {  // the scalar form `optimizer: muon` as a mapping
+    YAML::Node mapping(YAML::NodeType::Map);
+    mapping["name"] = optimizer.Scalar();
+    optimizer = mapping;
+  }
+  check(optimizer.IsMap(), "config: optimizer must be a mapping or a name");
+  merge_keys(optimizer, extra, "optimizer");
+  root["optimizer"] = optimizer;
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+OptimConfig OptimConfig::from_yaml(const std::string& text) {
+  auto root = parse_yaml(text, "config");
   try {
     return read_config(root);
   } catch (const YAML::Exception& e) {  // a node of a shape no reader above expected

@@ -141,6 +141,7 @@ void read_routing(Section& s, OptimConfig& config) {
           one_of<HigherRankPolicy>(r.key_path("higher_rank"), *v, higher_rank_policy_from_string);
     }
     if (const auto v = r.boolean("split_heads")) config.routing.split_heads = *v;
+    if (const auto v = r.boolean("names")) config.routing.use_names = *v;
     r.finish();
   }
 }
@@ -166,11 +167,11 @@ void read_scaling(Section& s, OptimConfig& config) {
     others["weight_decay"] *= rules.weight_decay_multiplier();
     set_group_settings(h.others_options(), others);
     std::ostringstream note;
-    note << "scaling: " << algorithm_name(h.matrices_options()) << " lr x " << rules.lr_multiplier() << " (sqrt(B/2^19)), "
-         << algorithm_name(h.others_options()) << " lr x " << rules.adamw_lr_multiplier()
-         << " (also (d_model/768)^-0.5), weight decay x " << rules.weight_decay_multiplier()
-         << " -> lr " << matrices["lr"] << ", adamw_lr " << others["lr"] << ", weight_decay "
-         << matrices["weight_decay"];
+    note << "scaling: " << algorithm_name(h.matrices_options()) << " lr x " << rules.lr_multiplier()
+         << " (sqrt(B/2^19)), " << algorithm_name(h.others_options()) << " lr x "
+         << rules.adamw_lr_multiplier() << " (also (d_model/768)^-0.5), weight decay x "
+         << rules.weight_decay_multiplier() << " -> lr " << matrices["lr"] << ", adamw_lr "
+         << others["lr"] << ", weight_decay " << matrices["weight_decay"];
     config.notes.push_back(note.str());
   }
 }

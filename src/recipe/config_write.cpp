@@ -1,6 +1,7 @@
 // Writing an OptimConfig back as YAML (the resolved settings a run uses), and build_optimizer.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <string>
 
 #include "muon/config.h"
@@ -27,14 +28,22 @@ std::string OptimConfig::to_yaml() const {
         << YAML::Value << YAML::Flow << routing.muon_patterns << YAML::Key << "adamw" << YAML::Value
         << YAML::Flow << routing.adamw_patterns << YAML::Key << "higher_rank" << YAML::Value
         << to_string(routing.higher_rank) << YAML::Key << "split_heads" << YAML::Value
-        << routing.split_heads << YAML::EndMap;
+        << routing.split_heads << YAML::Key << "names" << YAML::Value << routing.use_names
+        << YAML::EndMap;
   }
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
 
 void OptimConfig::check_steps(int64_t total_steps) const {
-  check(total_steps > 0, "total_steps must be > 0, got ", total_steps);
+  const bool scheduled =
+      hybrid.schedule || hybrid.momentum_schedule || hybrid.weight_decay_schedule ||
+      std::any_of(hybrid.groups.begin(), hybrid.groups.end(),
+                  [](const ParamGroupSpec& g) { return g.schedule.has_value(); });
+  check(total_steps > 0 || (total_steps == 0 && !scheduled), "total_steps must be > 0",
+        scheduled ? " (the run's length, which the configuration's schedules need)"
+                  : ", or 0 when unknown (a configuration without schedules)",
+        ", got ", total_steps);
   if (hybrid.schedule) {
     with_context("optimizer.schedule", [&] { hybrid.schedule->check(total_steps); });
   }
@@ -55,7 +64,6 @@ std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<NamedParamete
 
 std::unique_ptr<HybridOptimizer> build_optimizer(const std::vector<RoutedParameter>& routes,
                                                  const OptimConfig& config, int64_t total_steps) {
-  check(total_steps > 0, "build_optimizer: total_steps must be > 0, got ", total_steps);
   config.check_steps(total_steps);
   auto options = config.hybrid;
   options.total_steps = total_steps;
