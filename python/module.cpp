@@ -127,6 +127,35 @@ class Engine {
     return Engine(std::make_unique<Optim>(std::move(built)));
   }
 
+  // A hybrid over explicit groups, no routing: [(params, algorithm name, options dict)], each
+  // group's options starting from its algorithm's defaults; `views`: (matrix parameter, view)
+  // pairs for those orthogonalized in another view than their shape. Torch's semantics: no
+  // clipping, no schedules, a non-finite gradient steps as any other.
+  static Engine grouped(const py::list& groups, const py::list& views) {
+    HybridOptions hybrid_options;
+    hybrid_options.nonfinite = NonfinitePolicy::ignore;
+    auto hybrid = std::make_unique<HybridOptimizer>(std::vector<RoutedParameter>{}, hybrid_options);
+    for (const auto& g : groups) {
+      const auto group = py::reinterpret_borrow<py::tuple>(g);
+      auto options = default_options_of(group[1].cast<std::string>());
+      update_options(*options, py::reinterpret_borrow<py::dict>(group[2]));
+      hybrid->add_param_group(
+          torch::optim::OptimizerParamGroup(tensors("params", group[0]), std::move(options)));
+    }
+    for (const auto& item : views) {
+      const auto pair = py::reinterpret_borrow<py::tuple>(item);
+      hybrid->set_matrix_view(pair[0].cast<at::Tensor>(), pair[1].cast<std::vector<int64_t>>());
+    }
+    return Engine(std::move(hybrid));
+  }
+
+  // Each group's parameters, from param_groups as they are now (HybridOptimizer::replace_params).
+  void replace_params(const py::list& lists) {
+    std::vector<std::vector<at::Tensor>> params;
+    for (const auto& list : lists) params.push_back(tensors("params", list));
+    hybrid().replace_params(params);
+  }
+
   // `named`: (name, tensor, module type) triples. `held`: None, or per triple the tensor this
   // process updates in its place (routing reads the triples' tensors: stand-ins of the shapes).
   static Engine from_config(const py::list& named, const std::string& yaml, int64_t total_steps,
@@ -328,6 +357,8 @@ void bind_engine(py::module_& m) {
   engine
       .def_static("hybrid", &Engine::from_config, py::arg("named"), py::arg("yaml"),
                   py::arg("total_steps"), py::arg("held") = py::none())
+      .def_static("grouped", &Engine::grouped, py::arg("groups"), py::arg("views"))
+      .def("replace_params", &Engine::replace_params)
       .def("groups", &Engine::groups)
       .def("settings", &Engine::settings)
       .def("set_options", &Engine::set_options)
@@ -450,6 +481,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("bf16_products", &muon::bf16_products,
         "Where the CPU bfloat16 Newton–Schulz products run (LibTorch's oneDNN or the linked one).");
   m.def("routed_roles", &routed_roles, py::arg("named"), py::arg("yaml"));
+  m.def("with_optimizer_keys", &muon::with_optimizer_keys, py::arg("yaml"), py::arg("keys"),
+        "The configuration with the mapping `keys` (YAML or JSON) merged into its optimizer "
+        "section; a key set both ways is an error.");
   m.def(
       "coefficient_table",
       [](py::handle table) {
@@ -485,6 +519,18 @@ PYBIND11_MODULE(_core, m) {
       },
       "The presets of the matrices' settings (muon/presets.h): (name, origin, algorithm, settings "
       "as a param group holds them) tuples, in the table's order.");
+  m.def(
+      "algorithms",
+      [] {
+        py::list out;
+        muon::for_each_algorithm([&](auto* tag) {
+          using Options = std::remove_pointer_t<decltype(tag)>;
+          using Entry = muon::Algorithm<Options>;
+          out.append(py::make_tuple(Entry::name, Entry::kind == muon::ParamKind::matrices));
+        });
+        return out;
+      },
+      "The registered algorithms (muon/algorithms.h), in order: (name, updates matrices only).");
   m.def("option_schema", &option_schema, py::arg("algorithm"),
         "The options of a registered algorithm, by name (muon, adamw, ...): (name, default, doc, "
         "range) tuples.");

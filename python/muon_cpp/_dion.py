@@ -39,6 +39,7 @@ class Dion(_EngineOptimizer):
     """
 
     _make_engine = staticmethod(_core.Engine.dion)
+    _algorithm = "dion"
     _updates_matrices = True
     _updates_whole_tensors = True
 

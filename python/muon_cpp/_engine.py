@@ -2,10 +2,12 @@
 live in a C++ engine (muon_cpp._core.Engine), with PyTorch's state_dict layout."""
 
 import collections.abc
+import operator
 
 import torch
 from torch.optim import Optimizer
 
+from . import _core
 from ._distributed import OwnerPlan, gather_state
 from ._sharded import ShardedParams, is_sharded
 
@@ -13,11 +15,16 @@ from ._sharded import ShardedParams, is_sharded
 class _EngineOptimizer(Optimizer):
     """A torch.optim.Optimizer whose parameters, settings and state live in a C++ engine.
 
-    The Python param_groups are the source of truth for settings: step() pushes them into the
-    engine first. The engine is the source of truth for state; ``state`` is a view of it.
+    The Python param_groups are the source of truth for settings and parameters, as in torch.optim:
+    step() pushes every group's settings into the engine first, and when the groups' tensors have
+    changed since the engine last read them (a tensor swapped into a group, appended or removed;
+    a group added or dropped), it rebuilds the engine over them first, keeping the state of every
+    tensor that stays (a new one starts afresh). The engine is the source of truth for state;
+    ``state`` is a view of it.
     """
 
     _make_engine = None  # _core.Engine.<algorithm>, set by each subclass
+    _algorithm = None  # the registry's name of what this class runs on every group (None: several)
     _updates_matrices = False  # Muon and Dion: parameters are owned by orthogonalization cost
     _updates_whole_tensors = False  # Muon, Dion, Lamb: a shard alone cannot be updated
 
@@ -25,19 +32,108 @@ class _EngineOptimizer(Optimizer):
         self._engine = None
         self._plan = None
         self._shards = shards  # the engine's tensors for sharded parameters, if made already
+        self._process_group = process_group
         super().__init__(params, defaults)
-        if shards is None and any(is_sharded(p) for p in self._params()):
-            self._shards = ShardedParams(self._params(), self._updates_whole_tensors,
-                                         self._updates_matrices, process_group,
-                                         type(self).__name__)
-        elif process_group is not None:
-            self._plan = OwnerPlan(self._params(), self._updates_matrices, process_group)
-        self._engine = engine if engine is not None else self._new_engine()
+        _add_hooks_torch_lacks(self)
+        if engine is None:
+            self._shards, self._plan, self._engine = self._build()
+        else:
+            self._engine = engine
+        self._bound = self._param_lists()
 
-    def _new_engine(self):
+    def _build(self):
+        """(shards, owner plan, engine) over param_groups as they are: what updates what."""
+        params = self._params()
+        shards = plan = None
+        if any(is_sharded(p) for p in params):
+            shards = ShardedParams(params, self._updates_whole_tensors, self._matrix_flags(),
+                                   self._process_group, type(self).__name__)
+        elif self._process_group is not None:
+            plan = OwnerPlan(params, self._matrix_flags(), self._process_group)
+        return shards, plan, self._new_engine(shards)
+
+    def _new_engine(self, shards):
+        held = (lambda p: p) if shards is None else shards.engine_tensor
         return self._make_engine(
-            [([self._engine_param(p) for p in group["params"]], self._engine_settings(group))
+            [([held(p) for p in group["params"]], self._engine_settings(group))
              for group in self.param_groups])
+
+    # Whether each parameter is updated as a matrix (Muon, Dion) — one bool for all, or a list.
+    def _matrix_flags(self):
+        return self._updates_matrices
+
+    # ---- the parameters the engine holds, and param_groups as they are now ----
+
+    # A group's part of its structure beside its tensors (MuonWithAuxAdam: use_muon).
+    def _group_kind(self, group):
+        return None
+
+    def _param_lists(self):
+        """What the engine was built over: each group's tensors (held, so that no other tensor
+        can take one's address or id) and kind."""
+        return [(list(group["params"]), self._group_kind(group)) for group in self.param_groups]
+
+    def _params_changed(self):
+        """Whether param_groups' tensors differ from those the engine holds: one identity check
+        per tensor, the whole cost of reading param_groups at every step."""
+        groups = self.param_groups
+        if len(groups) != len(self._bound):
+            return True
+        for group, (held, kind) in zip(groups, self._bound):
+            now = group["params"]
+            if (type(now) is not list or len(now) != len(held)
+                    or any(map(operator.is_not, now, held)) or self._group_kind(group) != kind):
+                return True
+        return False
+
+    def _bound_params(self):
+        return [p for params, _ in self._bound for p in params]
+
+    def _sync_params(self, who):
+        """Rebuilds the engine when param_groups' tensors changed; an error leaves everything as it
+        was (the old tensors keep their state) and says what ``who`` met."""
+        if not self._params_changed():
+            return
+        try:
+            self._rebind()
+        except (ValueError, TypeError) as e:
+            raise RuntimeError(f"{type(self).__name__}.{who}: param_groups changed since the "
+                               f"optimizer last read them, and {e}") from e
+
+    def _rebind(self):
+        """The engine over param_groups as they are now, keeping each staying tensor's state (with
+        a process group or sharded parameters a collective: every rank makes the same change)."""
+        for number, group in enumerate(self.param_groups):
+            group["params"] = _param_list(group["params"], number)
+        _check_disjoint(self.param_groups)
+        params = self._params()
+        staying = {id(p) for p in params} & {id(p) for p in self._bound_params()}
+        saved = {id(p): entry for p, entry in self._whole_state() if id(p) in staying}
+        shards, plan, engine = self._build()
+        owns = (shards.owns if shards is not None else
+                plan.owns if plan is not None else (lambda p: True))
+        states = []
+        for index, p in enumerate(params):
+            if id(p) in saved and owns(p):
+                entry = saved[id(p)] if shards is None else shards.local_entry(p, saved[id(p)])
+                states.append((index, p if shards is None else shards.engine_tensor(p), entry))
+        engine.load([self._engine_settings(group) for group in self.param_groups], states)
+        self._shards, self._plan, self._engine = shards, plan, engine
+        self._bound = self._param_lists()
+
+    def _whole_state(self):
+        """[(tensor, state entry)] of the tensors the engine holds, each entry whole — as one
+        process keeps it (gathered from its owner or from every rank's rows: a collective)."""
+        held = self._bound_params()
+        local = {}
+        for index, p in enumerate(held):
+            entry = _state_entry(self._engine, self._engine_param(p))
+            if entry is not None:
+                local[index] = (entry if self._shards is None
+                                else self._shards.whole_entry(p, entry))
+        if self._group() is not None and (self._shards is None or self._shards.owners_hold_state):
+            local = gather_state(local, self._group())
+        return [(held[index], entry) for index, entry in local.items()]
 
     @property
     def state(self):
@@ -55,23 +151,14 @@ class _EngineOptimizer(Optimizer):
     def add_param_group(self, param_group):
         if isinstance(param_group, dict):
             param_group = self._from_torch_names(_named(dict(param_group), self.param_groups))
-        if self._engine is not None and (self._plan is not None or self._shards is not None):
-            raise ValueError(f"{type(self).__name__}: with a process_group or sharded (DTensor) "
-                             "parameters, give every parameter group to the constructor: who "
-                             "updates what is planned over all of them at once")
         super().add_param_group(param_group)  # PyTorch's checks and defaults
         if self._engine is None:
             return
-        # A new engine over all groups (which validates the new ones), keeping the state so far.
-        try:
-            engine = self._new_engine()
-            kept = [(i, p, self._engine.state(p)) for i, p in enumerate(self._params())]
-            engine.load([_settings(g) for g in self.param_groups],
-                        [entry for entry in kept if entry[2] is not None])
+        try:  # the engine over all groups, which validates the new one
+            self._rebind()
         except Exception:
             self.param_groups.pop()
             raise
-        self._engine = engine
 
     def step(self, closure=None):
         """Calls ``closure`` (if any) with gradients enabled, then updates every parameter that
@@ -80,6 +167,7 @@ class _EngineOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._sync_params("step()")
         for group in self.param_groups:  # settings written under torch.optim's names
             self._from_torch_names(group)
         self._engine.set_options([self._engine_settings(group) for group in self.param_groups])
@@ -110,24 +198,45 @@ class _EngineOptimizer(Optimizer):
         process group, every owner's state gathered to every rank (a collective: call it on all
         ranks), as CPU copies — the state dict one process would have, loadable at any world
         size. With sharded (DTensor) parameters likewise: each rank's rows of the state gathered
-        into whole tensors (a collective), the state dict one process would have."""
+        into whole tensors (a collective), the state dict one process would have. The state-dict
+        pre- and post-hooks run around it, as torch.optim runs them."""
+        for hook in _hooks(self, "_optimizer_state_dict_pre_hooks"):
+            hook(self)
+        out = self._state_dict()
+        for hook in _hooks(self, "_optimizer_state_dict_post_hooks"):
+            result = hook(self, out)
+            if result is not None:
+                out = result
+        return out
+
+    def _state_dict(self):
+        self._sync_params("state_dict()")
         index = {id(p): i for i, p in enumerate(self._params())}
         groups = []
         for group in self.param_groups:
             packed = {key: value for key, value in group.items() if key != "params"}
             packed["params"] = [index[id(p)] for p in group["params"]]
             groups.append(packed)
-        entries = list(self.state.items())
-        if self._shards is not None:
-            entries = [(p, self._shards.whole_entry(p, entry)) for p, entry in entries]
-        state = {index[id(p)]: entry for p, entry in entries}
-        if self._group() is not None and (self._shards is None or self._shards.owners_hold_state):
-            state = gather_state(state, self._group())
-        return {"state": state, "param_groups": groups}
+        state = {index[id(p)]: entry for p, entry in self._whole_state()}
+        return {"state": dict(sorted(state.items())), "param_groups": groups}
 
     def load_state_dict(self, state_dict):
         """Replaces settings and state with ``state_dict``'s (from this class's state_dict()).
-        Everything is checked first; on any error nothing changes."""
+        Everything is checked first; on any error nothing changes. The load-state-dict pre-hooks
+        (which may return a replacement) and post-hooks run around it, as in torch.optim."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+        state_dict = state_dict.copy()  # shallow, as torch.optim hands it to the hooks
+        for hook in _hooks(self, "_optimizer_load_state_dict_pre_hooks"):
+            result = hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        self._load_state_dict(state_dict)
+        for hook in _hooks(self, "_optimizer_load_state_dict_post_hooks"):
+            hook(self)
+
+    def _load_state_dict(self, state_dict):
+        self._sync_params("load_state_dict()")
         saved_groups, saved_state = _split_state_dict(state_dict)
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"loaded state dict has {len(saved_groups)} parameter groups, "
@@ -161,6 +270,41 @@ class _EngineOptimizer(Optimizer):
             group.update(saved)
         self._load_extra(state_dict)
 
+    # ---- copies: copy.deepcopy and pickle ----
+
+    def __getstate__(self):
+        if self._group() is not None:
+            raise TypeError(f"{type(self).__name__} over a process group (or sharded parameters) "
+                            "cannot be copied or pickled: its state is spread over ranks; save "
+                            "state_dict() instead")
+        self._sync_params("__getstate__()")
+        return {"defaults": self.defaults, "param_groups": self.param_groups,
+                "state": dict(self._whole_state()), "extra": self._copied_extra()}
+
+    def __setstate__(self, state):
+        state = dict(state)
+        saved_state, extra = state.pop("state", {}), state.pop("extra", None)
+        Optimizer.__setstate__(self, state)  # param_groups, defaults, torch's hook tables
+        _add_hooks_torch_lacks(self)
+        self._engine, self._plan, self._shards, self._process_group = None, None, None, None
+        self._engine = self._copied_engine(extra)
+        self._bound = self._param_lists()
+        params = self._params()
+        index = {id(p): i for i, p in enumerate(params)}
+        self._engine.load([self._engine_settings(group) for group in self.param_groups],
+                          [(index[id(p)], p, entry) for p, entry in saved_state.items()])
+        self._load_extra_copy(extra)
+
+    # What a copy needs beyond param_groups and state to rebuild the engine (a subclass's).
+    def _copied_extra(self):
+        return None
+
+    def _copied_engine(self, extra):
+        return self._build()[2]
+
+    def _load_extra_copy(self, extra):
+        pass
+
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
 
@@ -188,7 +332,12 @@ class _EngineOptimizer(Optimizer):
 
     def _from_torch_names(self, settings):
         check_torch_flags(settings, type(self).__name__, self._own_torch_flags)
+        check_group_keys(settings, type(self).__name__, self._algorithm, self._own_keys())
         return settings
+
+    # The keys of a param group this class reads beyond its algorithm's options (torch's names).
+    def _own_keys(self):
+        return ()
 
     # What the engine gets for a param group: its settings under the engine's names (the engine
     # ignores keys it does not know, such as param_names).
@@ -217,10 +366,7 @@ class _StateView(collections.abc.Mapping):
 
     def _entry(self, p):
         engine = self._optimizer.__dict__.get("_engine")
-        entry = engine.state(self._optimizer._engine_param(p)) if engine is not None else None
-        if entry is not None:
-            entry["step"] = torch.tensor(float(entry["step"]))
-        return entry
+        return None if engine is None else _state_entry(engine, self._optimizer._engine_param(p))
 
     def __getitem__(self, p):
         entry = self._entry(p) if isinstance(p, torch.Tensor) else None
@@ -236,6 +382,131 @@ class _StateView(collections.abc.Mapping):
 
     def __repr__(self):
         return repr(dict(self.items()))
+
+
+def _state_entry(engine, tensor):
+    """The engine's state of ``tensor`` in torch.optim's form — the step count a float tensor —
+    or None before its first update (or for a tensor the engine does not hold)."""
+    entry = engine.state(tensor)
+    if entry is not None:
+        entry["step"] = torch.tensor(float(entry["step"]))
+    return entry
+
+
+# ---- torch.optim's hooks on state dicts: run as torch runs them, and added where torch (1.13)
+# has none, with torch 2's signatures ----
+
+_STATE_DICT_HOOKS = ("_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+                     "_optimizer_load_state_dict_pre_hooks",
+                     "_optimizer_load_state_dict_post_hooks")
+
+
+def _hooks(optimizer, table):
+    return list(optimizer.__dict__.get(table, {}).values())
+
+
+def _add_hooks_torch_lacks(optimizer):
+    for table in _STATE_DICT_HOOKS:
+        optimizer.__dict__.setdefault(table, collections.OrderedDict())
+
+
+def _registrar(table, doc):
+    def register(self, hook, prepend=False):
+        handle = torch.utils.hooks.RemovableHandle(self.__dict__[table])
+        self.__dict__[table][handle.id] = hook
+        if prepend:
+            self.__dict__[table].move_to_end(handle.id, last=False)
+        return handle
+    register.__doc__ = doc + " (torch.optim's, for a PyTorch that has none); returns a handle."
+    return register
+
+
+if not hasattr(Optimizer, "register_state_dict_pre_hook"):  # PyTorch < 2.1
+    for _table, _name, _doc in zip(_STATE_DICT_HOOKS, (
+            "register_state_dict_pre_hook", "register_state_dict_post_hook",
+            "register_load_state_dict_pre_hook", "register_load_state_dict_post_hook"), (
+            "hook(optimizer) before state_dict()",
+            "hook(optimizer, state_dict) -> a replacement or None, after state_dict()",
+            "hook(optimizer, state_dict) -> a replacement or None, before load_state_dict()",
+            "hook(optimizer) after load_state_dict()")):
+        setattr(_EngineOptimizer, _name, _registrar(_table, _doc))
+
+
+# ---- param_groups' tensors as code between steps may leave them ----
+
+def _param_list(params, number):
+    """A group's 'params' as a list of tensors, as torch.optim's add_param_group makes it."""
+    if isinstance(params, torch.Tensor):
+        return [params]
+    if isinstance(params, set):
+        raise TypeError(f"param group {number}: 'params' is a set; optimizer parameters need an "
+                        "ordered collection (a list), as the order of a set changes between runs")
+    try:
+        params = list(params)
+    except TypeError:
+        raise TypeError(f"param group {number}: 'params' must be a list of tensors, got "
+                        f"{type(params).__name__}") from None
+    for index, p in enumerate(params):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"parameter {index} of param group {number} is a "
+                            f"{type(p).__name__}, not a tensor")
+        if not (p.is_leaf or p.retains_grad):
+            raise ValueError(f"parameter {index} of param group {number} is not a leaf tensor "
+                             "(the result of an operation); optimize leaf tensors")
+    return params
+
+
+def _check_disjoint(groups):
+    seen = {}
+    for number, group in enumerate(groups):
+        for index, p in enumerate(group["params"]):
+            if id(p) in seen:
+                raise ValueError(f"parameter {index} of param group {number} is also parameter "
+                                 "{1} of param group {0}; a parameter belongs to one group"
+                                 .format(*seen[id(p)]))
+            seen[id(p)] = (number, index)
+
+
+# ---- keys of a param group that another algorithm reads ----
+
+_ALGORITHMS = {name: matrices for name, matrices in _core.algorithms()}
+_OPTIONS_OF = {name: {option for option, *_ in _core.option_schema(name)} for name in _ALGORITHMS}
+
+
+def _title(algorithm):
+    return {"adamw": "AdamW", "nadam": "NAdam"}.get(algorithm, algorithm.capitalize())
+
+
+def check_group_keys(settings, who, algorithm, own_keys=()):
+    """Refuses a param group that another algorithm would read differently, rather than training
+    its tensors by ``algorithm`` (this class's, on every group) and ignoring what it says:
+    KellerJordan/Muon's ``use_muon``, a group naming another ``algorithm`` (microsoft/dion's), or
+    an option of another registered algorithm that ``algorithm`` lacks (Adam's betas in a Muon
+    group). Keys no algorithm reads (initial_lr, a user's own) are kept, as torch keeps them."""
+    if algorithm is None:
+        return
+    if "use_muon" in settings:
+        raise ValueError(f"{who}: a param group has use_muon={settings['use_muon']!r}, "
+                         "KellerJordan/Muon's key choosing Muon or Adam per group; this class runs "
+                         f"{_title(algorithm)} on every group. Use muon_cpp.MuonWithAuxAdam "
+                         "for such groups (or muon_cpp.HybridOptimizer, which routes by shape)")
+    named = settings.get("algorithm", algorithm)
+    if named != algorithm:
+        raise ValueError(f"{who}: a param group has algorithm={named!r}; this class runs "
+                         f"{_title(algorithm)} on every group. Give that group to its own "
+                         "optimizer, or use muon_cpp.HybridOptimizer")
+    own = _OPTIONS_OF[algorithm] | set(own_keys)
+    for key in settings:
+        if key in own or not isinstance(key, str):
+            continue
+        readers = [name for name, options in _OPTIONS_OF.items() if key in options]
+        if readers:
+            raise ValueError(
+                f"{who}: a param group has {key!r}, an option of "
+                f"{', '.join(_title(r) for r in readers)} but not of {_title(algorithm)}, which "
+                "would ignore it and train the group's tensors as its own. For Muon on some "
+                "groups and Adam on others use muon_cpp.MuonWithAuxAdam (KellerJordan/Muon's "
+                "use_muon groups) or muon_cpp.HybridOptimizer (routing by shape)")
 
 
 def _settings(group):

@@ -12,7 +12,7 @@ move between the two in both directions mid-run (docs/python.md §torch.optim.Mu
 """
 
 from . import _core, _torch_muon
-from ._engine import _EngineOptimizer, check_torch_flags
+from ._engine import _EngineOptimizer, check_group_keys, check_torch_flags
 
 __all__ = ["Muon"]
 
@@ -34,6 +34,7 @@ class Muon(_EngineOptimizer):
     """
 
     _make_engine = staticmethod(_core.Engine.muon)
+    _algorithm = "muon"
     _updates_matrices = True
     _updates_whole_tensors = True
 
@@ -51,6 +52,7 @@ class Muon(_EngineOptimizer):
 
     def _from_torch_names(self, settings):
         check_torch_flags(settings, "Muon")
+        check_group_keys(settings, "Muon", "muon", _torch_muon.TORCH_ONLY_KEYS)
         ours = [key for key, counterpart in _torch_muon.COUNTERPARTS.items()
                 if counterpart in settings and key not in settings]
         if ours:

@@ -2,6 +2,7 @@
 INIT_FILE (a file:// rendezvous, which every torch from 1.13 on has, with or without libuv).
 
     python distributed_ranks.py ALGORITHM STEPS OUT_DIR
+    python distributed_ranks.py swap:ALGORITHM STEPS OUT_DIR
     python distributed_ranks.py killed 0 OUT_DIR
     python distributed_ranks.py ends-after-step 0 OUT_DIR
     python distributed_ranks.py dcp-save:ALGORITHM STEPS OUT_DIR
@@ -11,7 +12,8 @@ Every rank steps the same parameters with the same gradients twice: once through
 with the process group (each rank updating what it owns) and once through the one-process
 optimizer, the reference. It writes OUT_DIR/rank<r>.json: the largest relative difference of the
 parameters after each step, of the gathered state dict, and of a run resumed at world size N from
-the one-process state dict halfway. `killed`: the last rank exits mid-run and the others write
+the one-process state dict halfway; `swap:` puts a new tensor in the place of the first parameter
+before the second step, on every rank and in the one process. `killed`: the last rank exits mid-run and the others write
 what their next step raised. `ends-after-step`: each rank steps Muon and AdamW once and ends there,
 as a script may, with no destroy_process_group. `dcp-save` runs the first half of the steps and saves model and
 optimizer with torch.distributed.checkpoint (get_optimizer_state_dict); `dcp-load`, at any world
@@ -68,6 +70,10 @@ def make(algorithm, params, group):
     extra = {} if group is None else {"process_group": group}
     matrices = [p for p in params if p.dim() >= 2]
     others = [p for p in params if p.dim() < 2]
+    if algorithm == "aux_adam":  # KellerJordan/Muon's groups
+        return muon_cpp.MuonWithAuxAdam(
+            [dict(params=matrices, use_muon=True, weight_decay=0.01),
+             dict(params=others, use_muon=False, lr=1e-2)], **extra)
     if algorithm == "muon":
         return muon_cpp.Muon(matrices, lr=0.02, weight_decay=0.01, **extra)
     if algorithm == "dion":
@@ -109,6 +115,15 @@ def state_difference(ours, reference):
                     mine, value):
                 return float("inf")
     return worst
+
+
+def swap_first(optimizer, params):
+    """Puts a copy of params[0] (a new tensor) in its place in the optimizer's param_groups and in
+    `params`, as accelerate's switch to sharded parameters does: stepped from fresh state on."""
+    old = params[0]
+    params[0] = old.detach().clone().requires_grad_()
+    for group in optimizer.param_groups:
+        group["params"] = [params[0] if p is old else p for p in group["params"]]
 
 
 def snapshot(optimizer, params):
@@ -246,6 +261,8 @@ def main():
         sys.stderr.flush()
         os._exit(0)
     group = dist.group.WORLD
+    swapping = algorithm.startswith("swap:")
+    algorithm = algorithm.split(":")[-1]
     shared, alone = parameters(0), parameters(0)
     ours, reference = make(algorithm, shared, group), make(algorithm, alone, None)
     report = {"rank": rank, "owned": [], "steps": [], "state": None, "resumed": None}
@@ -253,6 +270,9 @@ def main():
     own = rank if algorithm == "hybrid" else None  # the hybrid averages the ranks' gradients
     halfway = None
     for step in range(steps):
+        if swapping and step == 1:  # the same change on every rank and in the one process
+            swap_first(ours, shared)
+            swap_first(reference, alone)
         set_gradients(shared, step, own, world)
         set_gradients(alone, step, None, world)
         ours.step()

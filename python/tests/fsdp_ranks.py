@@ -5,6 +5,7 @@ INIT_FILE (a file:// rendezvous), as distributed_ranks.py is.
     python fsdp_ranks.py dcp-save:ALGORITHM STEPS OUT_DIR
     python fsdp_ranks.py dcp-load:ALGORITHM STEPS OUT_DIR
     python fsdp_ranks.py killed 0 OUT_DIR
+    python fsdp_ranks.py accelerate:ALGORITHM STEPS OUT_DIR
 
 The parameters of distributed_ranks.py, held by a module that FSDP2's fully_shard shards over the
 ranks (DTensors, Shard(0); some ranks hold no rows of the smallest), are stepped by ALGORITHM's
@@ -27,9 +28,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Shard, distribute_tensor
 
-from distributed_ranks import (checkpoint_phase, holder, killed, make, one_process_run,
-                               parameters, relative_difference, set_gradients, snapshot,
-                               start_rank, state_difference)
+from distributed_ranks import (QkLogits, checkpoint_phase, holder, killed, make,
+                               one_process_run, parameters, relative_difference, set_gradients,
+                               snapshot, start_rank, state_difference)
 
 
 def sharded(values, mesh):
@@ -92,6 +93,43 @@ def run(algorithm, steps, mesh):
     return report
 
 
+def accelerate_switch(algorithm, steps, mesh):
+    """accelerate's prepare under FSDP2, step by step as accelerate 1.16 takes them
+    (accelerate/accelerator.py, _prepare_fsdp2; utils/fsdp_utils.py,
+    fsdp2_switch_optimizer_parameters): the optimizer built over the plain module; its state dict
+    loaded back into it (AcceleratedOptimizer moving state to the device); each tensor in
+    param_groups replaced by a placeholder carrying the parameter's data_ptr; fully_shard; then
+    every group's params a new list of the module's DTensors, looked up by that key. Then the
+    steps, beside one process's: the report of run()."""
+    module = holder(parameters(0))
+    ours = make(algorithm, list(module.parameters()), None)
+    ours.load_state_dict(ours.state_dict())
+    key_of = {name: p.data_ptr() for name, p in module.named_parameters()}
+    for group in ours.param_groups:
+        for i, p in enumerate(group["params"]):
+            placeholder = torch.empty(1, dtype=p.dtype, device=p.device)
+            placeholder.data_ptr = p.data_ptr()  # accelerate's key, an int in the method's place
+            group["params"][i] = placeholder
+    fully_shard(module, mesh=mesh)
+    sharded_of = {key_of[name]: p for name, p in module.named_parameters()}
+    for group in ours.param_groups:
+        group["params"] = [sharded_of[p.data_ptr] for p in group["params"]]
+    shards, alone = list(module.parameters()), parameters(0)
+    if algorithm == "hybrid":  # the model's attention now holds the DTensors
+        ours.set_qk_clip_source(QkLogits(shards, 0.5 if dist.get_rank() else 1.0))
+    reference = make(algorithm, alone, None)
+    report = {"steps": []}
+    for step in range(steps):
+        set_sharded_gradients(shards, step, mesh)
+        set_gradients(alone, step)
+        ours.step()
+        reference.step()
+        report["steps"].append(difference(shards, alone))
+    report["owned"] = [ours._owns(p) for p in ours._params()]
+    report["state"] = state_difference(ours.state_dict(), reference.state_dict())
+    return report
+
+
 def main():
     algorithm, steps, out_dir, rank, world = start_rank()
     mesh = init_device_mesh("cpu", (world,))
@@ -102,6 +140,8 @@ def main():
     if algorithm.startswith("dcp-"):
         phase, algorithm = algorithm.split(":")
         report = checkpoint(phase, algorithm, steps, out_dir, mesh)
+    elif algorithm.startswith("accelerate:"):
+        report = accelerate_switch(algorithm.split(":")[1], steps, mesh)
     else:
         report = run(algorithm, steps, mesh)
     if report is not None:

@@ -13,8 +13,11 @@ import muon_cpp
 from distributed_support import ROUND_OFF, run_ranks
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb", "lion", "hybrid"])
+@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb", "lion", "hybrid",
+                                       "aux_adam", "swap:muon", "swap:adamw", "swap:aux_adam"])
 def test_ranks_equal_one_process(tmp_path, world, algorithm):
+    """`swap:`: a tensor put into param_groups between steps is planned with the others and
+    stepped from fresh state there, as in one process."""
     run_ranks(tmp_path, world, algorithm, 4, tmp_path)
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
     owners = [sum(r["owned"][i] for r in reports) for i in range(len(reports[0]["owned"]))]
@@ -50,7 +53,7 @@ def test_a_rank_that_exits_mid_run_is_an_error_on_the_others_not_a_hang(tmp_path
         assert report["seconds"] < 10 + 20, report
 
 
-def test_a_process_group_needs_torch_distributed_and_every_group_up_front(tmp_path):
+def test_a_process_group_needs_torch_distributed_and_plans_groups_added_later(tmp_path):
     p = torch.nn.Parameter(torch.randn(4, 3))
     with pytest.raises(ValueError, match="process_group: torch.distributed is not initialized; "
                                          "call torch.distributed.init_process_group first"):
@@ -59,11 +62,12 @@ def test_a_process_group_needs_torch_distributed_and_every_group_up_front(tmp_pa
                             rank=0, world_size=1)
     try:
         optimizer = muon_cpp.AdamW([p], process_group=dist.group.WORLD)
-        with pytest.raises(ValueError, match=r"AdamW: with a process_group or sharded \(DTensor\) "
-                                             "parameters, give every parameter group to the "
-                                             "constructor"):
-            optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
-        assert len(optimizer.param_groups) == 1
+        added = torch.nn.Parameter(torch.zeros(2))
+        optimizer.add_param_group({"params": [added], "lr": 0.5})  # planned with the others
+        p.grad, added.grad = torch.ones_like(p), torch.ones_like(added)
+        optimizer.step()
+        assert torch.allclose(added.detach(), torch.full((2,), -0.5))  # AdamW's first step: -lr
+        assert optimizer._plan.owns(added) and optimizer._plan.owns(p)
         model = torch.nn.Linear(3, 2)
         with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0"):
             muon_cpp.build_optimizer(model, None, 10, process_group=dist.group.WORLD, timeout=0)

@@ -60,12 +60,17 @@ def test_wrong_types_are_type_errors():
     model = TinyGpt()
     with pytest.raises(TypeError, match="config must be YAML text, a path, a dict or None, got int"):
         muon_cpp.build_optimizer(model, 42, 10)
-    with pytest.raises(TypeError, match="total_steps must be an int, got float"):
+    with pytest.raises(TypeError, match="total_steps must be an int or None, got float"):
         muon_cpp.build_optimizer(model, None, 10.0)
-    with pytest.raises(TypeError, match="expected an nn.Module or \\(name, tensor\\) pairs"):
+    forms = (r"HybridOptimizer takes an nn.Module, parameters \(tensors, or \(name, tensor\) pairs "
+             r"as named_parameters\(\) gives them\) or param groups \(dicts with 'params'\)")
+    with pytest.raises(TypeError, match=forms + ", got Tensor"):
         muon_cpp.build_optimizer(torch.zeros(3), None, 10)
-    with pytest.raises(TypeError, match="named parameters must be \\(str, Tensor\\) pairs"):
+    with pytest.raises(TypeError, match=forms + "; parameter 0 of param group 0 is a list among "
+                                                r"\(name, tensor\) pairs"):
         muon_cpp.build_optimizer([("w", [1.0])], None, 10)
+    with pytest.raises(TypeError, match=forms + ": give param groups \\(dicts\\) alone"):
+        muon_cpp.build_optimizer([{"params": [w0 := torch.nn.Parameter(torch.zeros(2))]}, w0])
     w = torch.nn.Parameter(torch.zeros(4, 4))
     with pytest.raises(TypeError, match="lr must be a number, got str 'fast'"):
         muon_cpp.AdamW([w], lr="fast")
@@ -165,7 +170,8 @@ def test_out_of_range_numbers_name_the_setting_and_change_nothing():
     assert torch.equal(p.detach(), before)
     model = torch.nn.Linear(3, 4)
     with pytest.raises(ValueError,
-                       match=r"total_steps must be > 0 and <= 2\^53, got 1180591620717411303424"):
+                       match=r"total_steps must be > 0 and <= 2\^53 \(or None when unknown, without "
+                             r"schedules\), got 1180591620717411303424"):
         muon_cpp.build_optimizer(model, None, 2**70)
     # A state's step is checked before it becomes an integer (NaN, 1e30, fractions).
     optimizer = muon_cpp.AdamW([p])

@@ -45,6 +45,23 @@ def test_sharded_parameters_step_as_one_process_does(tmp_path, world, algorithm)
         assert report["resumed"] <= (ROUND_OFF if whole else 0.0), report
 
 
+@pytest.mark.parametrize("algorithm", ["muon", "adamw", "hybrid", "aux_adam"])
+def test_parameters_accelerate_swaps_for_sharded_ones_are_stepped_as_one_process_does(
+        tmp_path, algorithm):
+    """accelerate's prepare with FSDP2 builds nothing anew: it swaps the optimizer's tensors for
+    the module's DTensors in param_groups (fsdp_ranks.py transcribes its steps; accelerate itself
+    runs FSDP2 on GPUs only — on the CPU it falls back to DDP). The next step shards the
+    optimizer over them (fresh state for the new tensors), and 2 ranks step as one process."""
+    run_ranks(tmp_path, 2, "accelerate:" + algorithm, 3, tmp_path, script=FSDP_RANKS)
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    whole = algorithm != "adamw"
+    for i in range(len(reports[0]["owned"])):
+        assert sum(r["owned"][i] for r in reports) == (1 if whole else 2), (i, reports)
+    for report in reports:
+        assert max(report["steps"]) <= (ROUND_OFF if whole else 0.0), report
+        assert report["state"] <= (ROUND_OFF if whole else 0.0), report
+
+
 @pytest.mark.parametrize("algorithm, saved_at, loaded_at",
                          [("muon", 2, 4), ("dion", 2, 1), ("adamw", 4, 1), ("lamb", 1, 2),
                           ("lion", 2, 4), ("hybrid", 4, 2)])
@@ -129,9 +146,10 @@ def test_sharded_parameters_are_checked_before_anything_is_built(one_rank):
                                          "of this optimizer's parameters"):
         hybrid.step()
     optimizer = muon_cpp.AdamW(model.parameters())
-    with pytest.raises(ValueError, match="AdamW: with a process_group or sharded "
-                                         r"\(DTensor\) parameters, give every parameter group"):
+    with pytest.raises(ValueError, match=r"AdamW: 2 of the 3 parameters are DTensors \(FSDP2's "
+                                         "fully_shard\) and the others plain tensors"):
         optimizer.add_param_group({"params": [plain]})
+    assert len(optimizer.param_groups) == 1
 
 
 def test_a_sharded_parameter_moved_after_the_optimizer_was_built_is_an_error(one_rank):

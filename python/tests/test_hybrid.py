@@ -263,3 +263,131 @@ def test_clipping_and_nonfinite_skip_reported():
     assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
     for key, value in optimizer.state[model.wte.weight].items():
         assert torch.equal(value, state_before[key])
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(6, 12)
+        self.norm = torch.nn.LayerNorm(12)
+        self.down = torch.nn.Linear(12, 4)
+
+
+def hf_groups(model, weight_decay):
+    """HF Trainer's two groups: decayed (weights), not decayed (biases and norm weights)."""
+    decay = [model.up.weight, model.down.weight]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": [p for p in model.parameters() if all(p is not q for q in decay)],
+             "weight_decay": 0.0}]
+
+
+def test_plain_tensors_and_param_groups_are_routed_by_shape_keeping_each_groups_settings():
+    """HybridOptimizer(groups, **keywords), as HF Trainer's optimizer_cls_and_kwargs calls it:
+    within each group rank-2 matrices go to Muon, the rest to AdamW, with the group's weight
+    decay — the same steps as muon_cpp.Muon and muon_cpp.AdamW over those tensors."""
+    torch.manual_seed(0)
+    model = Mlp()
+    optimizer = muon_cpp.HybridOptimizer(hf_groups(model, 0.1), lr=0.03, adamw_lr=2e-3)
+    rows = {row["name"]: row for row in optimizer.report()}
+    assert rows["param_groups.0.0"]["role"] == rows["param_groups.0.1"]["role"] == "muon"
+    assert rows["param_groups.0.1"]["reason"] == "2-D matrix (routed by shape: given without a name)"
+    assert rows["param_groups.0.0"]["weight_decay"] == 0.1 and rows["param_groups.0.0"]["lr"] == 0.03
+    assert all(rows[f"param_groups.1.{i}"]["role"] == "adamw" for i in range(4))
+    assert all(rows[f"param_groups.1.{i}"]["weight_decay"] == 0.0 for i in range(4))
+    assert {row["group"] for row in rows.values()} == {"param_groups.0", "param_groups.1"}
+    twin = Mlp()
+    twin.load_state_dict(model.state_dict())
+    muon = muon_cpp.Muon([twin.up.weight, twin.down.weight], lr=0.03, weight_decay=0.1)
+    adamw = muon_cpp.AdamW([p for n, p in twin.named_parameters() if "weight" not in n
+                            or n == "norm.weight"], lr=2e-3, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        for p, q in zip(model.parameters(), twin.parameters()):
+            p.grad = torch.randn(p.shape, generator=generator)
+            q.grad = p.grad.clone()
+        optimizer.step()
+        muon.step()
+        adamw.step()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-7), name
+    # Plain tensors: one group, the same split.
+    plain = muon_cpp.build_optimizer(Mlp().parameters())
+    assert [r["role"] for r in plain.report()] == ["muon", "adamw", "adamw", "adamw", "muon",
+                                                   "adamw"]
+    # Named tensors in groups keep their names, and routing reads them.
+    named = muon_cpp.HybridOptimizer([{"params": list(Mlp().named_parameters()),
+                                       "weight_decay": 0.05}])
+    assert {r["name"]: r["role"] for r in named.report()}["down.weight"] == "muon"
+
+
+def test_keywords_are_the_configurations_optimizer_keys():
+    """Every key the C++ reader takes in the optimizer section is a keyword of HybridOptimizer
+    (so config-driven builders — HF, Lightning CLI, _component_ dicts — can name them), each
+    merged into the configuration; one given both ways, an unknown one and a group's foreign key
+    are errors naming it."""
+    import inspect
+    with pytest.raises(ValueError, match="valid keys: ") as error:
+        muon_cpp.build_optimizer(Mlp(), {"optimizer": {"no_such_key": 1}})
+    valid = set(str(error.value).split("valid keys: ")[1].split(", "))
+    others = {name for name, matrices in muon_cpp._core.algorithms() if not matrices}
+    keywords = set(muon_cpp._hybrid.OPTIMIZER_KEYS)
+    assert keywords == valid | others
+    signature = inspect.signature(muon_cpp.HybridOptimizer)
+    assert keywords <= set(signature.parameters)
+    optimizer = muon_cpp.HybridOptimizer(Mlp(), {"optimizer": {"adamw_lr": 1e-3}}, lr=0.05,
+                                         others="lion", grad_clip=1.0)
+    assert {(g["algorithm"], g["lr"]) for g in optimizer.param_groups} == {("muon", 0.05),
+                                                                           ("lion", 1e-3)}
+    with pytest.raises(ValueError, match="optimizer.adamw_lr: set both by the configuration and "
+                                         "by a keyword argument; give it once"):
+        muon_cpp.HybridOptimizer(Mlp(), {"optimizer": {"adamw_lr": 1e-3}}, adamw_lr=2e-3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lrr'; its keywords are the "
+                                        "configuration's optimizer keys: name, matrices"):
+        muon_cpp.HybridOptimizer(Mlp(), lrr=0.1)
+    with pytest.raises(ValueError, match="param group 1 has 'momentum_buffer', which "
+                                         "HybridOptimizer's groups do not take; they take "
+                                         "lr_multiplier, lr, weight_decay"):
+        muon_cpp.HybridOptimizer([{"params": [Mlp().up.weight]},
+                                  {"params": [Mlp().up.bias], "momentum_buffer": 1}])
+    with pytest.raises(ValueError, match="total_steps must be > 0 \\(the run's length, which the "
+                                         "configuration's schedules need\\), got 0"):
+        muon_cpp.HybridOptimizer(Mlp(), schedule={"name": "cosine"})
+    with pytest.raises(ValueError, match="HybridOptimizer got an empty parameter list"):
+        muon_cpp.HybridOptimizer([])
+    shared = Mlp().up.weight
+    with pytest.raises(ValueError, match="parameter 0 of param group 1 is also parameter 0 of "
+                                         "param group 0; a parameter belongs to one group"):
+        muon_cpp.HybridOptimizer([{"params": [shared]}, {"params": [shared]}])
+
+
+def test_param_groups_changes_reach_the_hybrid_and_its_report():
+    """A tensor swapped into a group takes the place (name, routing) of the one it replaces; one
+    appended is trained by its group's algorithm; one removed is forgotten; the group count is
+    the configuration's."""
+    torch.manual_seed(0)
+    model = Mlp()
+    optimizer = muon_cpp.build_optimizer(model)
+    number, muon_group = next((i, g) for i, g in enumerate(optimizer.param_groups)
+                              if g["algorithm"] == "muon")
+    appended_name = f"param_groups.{number}.{len(muon_group['params'])}"
+    old = model.up.weight
+    model.up.weight = torch.nn.Parameter(old.detach().clone())
+    muon_group["params"] = [model.up.weight if p is old else p for p in muon_group["params"]]
+    appended = torch.nn.Parameter(torch.randn(5, 7))
+    muon_group["params"].append(appended)
+    for p in list(model.parameters()) + [appended]:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    rows = {row["name"]: row for row in optimizer.report()}
+    assert rows["up.weight"]["role"] == "muon" and rows["up.weight"]["shape"] == (12, 6)
+    assert rows[appended_name]["reason"] == "put into param_groups after construction"
+    assert rows[appended_name]["algorithm"] == "muon" and rows[appended_name]["group"] == "default"
+    assert float(optimizer.state[appended]["step"]) == 1
+    muon_group["params"] = [p for p in muon_group["params"] if p is not appended]
+    optimizer.step()
+    assert appended_name not in {row["name"] for row in optimizer.report()}
+    made = len(optimizer.param_groups)
+    optimizer.param_groups.append({"params": [torch.nn.Parameter(torch.zeros(2))]})
+    with pytest.raises(RuntimeError, match=f"param_groups has {made + 1} groups, the "
+                                           f"configuration made {made}"):
+        optimizer.step()
