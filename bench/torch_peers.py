@@ -17,7 +17,8 @@ On the CPU every library runs on --threads threads: muon_cpp's products and kern
 PyTorch's intra-op threads, so torch.set_num_threads(N) sets both (docs/python.md §Threads).
 Candidates are timed in rounds, one step each per round, and each figure is the median over the
 rounds, so that all of them see the same phases of a noisy machine; ratios are taken within the
-run. Accuracy: each candidate's Newton–Schulz result against the fp64 polar factor U·Vᵀ of the
+run. For muon_cpp's optimizers, the part of the step spent reading param_groups (for swapped
+tensors and the settings' keys) before the engine runs. Accuracy: each candidate's Newton–Schulz result against the fp64 polar factor U·Vᵀ of the
 same matrix, and each step's parameter change against torch's. Results also go to --json.
 """
 import argparse
@@ -90,6 +91,28 @@ def median_times(steps_by_name, device, rounds, warmup):
         for name, step in steps_by_name.items():
             times[name].append(timed(step, device))
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def param_groups_reading(optimizer, repeats=2000):
+    """The Python work muon_cpp's step() does before its engine runs, in microseconds per step:
+    param_groups read for changed tensors (one identity check each) and every group's settings
+    for torch's names and other algorithms' keys. None for torch's own optimizers."""
+    if not hasattr(optimizer, "_sync_params"):
+        return None
+    begin = time.perf_counter()
+    for _ in range(repeats):
+        optimizer._sync_params("step()")
+        for group in optimizer.param_groups:
+            optimizer._from_torch_names(group)
+    return (time.perf_counter() - begin) / repeats * 1e6
+
+
+def print_reading(optimizer, step_ms, row):
+    reading = param_groups_reading(optimizer)
+    if reading is not None:
+        row["param_groups_reading_us"] = reading
+        print(f"  {'':24s} of which reading param_groups: {reading:.1f} µs "
+              f"({reading / (step_ms * 1e3) * 100:.3f}% of the step)")
 
 
 def first_step_change(make_optimizer, params):
@@ -200,6 +223,7 @@ def bench_muon(args, device, results):
         print(f"  {name:24s} {times[name]:9.1f} ms/step  {row['speed_vs_' + reference]:5.2f}× "
               f"{reference}'s speed   step vs it {row['largest_step_difference_vs_' + reference]:.1e}"
               f"   ‖NS − polar‖/‖polar‖: {errors}")
+        print_reading(optimizers[name], times[name], row)
 
 
 def bench_orthogonalize(args, device, results):
@@ -266,7 +290,8 @@ def bench_adamw(args, device, results):
     # tensors' bytes; a copy of 3.5 tensors' worth moves as many (read once, written once).
     source = torch.empty(count * 7 // 2, device=device)
     target = torch.empty_like(source)
-    steps = {name: make(clone_params(params)).step for name, make in candidates.items()}
+    optimizers = {name: make(clone_params(params)) for name, make in candidates.items()}
+    steps = {name: optimizer.step for name, optimizer in optimizers.items()}
     steps["copy of the same bytes"] = lambda: target.copy_(source)
     times = median_times(steps, device, args.steps, args.warmup)
     print(f"\nAdamW, {len(shapes)} tensors, {count / 1e6:.1f}M parameters, {device}")
@@ -282,6 +307,8 @@ def bench_adamw(args, device, results):
             line += f"   step vs it {row['largest_step_difference_vs_' + reference]:.1e}"
         results["adamw"][name] = row
         print(line)
+        if name in optimizers:
+            print_reading(optimizers[name], ms, row)
 
 
 def cpu_name():

@@ -225,6 +225,16 @@ class Engine {
     for (size_t i = 0; i < groups.size(); ++i) groups[i].set_options(std::move(updated[i]));
   }
 
+  // Throws (ValueError) for whatever would stop the next step(): settings, parameters and their
+  // gradients, as step() checks them before its first write; changes nothing.
+  void check_step() const {
+    if (hybrid_ != nullptr) return hybrid_->check_step();
+    for_each_algorithm([&](auto* tag) {
+      using Owner = typename Algorithm<std::remove_pointer_t<decltype(tag)>>::Owner;
+      if (const auto* owner = dynamic_cast<const Owner*>(optimizer_.get())) owner->check_step();
+    });
+  }
+
   void step() {
     py::gil_scoped_release release;
     try {
@@ -362,6 +372,7 @@ void bind_engine(py::module_& m) {
       .def("groups", &Engine::groups)
       .def("settings", &Engine::settings)
       .def("set_options", &Engine::set_options)
+      .def("check_step", &Engine::check_step)
       .def("step", &Engine::step)
       .def("state", &Engine::state)
       .def("load", &Engine::load)

@@ -13,12 +13,15 @@ if [ "${1:-}" = "--fresh" ]; then fresh=1; shift; fi
 venv="${1:?usage: scripts/pypi_venv.sh [--fresh] DIR}"
 python="${MUON_PYPI_PYTHON:-python3}"
 [ -n "$fresh" ] && rm -rf "$venv"
-if ! "$venv/bin/python" -c "import torch, pybind11, pytest" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import torch, pybind11, pytest, transformers, lightning, accelerate, jsonargparse" \
+    2>/dev/null; then
   rm -rf "$venv"
   "$python" -m venv "$venv" >&2
   # torch from PyPI; pybind11 for the extension (the version torch's own headers expect);
-  # pytest, hypothesis, PyYAML and numpy for the tests.
+  # pytest, hypothesis, PyYAML and numpy for the tests; transformers, lightning and accelerate,
+  # the stacks python/tests/test_stacks.py trains in (jsonargparse: Lightning's CLI).
   "$venv/bin/pip" install -q --upgrade pip >&2
-  "$venv/bin/pip" install -q torch pybind11 pytest hypothesis pyyaml numpy >&2
+  "$venv/bin/pip" install -q torch pybind11 pytest hypothesis pyyaml numpy \
+    transformers lightning accelerate "jsonargparse[signatures]" >&2
 fi
 echo "$(cd "$venv" && pwd)/bin/python"

@@ -36,6 +36,13 @@ void set_gradients(torch::nn::Module& model, uint64_t seed) {
   for (auto& p : model.parameters()) p.mutable_grad() = at::randn(p.sizes(), gen);
 }
 
+void copy_parameters(torch::nn::Module& from, torch::nn::Module& to) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < from.parameters().size(); ++i) {
+    to.parameters()[i].copy_(from.parameters()[i]);
+  }
+}
+
 std::vector<at::Tensor> snapshot(torch::nn::Module& model) {
   std::vector<at::Tensor> out;
   for (const auto& p : model.parameters()) out.push_back(p.detach().clone());
@@ -688,12 +695,7 @@ TEST(Hybrid, ReplacedParametersTakeTheirPlaceAndLeftOnesAreForgotten) {
 TEST(Hybrid, IgnorePolicyStepsNonFiniteGradientsAsTorchDoes) {
   at::manual_seed(0);
   cli::Gpt ours(tiny()), theirs(tiny());
-  {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < ours->parameters().size(); ++i) {
-      theirs->parameters()[i].copy_(ours->parameters()[i]);
-    }
-  }
+  copy_parameters(*ours, *theirs);
   HybridOptions ignore;
   ignore.nonfinite = NonfinitePolicy::ignore;
   HybridOptimizer a(route(*ours), ignore), b(route(*theirs), HybridOptions{});
@@ -764,12 +766,7 @@ TEST(Hybrid, InitStateMakesWhatTheFirstStepWould) {
   for (const bool dion : {false, true}) {
     at::manual_seed(0);
     cli::Gpt eager(tiny()), lazy(tiny());
-    {
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < eager->parameters().size(); ++i) {
-        lazy->parameters()[i].copy_(eager->parameters()[i]);
-      }
-    }
+    copy_parameters(*eager, *lazy);
     HybridOptions options;
     if (dion) options.matrices = DionOptions().rank_fraction(0.5);
     HybridOptimizer a(route(*eager), options), b(route(*lazy), options);

@@ -191,6 +191,10 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // the parameters as they were.
   void replace_params(const std::vector<std::vector<at::Tensor>>& params);
 
+  // Throws muon::Error for whatever would stop step() (settings, parameters, gradients, QK-clip's
+  // source), changing nothing: step() calls it before its first write.
+  void check_step() const;
+
   // Orthogonalizes the matrices parameter `param` (of a matrices group) in the (batch..., rows,
   // cols) `view` of its elements instead of its shape (a conv kernel as (out, in·kh·kw)); before
   // its first update.
@@ -261,7 +265,6 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   };
   Settings settings_of(size_t g) const;
   void apply_schedules();
-  void check_step() const;
   Gradients gradients() const;
   bool clip_gradients(Gradients& grads);  // false: skip this step
   // What reduces the norm and QK-clip's logits across ranks: null in one process.

@@ -118,6 +118,8 @@ class _EngineOptimizer(Optimizer):
                 entry = saved[id(p)] if shards is None else shards.local_entry(p, saved[id(p)])
                 states.append((index, p if shards is None else shards.engine_tensor(p), entry))
         engine.load([self._engine_settings(group) for group in self.param_groups], states)
+        if shards is None:  # what the step would refuse, before the old engine is let go
+            engine.check_step()
         self._shards, self._plan, self._engine = shards, plan, engine
         self._bound = self._param_lists()
 

@@ -144,7 +144,8 @@ class HybridOptimizer(_EngineOptimizer):
         replaced = self._replacements()
         if self._shards is None and any(is_sharded(p) for p in self._params()):
             self._shard(replaced)
-        else:
+        else:  # checked under the groups' settings as they are now (fused, say)
+            self._engine.set_options([self._engine_settings(group) for group in self.param_groups])
             self._engine.replace_params([group["params"] for group in self.param_groups])
             named, text, total_steps, timeout_s = self._recipe
             trainable = {id(p) for p in self._params()}

@@ -66,6 +66,16 @@ def checkpoint(phase, algorithm, steps, out_dir, mesh):
     return {"resumed": difference(params, one_process_run(algorithm, steps))}
 
 
+def step_beside(ours, reference, shards, alone, step, mesh):
+    """One step of the sharded run and of the one-process run, from the same gradients: how far
+    the whole parameters are apart after it."""
+    set_sharded_gradients(shards, step, mesh)
+    set_gradients(alone, step)
+    ours.step()
+    reference.step()
+    return difference(shards, alone)
+
+
 def run(algorithm, steps, mesh):
     """The sharded run beside the one-process run (see the module's docstring): its report."""
     shards, alone = sharded(parameters(0), mesh), parameters(0)
@@ -74,11 +84,7 @@ def run(algorithm, steps, mesh):
               "owned": [ours._owns(p) for p in ours._params()], "steps": []}
     halfway = None
     for step in range(steps):
-        set_sharded_gradients(shards, step, mesh)
-        set_gradients(alone, step)
-        ours.step()
-        reference.step()
-        report["steps"].append(difference(shards, alone))
+        report["steps"].append(step_beside(ours, reference, shards, alone, step, mesh))
         if step == steps // 2 - 1:  # the one-process run's parameters and state, copied
             halfway = snapshot(reference, alone)
     report["state"] = state_difference(ours.state_dict(), reference.state_dict())
@@ -118,13 +124,8 @@ def accelerate_switch(algorithm, steps, mesh):
     if algorithm == "hybrid":  # the model's attention now holds the DTensors
         ours.set_qk_clip_source(QkLogits(shards, 0.5 if dist.get_rank() else 1.0))
     reference = make(algorithm, alone, None)
-    report = {"steps": []}
-    for step in range(steps):
-        set_sharded_gradients(shards, step, mesh)
-        set_gradients(alone, step)
-        ours.step()
-        reference.step()
-        report["steps"].append(difference(shards, alone))
+    report = {"steps": [step_beside(ours, reference, shards, alone, step, mesh)
+                        for step in range(steps)]}
     report["owned"] = [ours._owns(p) for p in ours._params()]
     report["state"] = state_difference(ours.state_dict(), reference.state_dict())
     return report

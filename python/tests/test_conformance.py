@@ -299,17 +299,23 @@ def test_a_tensor_the_group_cannot_take_is_refused_at_the_next_step_and_nothing_
     kept = group["params"][0]
     before = [p.detach().clone() for p in params_of(optimizer)]
     state_before = {k: v.clone() for k, v in optimizer.state[kept].items()}
-    wrong = [torch.zeros(3, 2, dtype=torch.int64)]
+    fused = group.get("fused")
+    meta = nn.Parameter(torch.zeros(8, 6, device="meta"))
+    meta.grad = torch.zeros(8, 6, device="meta")
+    wrong = [(torch.zeros(3, 2, dtype=torch.int64), fused),  # another dtype
+             (meta, True)]  # another device than fused kernels take
     if case.matrices_only or case.name.startswith(("Hybrid", "Muon", "SingleDevice")):
-        wrong.append(nn.Parameter(torch.zeros(5)))  # a vector in a matrices group
-    for tensor in wrong:
+        wrong.append((nn.Parameter(torch.zeros(5)), fused))  # a vector in a matrices group
+    for tensor, fused_now in wrong:
         group["params"][0] = tensor
+        group["fused"] = fused_now
         backward(model, 1)
         with pytest.raises(RuntimeError, match="param_groups changed since the optimizer last "
                                                "read them.*parameter 0 of param group 0"):
             optimizer.step()
         assert all(torch.equal(p, b) for p, b in zip(params_of(optimizer)[1:], before[1:]))
     group["params"][0] = kept  # put back: the run goes on with its state
+    group["fused"] = fused
     assert all(torch.equal(v, state_before[k]) for k, v in optimizer.state[kept].items())
     optimizer.step()
     assert float(optimizer.state[kept]["step"]) == 2

@@ -1,7 +1,7 @@
 """What the interpreter's torch can do, for the tests that need more than every supported torch has
 (python/CMakeLists.txt asks the same questions to decide which test files CTest runs):
 
-    python3 python/tests/torch_features.py   # prints dcp=<0|1> fsdp2=<0|1> torchrun=<0|1>
+    python3 python/tests/torch_features.py   # dcp=<0|1> fsdp2=<0|1> torchrun=<0|1> stacks=<0|1>
 """
 import torch
 
@@ -40,6 +40,20 @@ def torchrun_can_start():
     return True
 
 
+def has_stacks():
+    """The training stacks test_stacks.py runs muon_cpp in: transformers, lightning (with
+    jsonargparse, for its CLI) and accelerate (scripts/pypi_venv.sh installs them beside PyPI's
+    torch)."""
+    try:
+        import accelerate  # noqa: F401
+        import jsonargparse  # noqa: F401
+        import lightning  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 if __name__ == "__main__":
     print(f"dcp={int(has_dcp_state_dict())} fsdp2={int(has_fsdp2())} "
-          f"torchrun={int(torchrun_can_start())}")
+          f"torchrun={int(torchrun_can_start())} stacks={int(has_stacks())}")
