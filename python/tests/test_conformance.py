@@ -323,6 +323,33 @@ def test_a_tensor_the_group_cannot_take_is_refused_at_the_next_step_and_nothing_
 
 # ---- torch.optim's other methods ----
 
+def test_add_param_group_adds_a_group_stepped_from_the_next_step(case):
+    model = net()
+    optimizer = case.make(model)
+    run(model, optimizer, 1)
+    extra = nn.Parameter(torch.randn(4, 6))
+    group = {"params": [extra], "lr": 0.01}
+    if "MuonWithAuxAdam" in case.name:
+        group["use_muon"] = True
+    if case.name.startswith("Hybrid"):  # its groups are its configuration's
+        with pytest.raises(ValueError, match="HybridOptimizer's parameter groups come from its "
+                                             "configuration"):
+            optimizer.add_param_group(group)
+        return
+    optimizer.add_param_group(group)
+    added = optimizer.param_groups[-1]
+    assert added["lr"] == 0.01 and set(optimizer.param_groups[0]) <= set(added)  # defaults in
+    before = extra.detach().clone()
+    backward(model, 1)
+    extra.grad = torch.randn(4, 6)
+    optimizer.step()
+    assert not torch.equal(extra.detach(), before) and float(optimizer.state[extra]["step"]) == 1
+    with pytest.raises(ValueError, match="some parameters appear in more than one parameter group|"
+                                         "is also parameter 0 of param group"):
+        optimizer.add_param_group({"params": [extra], **({"use_muon": True} if "use_muon" in
+                                                         group else {})})
+
+
 def test_zero_grad_sets_none_or_zeros_as_torch_does(case):
     model = net()
     optimizer = case.make(model)

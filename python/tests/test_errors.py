@@ -69,7 +69,7 @@ def test_wrong_types_are_type_errors():
     with pytest.raises(TypeError, match=forms + "; parameter 0 of param group 0 is a list among "
                                                 r"\(name, tensor\) pairs"):
         muon_cpp.build_optimizer([("w", [1.0])], None, 10)
-    with pytest.raises(TypeError, match=forms + ": give param groups \\(dicts\\) alone"):
+    with pytest.raises(TypeError, match=forms + ": " + r"give param groups \(dicts\) alone"):
         muon_cpp.build_optimizer([{"params": [w0 := torch.nn.Parameter(torch.zeros(2))]}, w0])
     w = torch.nn.Parameter(torch.zeros(4, 4))
     with pytest.raises(TypeError, match="lr must be a number, got str 'fast'"):

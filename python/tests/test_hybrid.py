@@ -388,6 +388,6 @@ def test_param_groups_changes_reach_the_hybrid_and_its_report():
     assert appended_name not in {row["name"] for row in optimizer.report()}
     made = len(optimizer.param_groups)
     optimizer.param_groups.append({"params": [torch.nn.Parameter(torch.zeros(2))]})
-    with pytest.raises(RuntimeError, match=f"param_groups has {made + 1} groups, the "
-                                           f"configuration made {made}"):
+    with pytest.raises(RuntimeError, match=f"param_groups has {made + 1} groups, "
+                                           "the configuration made " f"{made}"):
         optimizer.step()

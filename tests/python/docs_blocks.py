@@ -1,6 +1,8 @@
 """Every ```python block of README.md and docs/*.md runs as written: each in a fresh interpreter,
 in a directory where scripts/train.sh's run (runs/latest, here a tiny one on the test text) has
-been made, so that what the docs show a user works when pasted.
+been made, so that what the docs show a user works when pasted. (```py marks a fragment naming
+the reader's own objects — a Trainer's model and data —, which python/tests/test_stacks.py runs
+in full.)
 
     docs_blocks.py MUON_CLI DATA_FILE REPO_ROOT WORK_DIR
 """
