@@ -147,7 +147,7 @@ def test_sharded_parameters_are_checked_before_anything_is_built(one_rank):
         hybrid.step()
     optimizer = muon_cpp.AdamW(model.parameters())
     with pytest.raises(ValueError, match=r"AdamW: 2 of the 3 parameters are DTensors \(FSDP2's "
-                                         "fully_shard\) and the others plain tensors"):
+                                         r"fully_shard\) and the others plain tensors"):
         optimizer.add_param_group({"params": [plain]})
     assert len(optimizer.param_groups) == 1
 
