@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -325,6 +326,37 @@ def cpu_name():
         return platform.processor() or "CPU"
 
 
+def run_metadata():
+    """What a reader of the JSON needs to place its figures: the CPU's identity and features,
+    muon_cpp's build, the date, OpenBLAS's overrides and the load when the run began."""
+    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join(sys.argv),
+            "muon_cpp_products": {"fp32": muon_cpp._core.blas_backend(),
+                                  "bf16": muon_cpp._core.bf16_products()},
+            "openblas_env": {k: os.environ.get(k) for k in
+                             ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")},
+            "load_average_at_start": list(os.getloadavg())}
+    try:
+        meta["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        meta["commit"] = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read().split("\n\n")[0].splitlines()
+        info = {key.strip(): value.strip() for key, value in
+                (line.split(":", 1) for line in first if ":" in line)}
+        flags = set(info.get("flags", "").split())
+        meta["cpu"] = {"model_name": info.get("model name"), "cpu_family": info.get("cpu family"),
+                       "model": info.get("model"),
+                       "flags": [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16",
+                                             "amx_tile") if f in flags]}
+    except OSError:
+        meta["cpu"] = {"model_name": platform.processor() or None}
+    return meta
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -351,8 +383,8 @@ def main():
         print(f"muon_cpp's fp32 products: {muon_cpp._core.blas_backend()}\n"
               f"muon_cpp's bf16 products: {muon_cpp._core.bf16_products()}")
     results = {"torch": torch.__version__, "device": name, "threads": torch.get_num_threads(),
-               "layers": args.layers, "width": args.width, "mlp": args.mlp, "muon": {},
-               "orthogonalize": {}, "adamw": {}}
+               "layers": args.layers, "width": args.width, "mlp": args.mlp, "vocab": args.vocab,
+               "run": run_metadata(), "muon": {}, "orthogonalize": {}, "adamw": {}}
     sections = {"muon": bench_muon, "orthogonalize": bench_orthogonalize, "adamw": bench_adamw}
     for name, bench in sections.items():
         if args.only in (None, name):
