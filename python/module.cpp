@@ -160,6 +160,18 @@ class Engine {
   // process updates in its place (routing reads the triples' tensors: stand-ins of the shapes).
   static Engine from_config(const py::list& named, const std::string& yaml, int64_t total_steps,
                             const py::object& held) {
+    torch::PyWarningHandler warnings;  // routing's warning, as a Python UserWarning
+    try {
+      return from_config_warned(named, yaml, total_steps, held);
+    } catch (...) {
+      warnings.set_in_exception();
+      throw;
+    }
+  }
+
+ private:
+  static Engine from_config_warned(const py::list& named, const std::string& yaml,
+                                   int64_t total_steps, const py::object& held) {
     const auto parameters = named_parameters(named);
     const auto config = OptimConfig::from_yaml(yaml);
     auto routes = route(parameters, config.routing);
@@ -176,6 +188,7 @@ class Engine {
     return Engine(build_optimizer(routes, config, total_steps));
   }
 
+ public:
   // Every group's parameters and settings, as param_groups shows them.
   py::list groups() const {
     std::map<std::string, std::string> group_of_name;
@@ -414,6 +427,7 @@ void bind_engine(py::module_& m) {
 
 // (name, role) of each parameter as the configuration's routing sends it, tied ones once.
 py::list routed_roles(const py::list& named, const std::string& yaml) {
+  torch::PyWarningHandler warnings;  // routing's warning, as a Python UserWarning
   py::list out;
   for (const auto& r : route(named_parameters(named), OptimConfig::from_yaml(yaml).routing)) {
     out.append(py::make_tuple(r.name, to_string(r.role)));

@@ -101,7 +101,7 @@ optimizer:
   ns_dtype: float64
   fused: false
   qk_clip: {tau: 50}
-  routing: {split_heads: true}
+  routing: {split_heads: true, outputs: [head.weight]}
   schedule: {name: power, a: 0.1, warmup_steps: 5, tail: {start: 50, steps: 80, end: 0.0}}
   param_groups:
     - {name: no_decay, patterns: ["*.bias", "*norm*"], weight_decay: 0.0}
@@ -115,6 +115,7 @@ optimizer:
   EXPECT_EQ(second.hybrid.schedule->tail->start, 50);
   EXPECT_DOUBLE_EQ(*second.hybrid.qk_clip_tau, 50.0);
   EXPECT_TRUE(second.routing.split_heads);
+  EXPECT_EQ(second.routing.output_names, (std::vector<std::string>{"head.weight"}));
   EXPECT_NE(text.find("name: muonclip"), std::string::npos);
   EXPECT_EQ(second.hybrid.muon.ns_dtype(), at::kDouble);
   EXPECT_EQ(second.hybrid.adamw.fused(), false);
@@ -153,8 +154,8 @@ TEST(Config, TotalStepsMayBeUnknownWithoutSchedules) {
   const auto scheduled = OptimConfig::from_yaml("optimizer: {schedule: {name: cosine}}");
   testing::expect_error<Error>(
       [&] { scheduled.check_steps(0); },
-      {"total_steps must be > 0 (the run's length, which the configuration's "
-       "schedules need), got 0"});
+      {"total_steps must be > 0 (the run's length, which the configuration's schedules need: "
+       "pass the number of steps the run takes), got 0"});
   testing::expect_error<Error>([&] { plain.check_steps(-1); },
                                {"total_steps must be > 0, or 0 when unknown"});
 }
@@ -492,6 +493,14 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
       {"optimizer: {scaling: {batch_tokens: 0}}", "optimizer.scaling.batch_tokens must be > 0"},
       {"optimizer: {nesterov: maybe}", "optimizer.nesterov: expected true or false, got 'maybe'"},
       {"optimiser: muon", "optimiser: unknown key; did you mean 'optimizer'?"},
+      {"name: muon\nlr: 0.02\n",
+       "config: name, lr are keys of the optimizer section, found at the top level; put them "
+       "under `optimizer:` (optimizer: {name: muon, lr: 0.02}; docs/config.md)"},
+      {"optimizer: muon\nadamw_lr: 0.003\n",
+       "config: adamw_lr is a key of the optimizer section, found at the top level; put it under "
+       "`optimizer:`"},
+      {"optimizer: {routing: {outputs: head}}",
+       "optimizer.routing.outputs: expected a list of strings"},
       {"- just\n- a list", ": expected a mapping, got a list"},
       {"optimizer: {lr: 0.1\n", "config: invalid YAML at line"},
   };

@@ -65,14 +65,17 @@ TEST(Routing, TiedGptSendsSevenMatricesPerLayerToMuonAndTheRestToAdamW) {
   }
 }
 
-TEST(Routing, UntiedHeadIsAdamWByName) {
+TEST(Routing, UntiedHeadIsAdamWByItsRows) {
   cli::Gpt model(small_gpt(2, /*tied=*/false));
   const auto routes = route(*model);
   EXPECT_EQ(tensors_with_role(routes, Role::muon).size(), 14u);
   EXPECT_EQ(tensors_with_role(routes, Role::adamw).size(), 2u * 2 + 3);
   const auto named = by_name(routes);
   EXPECT_EQ(named.at("lm_head.weight")->role, Role::adamw);
-  EXPECT_EQ(named.at("lm_head.weight")->reason, "name part 'lm_head' marks an input/output layer");
+  EXPECT_EQ(named.at("lm_head.weight")->reason,
+            "an output head: its " + std::to_string(model->wte->weight.size(0)) +
+                " rows match the embedding 'wte.weight'");
+  EXPECT_EQ(routing_warning(routes), "");  // the structure decided everything
 }
 
 TEST(Routing, FrozenParametersAreInNeitherOptimizer) {
@@ -97,7 +100,7 @@ TEST(Routing, NameTypeAndRankHeuristics) {
       {"ln_f.weight", t({8, 8}), "torch::nn::LayerNormImpl"},
       {"tok.weight", t({16, 8}), "torch::nn::EmbeddingImpl"},
       {"Classifier.weight", t({3, 8}), "torch::nn::LinearImpl"},
-      {"model.value_embeds.0", t({16, 8}), ""},
+      {"model.value_embeds.0", t({12, 8}), ""},
       {"attn.out_proj.weight", t({8, 8}), "torch::nn::LinearImpl"},
       {"conv.weight", t({4, 3, 3, 3}), "torch::nn::Conv2dImpl"},
       {"scale", t({}), ""},
@@ -180,6 +183,150 @@ TEST(Routing, OutputLayersOfCommonModelsGoToAdamW) {
   EXPECT_EQ(guessed[0].reason, "hidden 2-D matrix");
   EXPECT_EQ(guessed[1].role, Role::muon);
   EXPECT_NE(guessed[1].reason.find("a guess: the model's last matrix"), std::string::npos);
+}
+
+// What the structure shows decides before names (docs/design.md §Routing, rule 5): the three ways
+// names alone sent layers to the wrong algorithm.
+TEST(Routing, MatricesInsideRepeatedBlocksAreHiddenWhateverTheirNames) {
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const auto routes = route(std::vector<NamedParameter>{
+      {"wte.weight", t({64, 16}), "Embedding"},
+      {"blocks.0.mlp.out.weight", t({16, 64}), "Linear"},
+      {"blocks.1.mlp.output_proj.weight", t({16, 64}), "Linear"},
+      {"layers.3.ffn.head.weight", t({64, 16}), "Linear"},  // as many rows as the vocabulary too
+      {"h.0.attn.c_proj.weight", t({16, 16}), "Conv1D"},
+      {"lm_head.weight", t({64, 16}), "Linear"}});
+  const auto named = by_name(routes);
+  for (const char* name : {"blocks.0.mlp.out.weight", "blocks.1.mlp.output_proj.weight",
+                           "layers.3.ffn.head.weight", "h.0.attn.c_proj.weight"}) {
+    EXPECT_EQ(named.at(name)->role, Role::muon) << name;
+    EXPECT_EQ(named.at(name)->reason, "hidden 2-D matrix") << name;
+    EXPECT_FALSE(named.at(name)->guessed) << name;
+  }
+  EXPECT_EQ(named.at("lm_head.weight")->reason,
+            "an output head: its 64 rows match the embedding 'wte.weight'");
+  // A list of single layers is no block: its last matrix may produce the output, a guess.
+  const auto list = route(std::vector<NamedParameter>{{"layers.0.weight", t({16, 8}), "Linear"},
+                                                      {"layers.1.weight", t({4, 16}), "Linear"}});
+  EXPECT_FALSE(list[0].guessed);
+  EXPECT_TRUE(list[1].guessed);
+}
+
+TEST(Routing, TheLogitsHeadOfASequentialModelWithAnEmbeddingIsAdamW) {
+  // README's example: nn.Sequential(Embedding(256, 64), Linear(64, 64), ReLU, Linear(64, 256)).
+  torch::nn::Sequential model(torch::nn::Embedding(256, 64), torch::nn::Linear(64, 64),
+                              torch::nn::ReLU(), torch::nn::Linear(64, 256));
+  const auto logits = route(*model);
+  auto named = by_name(logits);
+  EXPECT_EQ(named.at("1.weight")->role, Role::muon);
+  EXPECT_EQ(named.at("3.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("3.weight")->reason,
+            "an output head: its 256 rows match the embedding '0.weight'");
+  // A classifier over the sequence: its rows match nothing; it is still the last layer.
+  torch::nn::Sequential classifier(torch::nn::Embedding(256, 64), torch::nn::Linear(64, 64),
+                                   torch::nn::ReLU(), torch::nn::Linear(64, 10));
+  const auto routes = route(*classifier);
+  named = by_name(routes);
+  EXPECT_EQ(named.at("1.weight")->role, Role::muon);
+  EXPECT_EQ(named.at("3.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("3.weight")->reason,
+            "the last layer of a sequential model (it produces the output)");
+  EXPECT_EQ(routing_warning(routes), "");
+}
+
+TEST(Routing, AHeadWithTheVocabularysRowsOrTiedToTheEmbeddingIsAnOutputLayerWhateverItsName) {
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const auto routes =
+      route(std::vector<NamedParameter>{{"tok.weight", t({100, 16}), "Embedding"},
+                                        {"blocks.0.proj.weight", t({16, 16}), ""},
+                                        {"proj.weight", t({100, 16}), "Linear"}});
+  auto named = by_name(routes);
+  EXPECT_EQ(named.at("blocks.0.proj.weight")->role, Role::muon);
+  EXPECT_EQ(named.at("proj.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("proj.weight")->reason,
+            "an output head: its 100 rows match the embedding 'tok.weight'");
+  // The tied tensor met first under the head's name: the embedding's own name comes later.
+  const auto shared = t({100, 16});
+  const auto tied = route(std::vector<NamedParameter>{{"decoder.weight", shared, "Linear"},
+                                                       {"fc.weight", t({16, 16}), "Linear"},
+                                                       {"encoder.weight", shared, "Embedding"}});
+  named = by_name(tied);
+  ASSERT_EQ(named.count("encoder.weight"), 0u);
+  EXPECT_EQ(named.at("decoder.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("decoder.weight")->reason, "tied to the embedding 'encoder.weight'");
+  EXPECT_EQ(named.at("fc.weight")->role, Role::muon);
+}
+
+TEST(Routing, RolesThatRestOnANameOrAGuessAreMarkedAndWarnedOnce) {
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const std::vector<NamedParameter> params = {{"fc1.weight", t({16, 8}), "Linear"},
+                                              {"score.weight", t({3, 16}), "Linear"}};
+  const auto routes = route(params);
+  EXPECT_TRUE(routes[1].guessed);
+  EXPECT_FALSE(routes[0].guessed);
+  const std::string warning =
+      "routing: 1 parameter's role rests on a name or a guess, not on the model's structure: "
+      "'score.weight' → adamw (name part 'score' marks an input/output layer). If one is wrong, "
+      "route it with a routing.adamw or routing.muon pattern (or a tag in C++); from Python, "
+      "example_inputs= finds the output layer by a traced forward";
+  EXPECT_EQ(routing_warning(routes), warning);
+  ::testing::internal::CaptureStderr();
+  route(params);
+  const auto printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(printed.find(warning), std::string::npos) << printed;
+  // routing.outputs names the output layer: the structure is known, nothing is guessed.
+  RoutingRules rules;
+  rules.output_names = {"score.weight"};
+  const auto known = route(params, rules);
+  EXPECT_EQ(known[1].role, Role::adamw);
+  EXPECT_EQ(known[1].reason, "produces the model's output (routing.outputs)");
+  EXPECT_EQ(routing_warning(known), "");
+  // A model whose ends nothing shows: its last matrix stays hidden, a guess, listed.
+  const auto guessed = route(std::vector<NamedParameter>{{"fc1.weight", t({16, 8}), ""},
+                                                         {"fc2.weight", t({4, 16}), ""}});
+  EXPECT_TRUE(guessed[1].guessed);
+  EXPECT_EQ(routing_warning(guessed).rfind(
+                "routing: 1 parameter's role rests on a name or a guess, not on the model's "
+                "structure: 'fc2.weight' → muon (hidden 2-D matrix (a guess: the model's last "
+                "matrix;",
+                0),
+            0u);
+}
+
+// The naming of three common GPTs routes as it did before structure came first: nanoGPT and HF's
+// GPT-2 (tied head), nanochat (untied head over the same vocabulary); no warning.
+TEST(Routing, NanoGptNanochatAndHfGpt2RouteTheirHiddenMatricesToMuonAndNothingIsGuessed) {
+  auto t = [](std::vector<int64_t> shape) { return at::zeros(shape).requires_grad_(true); };
+  const auto vocab = 96, d = 16;
+  const auto wte = t({vocab, d});
+  auto gpt = [&](const std::string& matrix_type, const std::vector<std::string>& matrices,
+                 bool tied) {
+    std::vector<NamedParameter> p = {{"transformer.wte.weight", wte, "Embedding"},
+                                     {"transformer.wpe.weight", t({32, d}), "Embedding"}};
+    for (int layer = 0; layer < 2; ++layer) {
+      const auto block = "transformer.h." + std::to_string(layer) + ".";
+      p.push_back({block + "ln_1.weight", t({d}), "LayerNorm"});
+      for (const auto& m : matrices) p.push_back({block + m + ".weight", t({d, d}), matrix_type});
+      p.push_back({block + "ln_2.weight", t({d}), "LayerNorm"});
+    }
+    p.push_back({"transformer.ln_f.weight", t({d}), "LayerNorm"});
+    p.push_back({"lm_head.weight", tied ? wte : t({vocab, d}), "Linear"});
+    return p;
+  };
+  const std::vector<std::string> nanogpt = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                            "mlp.c_proj"};
+  const std::vector<std::string> nanochat = {"attn.c_q", "attn.c_k", "attn.c_v", "attn.c_proj",
+                                             "mlp.c_fc", "mlp.c_proj"};
+  for (const auto& [model, routes] :
+       {std::pair{"nanoGPT", route(gpt("Linear", nanogpt, true))},
+        std::pair{"HF GPT-2", route(gpt("Conv1D", nanogpt, true))},
+        std::pair{"nanochat", route(gpt("Linear", nanochat, false))}}) {
+    const bool untied = std::string(model) == "nanochat";
+    const size_t per_layer = untied ? nanochat.size() : nanogpt.size();
+    EXPECT_EQ(tensors_with_role(routes, Role::muon).size(), 2 * per_layer) << model;
+    EXPECT_EQ(tensors_with_role(routes, Role::adamw).size(), 2u + 5 + (untied ? 1 : 0)) << model;
+    EXPECT_EQ(routing_warning(routes), "") << model;
+  }
 }
 
 TEST(Routing, OverridesByPatternAndByTagWithClearErrors) {

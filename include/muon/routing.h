@@ -78,6 +78,10 @@ struct RoutedParameter {
   // With RoutingRules::split_heads: the heads its declared rows side splits into, each
   // orthogonalized alone (Muon's num_heads).
   std::optional<int64_t> num_heads;
+  // The role rests on a name alone (an input/output name part outside every repeated block) or on
+  // a guess (the last matrix of a model whose ends nothing showed), not on the model's structure:
+  // routing_warning lists it.
+  bool guessed = false;
 };
 
 // Biases and norm weights: no weight decay unless their parameter group sets one
@@ -108,21 +112,32 @@ struct RoutingRules {
   // Whether names count: false routes by rank and dtype alone — no bias, input/output-name or
   // last-layer rules — for parameters given without names (Python's plain tensors and groups).
   bool use_names = true;
+  // Names of the parameters known to produce the model's output (routing.outputs; Python's
+  // example_inputs= finds them by a traced forward): AdamW as output layers.
+  std::vector<std::string> output_names;
 
   std::map<const void*, Role> tags;
   std::map<std::string, std::vector<std::string>> axes;
 };
 
 // Routes each distinct tensor once, under the first name it appears with (tied weights are
-// optimized once). Rules, in order: frozen (requires_grad false); an explicit override (tag, then
-// muon_patterns, then adamw_patterns — Muon only for floating matrices or declared axes); declared
-// axes; then Speedtronic's heuristics: rank < 2, non-floating or a bias → AdamW; owning module
-// type containing "embedding" or "norm" → AdamW; a name part naming an input/output layer (embed,
-// wte, lm_head, head, ...) → AdamW; rank > 2 → the higher_rank policy; any other floating 2-D
-// tensor → Muon. Without use_names the rules that read names are left out.
+// optimized once). Rules, in order (docs/design.md §Routing): frozen (requires_grad false); an
+// explicit override (tag, then muon_patterns, then adamw_patterns — Muon only for floating
+// matrices or declared axes); declared axes; then the heuristics: rank < 2, non-floating or a bias
+// → AdamW; owning module type containing "embedding" or "norm" → AdamW; a matrix inside a
+// repeated block (blocks.N.…, layers.N.…, h.N.…) is hidden whatever its name; outside one, an
+// output layer the structure shows → AdamW (tied to an embedding, in output_names, as many rows
+// as an embedding, a sequential model's last layer); then a name part naming an input/output
+// layer (embed, wte, lm_head, head, ...) → AdamW; rank > 2 → the higher_rank policy; any other
+// floating 2-D tensor → Muon. Without use_names the rules that read names are left out. Roles
+// that rest on a name or a guess are marked `guessed` and listed in one warning (TORCH_WARN).
 std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters,
                                    const RoutingRules& rules = {});
 std::vector<RoutedParameter> route(const torch::nn::Module& model, const RoutingRules& rules = {});
+
+// The warning a build gives for the routes marked `guessed`, each with its role and reason, and
+// how to pin them; "" when none is.
+std::string routing_warning(const std::vector<RoutedParameter>& routes);
 
 // The tensors routed to `role`, in order.
 std::vector<at::Tensor> tensors_with_role(const std::vector<RoutedParameter>& routes, Role role);

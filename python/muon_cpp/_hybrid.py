@@ -2,6 +2,7 @@
 for the rest, under a YAML configuration — built from a model, named parameters, plain tensors or
 param groups, with the configuration's keys also taken as keyword arguments."""
 
+import dataclasses
 import datetime
 import inspect
 import json
@@ -65,6 +66,13 @@ class HybridOptimizer(_EngineOptimizer):
     long one of those collectives waits before step() raises a RuntimeError saying another rank
     exited or hung.
 
+    ``example_inputs``: with a model, inputs for one forward pass (a tensor, a tuple of positional
+    arguments or a dict of keyword arguments) run before routing, under torch.no_grad() in eval
+    mode (the modes restored after; no weight or buffer changes): the module whose forward
+    returned the model's output is its output layer, and its matrices go to AdamW as such
+    (routing.outputs) instead of by name or by guess. Routing warns (a UserWarning) when a role
+    rests on a name or a guess; docs/python.md §Routing says how to settle each.
+
     param_groups: one per (configured group, algorithm, decayed or not), each with the keys
     'algorithm' ('muon', and 'adamw' or the others' algorithm) and 'group' (its configured
     name). A torch lr scheduler drives them unless the configuration has its own schedule, which
@@ -74,7 +82,7 @@ class HybridOptimizer(_EngineOptimizer):
     """
 
     def __init__(self, params, config=None, total_steps=None, process_group=None,
-                 timeout=datetime.timedelta(minutes=30), **options):
+                 timeout=datetime.timedelta(minutes=30), example_inputs=None, **options):
         total_steps = _total_steps(total_steps)
         timeout_s = _seconds("timeout", timeout)
         named, keys = _parameters(params)
@@ -85,6 +93,11 @@ class HybridOptimizer(_EngineOptimizer):
                                 + ", ".join(OPTIMIZER_KEYS))
             if value is not None:
                 keys[key] = value
+        if example_inputs is not None:
+            routing = dict(keys.get("routing") or {})
+            routing["outputs"] = list(routing.get("outputs", [])) + _traced_outputs(
+                params, example_inputs)
+            keys["routing"] = routing
         text = _config_text(config)
         if keys:
             text = _core.with_optimizer_keys(text, json.dumps(keys))
@@ -304,10 +317,66 @@ def _saved_counters(state_dict):
 
 
 def build_optimizer(params, config=None, total_steps=None, process_group=None,
-                    timeout=datetime.timedelta(minutes=30), **options):
+                    timeout=datetime.timedelta(minutes=30), example_inputs=None, **options):
     """The HybridOptimizer a YAML configuration (text, path or dict) describes; see
     HybridOptimizer."""
-    return HybridOptimizer(params, config, total_steps, process_group, timeout, **options)
+    return HybridOptimizer(params, config, total_steps, process_group, timeout, example_inputs,
+                           **options)
+
+
+def _tensors(value):
+    """The tensors in a module's output: a tensor, or tuples, lists, dicts (HF's ModelOutput)
+    and dataclasses of them."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _tensors(getattr(value, field.name))
+
+
+def _traced_outputs(model, example_inputs):
+    """Names of the matrices of the module whose forward returned the model's output, found by
+    one forward pass on ``example_inputs`` (see HybridOptimizer)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("example_inputs= traces a model: give the nn.Module itself as params, "
+                        f"not {type(model).__name__}")
+    if isinstance(example_inputs, dict):
+        args, kwargs = (), example_inputs
+    elif isinstance(example_inputs, (tuple, list)):
+        args, kwargs = tuple(example_inputs), {}
+    else:
+        args, kwargs = (example_inputs,), {}
+    produced = []  # (output tensor, module name): inner modules return, and are hooked, first
+
+    def hook(name):
+        return lambda _module, _inputs, output: produced.extend((t, name) for t in _tensors(output))
+
+    handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules() if name]
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        with torch.no_grad():
+            output = model(*args, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, training in modes:
+            module.training = training
+    returned = {id(t) for t in _tensors(output)}
+    producers = []
+    for tensor, name in produced:
+        if id(tensor) in returned and name not in producers:
+            producers.append(name)
+            returned.discard(id(tensor))  # the innermost module that returned it
+    modules = dict(model.named_modules())
+    return [f"{name}.{p_name}" for name in producers
+            for p_name, p in modules[name].named_parameters(recurse=False) if p.dim() >= 2]
 
 
 def _total_steps(total_steps):

@@ -9,6 +9,7 @@ gathers the parameter's and its gradient's rows, updates the whole tensor as one
 keeps its state, and scatters the new rows back to the ranks that hold them."""
 
 import math
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -268,7 +269,9 @@ def sharded_hybrid(named, config_text, total_steps, process_group, timeout_s):
     stand_in = {id(p): torch.empty(p.shape, dtype=p.dtype, device="meta")
                 .requires_grad_(p.requires_grad) for p in unique}
     routed = [(name, stand_in[id(p)], kind) for name, p, kind in named]
-    roles = dict(_core.routed_roles(routed, config_text))
+    with warnings.catch_warnings():  # routing's warning comes once, from Engine.hybrid below
+        warnings.simplefilter("ignore")
+        roles = dict(_core.routed_roles(routed, config_text))
     role_of = {}
     for name, p, _ in named:  # a tied parameter routed under its first name
         role_of.setdefault(id(p), roles.get(name))

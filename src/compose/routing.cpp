@@ -85,6 +85,8 @@ struct Decision {
   std::string reason;
   std::vector<int64_t> view;  // Muon's view when not the tensor's own shape
   std::optional<int64_t> num_heads = std::nullopt;
+  bool end_layer = false;  // maps into or out of the model: an embedding or an output layer
+  bool guessed = false;    // rests on the name alone (RoutedParameter::guessed)
 };
 
 bool is_head_axis(const std::string& a) {
@@ -151,8 +153,123 @@ Decision decide_declared(const NamedParameter& p, const std::vector<std::string>
           count};
 }
 
-// Speedtronic's heuristics (docs/design.md §Routing, rule 5) with the higher_rank policy.
-Decision decide_heuristic(const NamedParameter& p, const RoutingRules& rules) {
+bool is_number(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+std::vector<std::string> name_parts(const std::string& name) {
+  std::vector<std::string> parts;
+  std::stringstream in(name);
+  for (std::string part; std::getline(in, part, '.');) parts.push_back(part);
+  return parts;
+}
+
+// The numbered child a name passes through on its way to a module inside it — "blocks.3" of
+// "blocks.3.mlp.out.weight", "h.0" of GPT-2's "transformer.h.0.attn.c_attn.weight" — or "". A
+// list of single layers ("layers.2.weight") has no module inside its children: no block.
+std::string repeated_block(const std::string& name) {
+  const auto parts = name_parts(name);
+  for (size_t i = 0; i + 2 < parts.size(); ++i) {
+    if (is_number(parts[i])) {
+      std::vector<std::string> prefix(parts.begin(), parts.begin() + static_cast<long>(i) + 1);
+      return join(prefix, ".");
+    }
+  }
+  return "";
+}
+
+bool is_child_index(const std::string& name) {  // "2.weight": a parameter of a Sequential's child
+  const auto parts = name_parts(name);
+  return parts.size() >= 2 && is_number(parts[0]);
+}
+
+bool is_embedding(const NamedParameter& p) {
+  return lower(p.module_type).find("embedding") != std::string::npos;
+}
+
+bool is_trainable_matrix(const at::Tensor& t) {
+  return t.requires_grad() && t.is_floating_point() && t.dim() >= 2;
+}
+
+// What the model's structure shows about the layers that map into and out of it, read from every
+// parameter before any is decided (docs/design.md §Routing, rule 5).
+struct Structure {
+  std::map<const void*, std::string> embedding_of;  // a tensor an embedding module owns → its name
+  std::vector<std::pair<int64_t, std::string>> vocabularies;  // each embedding's rows and name
+  std::unordered_set<std::string> outputs;                   // routing.outputs
+  const void* sequential_output = nullptr;  // a sequential model's last layer's matrix
+
+  Structure(const std::vector<NamedParameter>& parameters, const RoutingRules& rules)
+      : outputs(rules.output_names.begin(), rules.output_names.end()) {
+    bool sequential = !parameters.empty();
+    const NamedParameter* last = nullptr;
+    for (const auto& p : parameters) {
+      if (is_embedding(p) && p.tensor.dim() == 2) {
+        embedding_of.emplace(p.tensor.unsafeGetTensorImpl(), p.name);
+        vocabularies.emplace_back(p.tensor.size(0), p.name);
+      }
+      sequential = sequential && is_child_index(p.name);
+      if (is_trainable_matrix(p.tensor)) last = &p;
+    }
+    // Its last child's own matrix ("3.weight"); a block's inner matrix ("2.mlp.proj.weight") is not
+    // known to produce the output.
+    if (sequential && last != nullptr && name_parts(last->name).size() == 2 && !is_embedding(*last)) {
+      sequential_output = last->tensor.unsafeGetTensorImpl();
+    }
+  }
+
+  // Why `p`, a trainable floating matrix outside every repeated block, maps out of the model, or
+  // nothing: tied to an embedding, named in routing.outputs, as many rows as an embedding has
+  // (the head over its vocabulary), or a sequential model's last layer.
+  std::optional<std::string> output_layer(const NamedParameter& p) const {
+    const auto tied = embedding_of.find(p.tensor.unsafeGetTensorImpl());
+    if (tied != embedding_of.end()) return "tied to the embedding '" + tied->second + "'";
+    if (outputs.count(p.name) > 0) return std::string("produces the model's output (routing.outputs)");
+    for (const auto& [rows, name] : vocabularies) {
+      if (p.tensor.dim() == 2 && p.tensor.size(0) == rows) {
+        return "an output head: its " + std::to_string(rows) + " rows match the embedding '" +
+               name + "'";
+      }
+    }
+    if (p.tensor.unsafeGetTensorImpl() == sequential_output) {
+      return std::string("the last layer of a sequential model (it produces the output)");
+    }
+    return std::nullopt;
+  }
+};
+
+Decision end_layer(std::string reason) {
+  Decision d{Role::adamw, std::move(reason), {}};
+  d.end_layer = true;
+  return d;
+}
+
+Decision higher_rank_decision(const NamedParameter& p, HigherRankPolicy policy) {
+  const auto& t = p.tensor;
+  const auto rank = "rank-" + std::to_string(t.dim()) + " tensor";
+  switch (policy) {
+    case HigherRankPolicy::adamw:
+      return {Role::adamw, rank + " without declared matrix axes (higher_rank policy 'adamw')", {}};
+    case HigherRankPolicy::flatten: {
+      const std::vector<int64_t> view{t.size(0), t.numel() / t.size(0)};
+      std::ostringstream out;
+      out << rank << " flattened to " << at::IntArrayRef(view) << " (higher_rank policy 'flatten')";
+      return {Role::muon, out.str(), view};
+    }
+    case HigherRankPolicy::error:
+      break;
+  }
+  throw Error("routing: parameter '" + p.name + "' is a " + rank + " of shape " +
+              detail::concat(t.sizes()) +
+              " without declared matrix axes (higher_rank policy 'error'); declare its axes, or "
+              "use higher_rank 'flatten' or 'adamw'");
+}
+
+// The heuristics (docs/design.md §Routing, rule 5): what the tensor and its module are first, then
+// where it sits in the model — inside a repeated block it is hidden, outside one the structure
+// may show it maps out of the model — and only then its name.
+Decision decide_heuristic(const NamedParameter& p, const RoutingRules& rules,
+                          const Structure& structure) {
   const auto& t = p.tensor;
   if (!t.is_floating_point()) {
     return {Role::adamw,
@@ -160,70 +277,48 @@ Decision decide_heuristic(const NamedParameter& p, const RoutingRules& rules) {
             {}};
   }
   if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor", {}};
-  if (rules.use_names && ends_with(p.name, "bias")) return {Role::adamw, "a bias", {}};
+  if (!rules.use_names) {
+    if (t.dim() > 2) return higher_rank_decision(p, rules.higher_rank);
+    return {Role::muon, "2-D matrix (routed by shape: given without a name)", {}};
+  }
+  if (ends_with(p.name, "bias")) return {Role::adamw, "a bias", {}};
   const auto type = lower(p.module_type);
   if (type.find("embedding") != std::string::npos) {
-    return {Role::adamw, "owned by an embedding module (" + p.module_type + ")", {}};
+    return end_layer("owned by an embedding module (" + p.module_type + ")");
   }
   if (type.find("norm") != std::string::npos) {
     return {Role::adamw, "owned by a norm module (" + p.module_type + ")", {}};
   }
-  const auto part = rules.use_names ? input_output_part(p.name) : "";
-  if (!part.empty()) {
-    return {Role::adamw, "name part '" + part + "' marks an input/output layer", {}};
+  const auto block = repeated_block(p.name);
+  if (block.empty()) {
+    if (auto output = structure.output_layer(p)) return end_layer(*output);
   }
-  if (t.dim() > 2) {
-    const auto rank = "rank-" + std::to_string(t.dim()) + " tensor";
-    switch (rules.higher_rank) {
-      case HigherRankPolicy::adamw:
-        return {
-            Role::adamw, rank + " without declared matrix axes (higher_rank policy 'adamw')", {}};
-      case HigherRankPolicy::flatten: {
-        const std::vector<int64_t> view{t.size(0), t.numel() / t.size(0)};
-        std::ostringstream out;
-        out << rank << " flattened to " << at::IntArrayRef(view)
-            << " (higher_rank policy 'flatten')";
-        return {Role::muon, out.str(), view};
-      }
-      case HigherRankPolicy::error:
-        throw Error("routing: parameter '" + p.name + "' is a " + rank + " of shape " +
-                    detail::concat(t.sizes()) +
-                    " without declared matrix axes (higher_rank policy 'error'); declare its axes, "
-                    "or use higher_rank 'flatten' or 'adamw'");
-    }
+  const auto part = input_output_part(p.name);
+  if (block.empty() && !part.empty()) {
+    auto d = end_layer("name part '" + part + "' marks an input/output layer");
+    // Only where the name changed the outcome: a rank > 2 tensor goes to AdamW by default anyway.
+    d.guessed = t.dim() == 2 || rules.higher_rank != HigherRankPolicy::adamw;
+    return d;
   }
-  if (!rules.use_names)
-    return {Role::muon, "2-D matrix (routed by shape: given without a name)", {}};
+  if (t.dim() > 2) return higher_rank_decision(p, rules.higher_rank);
   return {Role::muon, "hidden 2-D matrix", {}};
 }
 
-bool is_child_index(const std::string& name) {  // "2.weight": a parameter of a Sequential's child
-  const auto dot = name.find('.');
-  return dot != std::string::npos && dot > 0 && name.find_first_not_of("0123456789") == dot;
-}
-
-// The model's last matrix, when the heuristics made it a hidden one although nothing was seen to
-// map into or out of the model: in a sequential model (every name starts with a child index) it
-// produces the output, so it goes to AdamW; elsewhere the report says the role is a guess.
-void review_last_matrix(std::vector<RoutedParameter>& routes) {
+// The model's last matrix, when nothing was seen to map into or out of the model (no embedding,
+// no output layer by structure or name) and it became a hidden one outside every repeated block:
+// its role is a guess, said in its reason and in the routing warning.
+void mark_guessed_last_matrix(std::vector<RoutedParameter>& routes) {
   RoutedParameter* last = nullptr;
-  bool io_seen = false, sequential = !routes.empty();
   for (auto& r : routes) {
-    if (r.role == Role::frozen) continue;
-    if (r.tensor.dim() >= 2 && r.tensor.is_floating_point()) last = &r;
-    io_seen = io_seen || r.reason.rfind("name part", 0) == 0 ||
-              r.reason.rfind("owned by an embedding", 0) == 0;
-    sequential = sequential && is_child_index(r.name);
+    if (r.role != Role::frozen && is_trainable_matrix(r.tensor)) last = &r;
   }
-  if (last == nullptr || io_seen || last->reason != "hidden 2-D matrix") return;
-  if (sequential) {
-    last->role = Role::adamw;
-    last->reason = "the last layer of a sequential model (it produces the output)";
-  } else {
-    last->reason +=
-        " (a guess: the model's last matrix; if it produces the output, route it to AdamW with "
-        "routing.adamw or a tag)";
+  if (last == nullptr || last->reason != "hidden 2-D matrix" || !repeated_block(last->name).empty()) {
+    return;
   }
+  last->reason +=
+      " (a guess: the model's last matrix; if it produces the output, route it to AdamW with "
+      "routing.adamw or a tag)";
+  last->guessed = true;
 }
 
 // An explicit override, if any applies (docs/design.md §Routing, rule 3).
@@ -266,8 +361,10 @@ std::optional<Decision> decide_override(const NamedParameter& p, const RoutingRu
 
 std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters,
                                    const RoutingRules& rules) {
+  const Structure structure(parameters, rules);
   std::vector<RoutedParameter> out;
   std::unordered_set<const void*> seen;
+  bool ends_seen = false;
   for (const auto& p : parameters) {
     if (!seen.insert(p.tensor.unsafeGetTensorImpl()).second) continue;  // tied: first name wins
     Decision d;
@@ -278,13 +375,28 @@ std::vector<RoutedParameter> route(const std::vector<NamedParameter>& parameters
     } else if (const auto declared = rules.axes.find(p.name); declared != rules.axes.end()) {
       d = decide_declared(p, declared->second, rules.split_heads);
     } else {
-      d = decide_heuristic(p, rules);
+      d = decide_heuristic(p, rules, structure);
     }
+    ends_seen = ends_seen || d.end_layer;
     out.push_back({p.name, p.tensor, d.role, std::move(d.reason), p.module_type, std::move(d.view),
-                   d.num_heads});
+                   d.num_heads, d.guessed});
   }
-  if (rules.use_names) review_last_matrix(out);
+  if (rules.use_names && !ends_seen) mark_guessed_last_matrix(out);
+  if (const auto warning = routing_warning(out); !warning.empty()) TORCH_WARN(warning);
   return out;
+}
+
+std::string routing_warning(const std::vector<RoutedParameter>& routes) {
+  std::vector<std::string> listed;
+  for (const auto& r : routes) {
+    if (r.guessed) listed.push_back("'" + r.name + "' → " + to_string(r.role) + " (" + r.reason + ")");
+  }
+  if (listed.empty()) return "";
+  return "routing: " + std::to_string(listed.size()) +
+         (listed.size() == 1 ? " parameter's role rests" : " parameters' roles rest") +
+         " on a name or a guess, not on the model's structure: " + join(listed, "; ") +
+         ". If one is wrong, route it with a routing.adamw or routing.muon pattern (or a tag in "
+         "C++); from Python, example_inputs= finds the output layer by a traced forward";
 }
 
 bool is_no_decay(const RoutedParameter& p) {

@@ -142,6 +142,7 @@ void read_routing(Section& s, OptimConfig& config) {
     }
     if (const auto v = r.boolean("split_heads")) config.routing.split_heads = *v;
     if (const auto v = r.boolean("names")) config.routing.use_names = *v;
+    if (const auto v = r.strings("outputs")) config.routing.output_names = *v;
     r.finish();
   }
 }

@@ -29,6 +29,7 @@ std::string OptimConfig::to_yaml() const {
         << YAML::Flow << routing.adamw_patterns << YAML::Key << "higher_rank" << YAML::Value
         << to_string(routing.higher_rank) << YAML::Key << "split_heads" << YAML::Value
         << routing.split_heads << YAML::Key << "names" << YAML::Value << routing.use_names
+        << YAML::Key << "outputs" << YAML::Value << YAML::Flow << routing.output_names
         << YAML::EndMap;
   }
   out << YAML::EndMap << YAML::EndMap;
@@ -41,7 +42,8 @@ void OptimConfig::check_steps(int64_t total_steps) const {
       std::any_of(hybrid.groups.begin(), hybrid.groups.end(),
                   [](const ParamGroupSpec& g) { return g.schedule.has_value(); });
   check(total_steps > 0 || (total_steps == 0 && !scheduled), "total_steps must be > 0",
-        scheduled ? " (the run's length, which the configuration's schedules need)"
+        scheduled ? " (the run's length, which the configuration's schedules need: pass the number "
+                    "of steps the run takes)"
                   : ", or 0 when unknown (a configuration without schedules)",
         ", got ", total_steps);
   if (hybrid.schedule) {
