@@ -64,7 +64,9 @@ def yaml_table(section):
     rows = [head, "|---|---|---|---|" + ("---|" if kinds_column else "")]
     for key, alias, default, doc, rng, kinds in schema:
         also = f" (also `{alias}`)" if alias else ""
-        row = f"| `{key}`{also} | `{default}` | {rng} | {doc} |"
+        # A key a section cannot go without has no default, whatever its C++ field starts at.
+        shown = "none: required" if doc.endswith("(required)") else f"`{default}`"
+        row = f"| `{key}`{also} | {shown} | {rng} | {doc} |"
         if kinds_column:
             row += f" {', '.join(kinds.split()) or 'all'} |"
         rows.append(row)

@@ -36,7 +36,10 @@ def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flag
     signature = inspect.Signature(parameters)
 
     def __init__(self, *args, **kwargs):
-        given = dict(signature.bind(self, *args, **kwargs).arguments)
+        try:
+            given = dict(signature.bind(self, *args, **kwargs).arguments)
+        except TypeError as error:
+            raise TypeError(_call_error(type(self).__name__, signature, kwargs, error)) from None
         del given["self"]
         params = given.pop("params")
         if given.get("preset") is not None and len(args) > 2:
@@ -66,6 +69,23 @@ def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flag
                               "accepted, True or False: the same arithmetic")
         for name, why in (own_flags or {}).items()) + _PROCESS_GROUP_DOC
     return __init__
+
+
+def _call_error(class_name, signature, kwargs, error):
+    """The TypeError of a call its signature refused, naming the class, its keywords and, for an
+    unknown keyword another algorithm takes, that algorithm."""
+    keywords = [name for name in signature.parameters if name not in ("self", "params")]
+    message = f"{class_name}: {error}; its keywords are {', '.join(keywords)}"
+    for key in kwargs:
+        if key in signature.parameters:
+            continue
+        owners = [name for name, _matrices in _core.algorithms()
+                  if any(option == key for option, *_ in _core.option_schema(name))]
+        if owners:
+            message += (f". {key} is an option of {', '.join(owners)}: give those parameters to "
+                        "that optimizer, or every parameter to muon_cpp.HybridOptimizer, which "
+                        "routes each to its algorithm")
+    return message
 
 
 _TORCH_KEYWORDS_DOC = (

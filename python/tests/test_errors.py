@@ -224,3 +224,33 @@ def test_setting_errors_name_the_setting_and_change_nothing():
         optimizer.step()
     assert torch.equal(p.detach(), before[0])
     assert torch.equal(optimizer.state[p]["momentum_buffer"], before[1])
+
+
+def test_errors_say_what_to_pass():
+    """A configuration without its optimizer section, a keyword of another algorithm, a
+    schedule without the run's length: each message names what to pass instead."""
+    model = nn_model()
+    with pytest.raises(ValueError, match=r"^config: name, lr are keys of the optimizer section, "
+                                         r"found at the top level; put them under `optimizer:` "):
+        muon_cpp.build_optimizer(model, "name: muon\nlr: 0.02\n")
+    with pytest.raises(TypeError, match=r"^Muon: got an unexpected keyword argument 'betas'; its "
+                                        r"keywords are lr, momentum, .*\. betas is an option of "
+                                        r"adamw, adam, lamb, lion: give those parameters to that "
+                                        r"optimizer, or every parameter to "
+                                        r"muon_cpp.HybridOptimizer"):
+        muon_cpp.Muon([model[1].weight], betas=(0.9, 0.95))
+    with pytest.raises(TypeError, match=r"^AdamW: got an unexpected keyword argument 'nesterovv'; "
+                                        r"its keywords are lr, betas, eps"):
+        muon_cpp.AdamW(model.parameters(), nesterovv=True)
+    muon_cpp.build_optimizer(model, "optimizer: {name: muon, lr: 0.02}")  # no schedule: no length
+    with pytest.raises(ValueError, match="schedules need: pass the number of steps the run "
+                                         "takes\\), got 0"):
+        muon_cpp.build_optimizer(model, {"optimizer": {"schedule": {"name": "cosine"}}})
+    # model.parameters(): plain tensors, routed by shape, no error.
+    report = muon_cpp.build_optimizer(model.parameters()).report()
+    assert {row["role"] for row in report} == {"muon", "adamw"}
+
+
+def nn_model():
+    return torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                               torch.nn.Linear(8, 16))

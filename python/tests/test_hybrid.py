@@ -350,7 +350,8 @@ def test_keywords_are_the_configurations_optimizer_keys():
         muon_cpp.HybridOptimizer([{"params": [Mlp().up.weight]},
                                   {"params": [Mlp().up.bias], "momentum_buffer": 1}])
     with pytest.raises(ValueError, match="total_steps must be > 0 \\(the run's length, which the "
-                                         "configuration's schedules need\\), got 0"):
+                                         "configuration's schedules need: pass the number of "
+                                         "steps the run takes\\), got 0"):
         muon_cpp.HybridOptimizer(Mlp(), schedule={"name": "cosine"})
     with pytest.raises(ValueError, match="HybridOptimizer got an empty parameter list"):
         muon_cpp.HybridOptimizer([])

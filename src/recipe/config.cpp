@@ -249,7 +249,7 @@ void refuse_muon_sections_under_adamw(const Section& s, const HybridOptions& h) 
 }
 
 // Reads the `optimizer` mapping into `config`.
-void read_optimizer(Section s, OptimConfig& config, const std::optional<bool>& root_muon_plus,
+void read_optimizer(Section& s, OptimConfig& config, const std::optional<bool>& root_muon_plus,
                     const std::optional<bool>& root_cautious) {
   if (const auto name = s.text("name")) config.name = *name;
   auto& h = config.hybrid;  // the name's and the preset's settings first: the keys override them
@@ -346,22 +346,44 @@ OptimConfig OptimConfig::from_yaml(const std::string& text) {
 
 namespace {
 
+// Keys of the optimizer section written at the top level (a config without `optimizer:`, or
+// keys beside it): refused naming them and where they go, before the top level's own check would
+// call them unknown.
+void refuse_misplaced_keys(const YAML::Node& root, const Section& top, const Section& optimizer) {
+  std::vector<std::string> misplaced;
+  for (const auto& item : root) {
+    if (!item.first.IsScalar()) continue;  // top.finish() words that
+    const auto key = item.first.Scalar();
+    if (!top.knows(key) && optimizer.knows(key)) misplaced.push_back(key);
+  }
+  if (misplaced.empty()) return;
+  std::string keys;
+  for (const auto& k : misplaced) keys += (keys.empty() ? "" : ", ") + k;
+  throw Error("config: " + keys + (misplaced.size() == 1 ? " is a key" : " are keys") +
+              " of the optimizer section, found at the top level; put " +
+              (misplaced.size() == 1 ? "it" : "them") +
+              " under `optimizer:` (optimizer: {name: muon, lr: 0.02}; docs/config.md)");
+}
+
+// The optimizer section as a mapping: `optimizer: muon` is {name: muon}; none is an empty one.
+YAML::Node optimizer_mapping(const YAML::Node& given) {
+  if (given && given.IsScalar()) {
+    YAML::Node mapping(YAML::NodeType::Map);
+    mapping["name"] = given.Scalar();
+    return mapping;
+  }
+  if (given && !given.IsNull()) return given;
+  return YAML::Node(YAML::NodeType::Map);
+}
+
 OptimConfig read_config(const YAML::Node& root) {
   Section top(root, "");
   OptimConfig config;
   const auto root_muon_plus = top.boolean("muon_plus");
   const auto root_cautious = top.boolean("cautious");
-  const auto optimizer = top.find("optimizer");
-  if (optimizer && optimizer.IsScalar()) {  // the scalar form: `optimizer: muon`
-    YAML::Node mapping(YAML::NodeType::Map);
-    mapping["name"] = optimizer.Scalar();
-    read_optimizer(Section(mapping, "optimizer"), config, root_muon_plus, root_cautious);
-  } else if (optimizer && !optimizer.IsNull()) {
-    read_optimizer(Section(optimizer, "optimizer"), config, root_muon_plus, root_cautious);
-  } else {
-    read_optimizer(Section(YAML::Node(YAML::NodeType::Map), "optimizer"), config, root_muon_plus,
-                   root_cautious);
-  }
+  Section optimizer(optimizer_mapping(top.find("optimizer")), "optimizer");
+  read_optimizer(optimizer, config, root_muon_plus, root_cautious);
+  refuse_misplaced_keys(root, top, optimizer);
   top.finish();
   return config;
 }

@@ -60,6 +60,9 @@ class Section {
     return path_.empty() ? key : path_ + "." + key;
   }
 
+  // Whether a reader asked for `key` (or has it as an alias).
+  bool knows(const std::string& key) const { return known_.count(key) != 0; }
+
   // The node at `key` or an alias of it (the first present), marking all as known.
   YAML::Node find(const std::string& key, std::initializer_list<const char*> aliases = {}) {
     known_.insert(key);
