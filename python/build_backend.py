@@ -67,9 +67,9 @@ def _tag():
     return implementation, abi, platform
 
 
-def _build_extension():
-    """Configures and builds the extension; returns the directory holding muon_cpp/."""
-    torch = _torch_facts()
+def _build_extension(torch):
+    """Configures and builds the extension against ``torch`` (_torch_facts()); returns the
+    directory holding muon_cpp/."""
     implementation, abi, platform = _tag()
     build = pathlib.Path(os.environ.get("MUON_BUILD_DIR") or ROOT / "build-pip" / abi)
     prefixes = [p for p in [torch["cmake"]] if os.path.isdir(p)]
@@ -98,10 +98,19 @@ def _record_line(path, data):
     return [path, f"sha256={digest}", str(len(data))]
 
 
-def _metadata():
+def torch_requirement(torch_version):
+    """The torch releases the extension built against ``torch_version`` loads in: its major.minor
+    (pre-releases and local builds such as Debian's 1.13.0a0 or PyPI's 2.15.0+cu132 included)."""
+    major, minor = (int("".join(c for c in part if c.isdigit()) or 0)
+                    for part in torch_version.split(".")[:2])
+    return f"torch>={major}.{minor}.0a0,<{major}.{minor + 1}"
+
+
+def _metadata(torch_version):
     return (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {_version()}\n"
             "Summary: Muon and AdamW optimizers for PyTorch, routed automatically, from "
-            "muon-cpp's C++ library\nRequires-Python: >=3.8\n")
+            "muon-cpp's C++ library\nRequires-Python: >=3.8\n"
+            f"Requires-Dist: {torch_requirement(torch_version)}\n")
 
 
 # ---- PEP 517 hooks ----
@@ -113,12 +122,13 @@ def get_requires_for_build_wheel(config_settings=None):
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     info = pathlib.Path(metadata_directory) / f"{NAME}-{_version()}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(_metadata())
+    (info / "METADATA").write_text(_metadata(_torch_facts()["version"]))
     return info.name
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    package = _build_extension() / NAME
+    torch = _torch_facts()
+    package = _build_extension(torch) / NAME
     implementation, abi, platform = _tag()
     version = _version()
     info = f"{NAME}-{version}.dist-info"
@@ -129,7 +139,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             files[f"{NAME}/{source.name}"] = source.resolve().read_bytes()
     if not any(name.startswith(f"{NAME}/_core") for name in files):
         raise RuntimeError(f"the build made no {NAME}/_core extension in {package}")
-    files[f"{info}/METADATA"] = _metadata().encode()
+    files[f"{info}/METADATA"] = _metadata(torch["version"]).encode()
     files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: muon-cpp build_backend\n"
                               f"Root-Is-Purelib: false\nTag: {implementation}-{abi}-{platform}\n"
                               ).encode()

@@ -19,7 +19,12 @@ message; problems found by ``step()`` (a sparse gradient, say) raise RuntimeErro
 
 import torch
 
-from . import _core, _torch_muon
+from ._build_info import VERSION as __version__
+from ._install import check_build
+
+check_build(torch.__version__)
+
+from . import _core, _torch_muon  # noqa: E402 (after the check: a mismatched _core fails to load)
 from ._aux_adam import MuonWithAuxAdam, SingleDeviceMuonWithAuxAdam
 from ._dion import Dion
 from ._engine import AMSGRAD, USE_ADDMM, _EngineOptimizer
