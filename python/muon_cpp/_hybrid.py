@@ -67,10 +67,10 @@ class HybridOptimizer(_EngineOptimizer):
     exited or hung.
 
     ``example_inputs``: with a model, inputs for one forward pass (a tensor, a tuple of positional
-    arguments or a dict of keyword arguments) run before routing, under torch.no_grad() in eval
-    mode (the modes restored after; no weight or buffer changes): the module whose forward
-    returned the model's output is its output layer, and its matrices go to AdamW as such
-    (routing.outputs) instead of by name or by guess. Routing warns (a UserWarning) when a role
+    arguments or a dict of keyword arguments) run before routing, in eval mode (the modes
+    restored after; no backward pass, no weight or buffer changes): the module nearest the
+    model's output in its autograd graph, among those owning a matrix, is its output layer, and
+    its matrices go to AdamW as such (routing.outputs) instead of by name or by guess. Routing warns (a UserWarning) when a role
     rests on a name or a guess; docs/python.md §Routing says how to settle each.
 
     param_groups: one per (configured group, algorithm, decayed or not), each with the keys
@@ -341,8 +341,10 @@ def _tensors(value):
 
 
 def _traced_outputs(model, example_inputs):
-    """Names of the matrices of the module whose forward returned the model's output, found by
-    one forward pass on ``example_inputs`` (see HybridOptimizer)."""
+    """Names of the matrices of the model's output layer: the module nearest the model's output
+    — its first tensor (HF's ModelOutput: the loss, or the logits) — among those that own a
+    matrix, found by one forward pass on ``example_inputs`` (see HybridOptimizer) and a walk back
+    through its autograd graph (nothing is computed backwards)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError("example_inputs= traces a model: give the nn.Module itself as params, "
                         f"not {type(model).__name__}")
@@ -352,31 +354,47 @@ def _traced_outputs(model, example_inputs):
         args, kwargs = tuple(example_inputs), {}
     else:
         args, kwargs = (example_inputs,), {}
-    produced = []  # (output tensor, module name): inner modules return, and are hooked, first
+    owners = {name: [f"{name}.{p_name}" for p_name, p in m.named_parameters(recurse=False)
+                     if p.dim() >= 2 and p.requires_grad]
+              for name, m in model.named_modules() if name}
+    produced = {}  # an output's autograd node → the module that returned it, innermost first
 
     def hook(name):
-        return lambda _module, _inputs, output: produced.extend((t, name) for t in _tensors(output))
+        def record(_module, _inputs, output):
+            for t in _tensors(output):
+                if t.grad_fn is not None:
+                    produced.setdefault(t.grad_fn, name)
+        return record
 
-    handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules() if name]
+    handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules()
+               if owners.get(name)]
     modes = [(m, m.training) for m in model.modules()]
     try:
         model.eval()
-        with torch.no_grad():
+        with torch.enable_grad():
             output = model(*args, **kwargs)
+            first = next(_tensors(output), None)
+            layer = _nearest(first.grad_fn if first is not None else None, produced)
     finally:
         for handle in handles:
             handle.remove()
         for module, training in modes:
             module.training = training
-    returned = {id(t) for t in _tensors(output)}
-    producers = []
-    for tensor, name in produced:
-        if id(tensor) in returned and name not in producers:
-            producers.append(name)
-            returned.discard(id(tensor))  # the innermost module that returned it
-    modules = dict(model.named_modules())
-    return [f"{name}.{p_name}" for name in producers
-            for p_name, p in modules[name].named_parameters(recurse=False) if p.dim() >= 2]
+    return owners[layer] if layer is not None else []
+
+
+def _nearest(node, produced):
+    """The module of ``produced`` whose output is nearest ``node`` in its autograd graph."""
+    queue, seen = [node] if node is not None else [], set()
+    while queue:
+        node = queue.pop(0)
+        if node in produced:
+            return produced[node]
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen:
+                seen.add(child)
+                queue.append(child)
+    return None
 
 
 def _total_steps(total_steps):

@@ -83,8 +83,11 @@ def test_a_wheel_requires_the_torch_release_it_was_built_against():
     assert build_backend.torch_requirement("1.13.0a0") == "torch>=1.13.0a0,<1.14"
     assert (f"Requires-Dist: {build_backend.torch_requirement(torch.__version__)}\n"
             in build_backend._metadata(torch.__version__))
-    try:  # an installed wheel (scripts/pypi_test.sh) carries it
-        requires = importlib.metadata.requires("muon_cpp")
+    try:  # the installed wheel imported here (scripts/pypi_test.sh) carries it
+        dist = importlib.metadata.distribution("muon_cpp")
     except importlib.metadata.PackageNotFoundError:
         return  # a build tree: no distribution metadata
-    assert requires == [build_backend.torch_requirement(torch.__version__)]
+    installed = pathlib.Path(dist.locate_file("muon_cpp/__init__.py")).resolve()
+    if installed != pathlib.Path(muon_cpp.__file__).resolve():
+        return  # a build tree imported ahead of an installed copy
+    assert dist.requires == [build_backend.torch_requirement(torch.__version__)]

@@ -312,3 +312,32 @@ def test_grad_scaler_steps_finite_gradients_and_skips_the_rest():
     scaler.update()
     assert scaler.get_scale() == scale / 2
     assert_same(parameters(model), before)
+
+
+# ---- Routing of HF models by their structure ----
+
+def test_hf_models_route_by_structure_without_a_warning():
+    """GPT-2 (tied head; Conv1D matrices inside transformer.h.N), and a classifier whose `score`
+    head example_inputs= finds: every hidden matrix to Muon, nothing left to a name or a guess."""
+    import warnings
+    import transformers
+    model = gpt2()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = muon_cpp.build_optimizer(model).report()
+    roles = {row["name"]: row["role"] for row in report}
+    assert "lm_head.weight" not in roles  # tied to transformer.wte.weight: routed once, as it
+    assert roles["transformer.wte.weight"] == roles["transformer.wpe.weight"] == "adamw"
+    assert {name for name, role in roles.items() if role == "muon"} == {
+        name for name, p in model.named_parameters() if p.dim() == 2 and ".h." in name}
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=VOCAB,
+                                     n_positions=32, num_labels=3, pad_token_id=0)
+    classifier = transformers.GPT2ForSequenceClassification(config)
+    with pytest.warns(UserWarning, match="'score.weight' → adamw \\(name part 'score'"):
+        muon_cpp.build_optimizer(classifier)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        traced = muon_cpp.build_optimizer(
+            classifier, example_inputs={"input_ids": torch.arange(8).reshape(2, 4) + 1})
+    reasons = {row["name"]: row["reason"] for row in traced.report()}
+    assert reasons["score.weight"] == "produces the model's output (routing.outputs)"
