@@ -331,6 +331,7 @@ def run_metadata():
     muon_cpp's build, the date, OpenBLAS's overrides and the load when the run began."""
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": " ".join(sys.argv),
+            "muon_cpp": getattr(muon_cpp, "__version__", None),
             "muon_cpp_products": {"fp32": muon_cpp._core.blas_backend(),
                                   "bf16": muon_cpp._core.bf16_products()},
             "openblas_env": {k: os.environ.get(k) for k in
