@@ -1,0 +1,75 @@
+"""The speed figures of README.md and docs/benchmarks.md are the recorded runs' (docs/bench/):
+their tables are regenerated from the JSON by docs/bench/figures.py and compared, and README.md
+carries no speed ratio outside them. Plain json and re: needs neither torch nor the extension.
+
+After a new benchmark run: `python3 docs/bench/figures.py --write` (docs/benchmarks.md, Method).
+"""
+import importlib.util
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_figures():
+    spec = importlib.util.spec_from_file_location("figures", ROOT / "docs" / "bench" / "figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = load_figures()
+
+
+@pytest.mark.parametrize("doc", sorted(figures.DOCS))
+def test_tables_match_the_recorded_runs(doc):
+    text = (ROOT / doc).read_text()
+    assert figures.expected(text, figures.DOCS[doc]) == text, (
+        f"{doc}: a speed table differs from docs/bench/*.json; "
+        "run python3 docs/bench/figures.py --write (or fix the JSON)")
+
+
+def test_a_changed_figure_is_caught():
+    text = (ROOT / "README.md").read_text()
+    table = figures.block("summary").search(text).group(2)
+    first = re.search(r"\d+\.\d\d×", table)
+    assert first, "the README's summary table has no ratio"
+    wrong = f"{float(first.group()[:-1]) + 0.01:.2f}×"
+    edited = text.replace(table, table.replace(first.group(), wrong, 1))
+    assert figures.expected(edited, ["summary"]) != edited
+
+
+def test_readme_has_no_ratio_outside_the_tables():
+    text = (ROOT / "README.md").read_text()
+    outside = figures.block("summary").sub("", text)
+    stray = re.findall(r".{0,40}\d(?:\.\d+)?×.{0,40}", outside)
+    assert not stray, f"README.md: speed ratios outside the generated table: {stray}"
+
+
+def test_every_run_names_its_cpu_date_and_commit():
+    for cls in figures.classes():
+        assert cls["cpu"] and cls["name"]
+        for name, (data, meta) in cls["runs"].items():
+            assert re.match(r"\d{4}-\d\d-\d\d", meta.get("date", "")), (cls["id"], name)
+            assert re.fullmatch(r"[0-9a-f]{7,40}", meta.get("commit", "")), (cls["id"], name)
+            assert data.get("threads") == 2, (cls["id"], name)
+
+
+def test_each_muon_and_adamw_figure_names_the_strongest_peer():
+    rows = [row for cls in figures.classes() if any(n.startswith("torch-peers") for n in cls["runs"])
+            for row in figures.summary_rows(cls)]
+    assert rows
+    for step, _, peer, _, _ in rows:
+        expected_peer = figures.PEER_MUON if step.startswith("Muon") else figures.PEER_ADAMW
+        assert peer.startswith(expected_peer), (step, peer)
+
+
+def test_the_manifest_lists_every_recorded_file():
+    listed = {f"{cls['id']}/{name}" for cls in figures.classes() for name in cls["runs"]}
+    present = {str(p.relative_to(figures.BENCH)) for p in figures.BENCH.glob("*/*.json")}
+    assert listed == present
+    for path in present:
+        json.loads((figures.BENCH / path).read_text())
