@@ -71,7 +71,7 @@ class HybridOptimizer(_EngineOptimizer):
     restored after; no backward pass, no weight or buffer changes): the module nearest the
     model's output in its autograd graph, among those owning a matrix, is its output layer, and
     its matrices go to AdamW as such (routing.outputs) instead of by name or by guess. Routing warns (a UserWarning) when a role
-    rests on a name or a guess; docs/python.md §Routing says how to settle each.
+    rests on a name or a guess (docs/python.md, example_inputs=, says how to settle each).
 
     param_groups: one per (configured group, algorithm, decayed or not), each with the keys
     'algorithm' ('muon', and 'adamw' or the others' algorithm) and 'group' (its configured
