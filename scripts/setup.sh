@@ -45,7 +45,15 @@ fi
 
 [ -n "$packages_only" ] && exit 0
 build_dir="${MUON_BUILD_DIR:-build}"
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# The configuration follows what is built, so that `cmake --install` afterwards installs exactly
+# that: the Python module only when it is built (everything, or a named muon_python). MUON_WERROR
+# (test.sh sets it, so CI) makes a warning in muon-cpp's own code an error; otherwise the build
+# directory keeps what it had.
+python=OFF
+{ [ $# -eq 0 ] || [[ " $* " == *" muon_python "* ]]; } && python=ON
+options=(-DCMAKE_BUILD_TYPE=Release -DMUON_BUILD_PYTHON="$python")
+[ -n "${MUON_WERROR:-}" ] && options+=(-DMUON_WERROR="$MUON_WERROR")
+cmake -S . -B "$build_dir" -G Ninja "${options[@]}" >/dev/null
 targets=()
 for target in "$@"; do targets+=(--target "$target"); done
 cmake --build "$build_dir" -j"$(nproc)" "${targets[@]}"

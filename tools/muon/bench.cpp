@@ -358,7 +358,7 @@ BenchReport run_bench(const BenchConfig& config, std::ostream& log) {
   BenchReport report;
   report.threads = config.threads > 0
                        ? config.threads
-                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+                       : usable_cpus();
   set_all_threads(report.threads);
   bench_machine(report, log);
   if (config.orthogonalize) bench_orthogonalize(config, report, log);

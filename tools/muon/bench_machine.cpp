@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,22 +127,6 @@ CompetingProcess::~CompetingProcess() {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
-}
-
-int set_openblas_threads(int threads) {
-  using Getter = int (*)();
-  using Setter = void (*)(int);
-  const auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  const auto set = reinterpret_cast<Setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (get == nullptr || set == nullptr) return 0;
-  const int old = get();
-  set(threads);
-  return old;
-}
-
-int set_all_threads(int threads) {
-  at::set_num_threads(threads);
-  return set_openblas_threads(threads);
 }
 
 }  // namespace muon::cli

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "threads.h"  // set_all_threads: every library in a figure on the same threads
+
 namespace muon::cli {
 
 // "AMD EPYC 7B13 (cpu family 25); avx2 fma": the brand string, /proc/cpuinfo's family, the
@@ -57,13 +59,5 @@ class CompetingProcess {
  private:
   pid_t pid_ = -1;
 };
-
-// Sets the thread count of LibTorch's intra-op pool and of OpenBLAS (which ignores LibTorch's),
-// so that every library in a figure runs on the same number of threads. Returns OpenBLAS's
-// previous count (0 when OpenBLAS is not the BLAS).
-int set_all_threads(int threads);
-
-// OpenBLAS's own thread count (0 when it is not loaded); returns the old one.
-int set_openblas_threads(int threads);
 
 }  // namespace muon::cli

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "muon/error.h"
+#include "threads.h"
 
 namespace muon::cli {
 namespace {
@@ -65,9 +66,9 @@ extern "C" void count_signal(int) {
   set("LOCAL_WORLD_SIZE", std::to_string(nproc));
   set("MASTER_ADDR", "127.0.0.1");
   set("MASTER_PORT", std::to_string(port));
-  // The machine's cores shared among the ranks (torchrun sets OMP_NUM_THREADS likewise), unless
-  // the caller chose; OpenBLAS keeps its own pool.
-  const auto share = std::to_string(std::max(1u, std::thread::hardware_concurrency() / nproc));
+  // The CPUs this process may use (threads.h) shared among the ranks, for LibTorch's pool and
+  // OpenBLAS's alike (torchrun sets OMP_NUM_THREADS likewise), unless the caller chose.
+  const auto share = std::to_string(std::max(1, usable_cpus() / nproc));
   ::setenv("OMP_NUM_THREADS", share.c_str(), 0);
   ::setenv("OPENBLAS_NUM_THREADS", share.c_str(), 0);
   std::vector<char*> argv;
