@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -94,6 +95,7 @@ TEST(Train, ValidationLossFallsFarBelowUniformAndFilesAreWritten) {
   // config.yaml is the run: read back, it describes the same run.
   const auto written = train_config_from_yaml_file((out / "config.yaml").string());
   auto expected = fixture_config(out.string());
+  expected.ranks = 1;  // with the ranks that trained it
   EXPECT_EQ(written.to_yaml(), expected.to_yaml());
   EXPECT_NE(log.str().find("step   120/120 | loss"), std::string::npos) << log.str();
 }
@@ -556,6 +558,110 @@ TEST(Train, SamplesArePrintedWithoutControlBytes) {
     EXPECT_TRUE((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t') << static_cast<int>(c);
   }
   EXPECT_NE(printed.find(printable(result.sample)), std::string::npos);
+}
+
+TEST(Train, PrintableEscapesEveryByteButPrintableAsciiNewlineAndTab) {
+  const char hex[] = "0123456789abcdef";
+  for (int byte = 0; byte < 256; ++byte) {
+    const bool kept = (byte >= ' ' && byte <= '~') || byte == '\n' || byte == '\t';
+    const std::string expected =
+        kept ? std::string(1, static_cast<char>(byte))
+             : std::string("\\x") + hex[byte / 16] + hex[byte % 16];
+    EXPECT_EQ(printable(std::string(1, static_cast<char>(byte))), expected) << byte;
+  }
+  // UTF-8 is escaped byte by byte too: a byte model's sample need not be valid UTF-8.
+  EXPECT_EQ(printable("caf\xc3\xa9\r\n"), "caf\\xc3\\xa9\\x0d\n");
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A run on 1 rank with a global batch of 8, stopped after 4 steps, as a checkpoint of `dir`.
+TrainConfig eight_on_one_rank(const std::string& dir) {
+  auto config = fixture_config(dir);
+  config.model.d_model = 32;
+  config.model.n_layers = 1;
+  config.model.seq_len = 32;
+  config.batch_size = 8;
+  config.steps = 8;
+  config.log_every = config.eval_every = 4;
+  config.eval_batches = 1;
+  config.stop_after = 4;
+  return config;
+}
+
+TrainConfig resolve_on(int64_t world, const std::string& dir, std::vector<std::string> args) {
+  CLI::App app;
+  ParsedFlags parsed;
+  const auto flags = add_run_flags(app, parsed);
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+  app.parse(args);
+  TrainConfig invocation;
+  invocation.resume_dir = dir;
+  std::ostringstream log;
+  return resolve_run(invocation, false, flags, "", log, world);
+}
+
+TEST(Train, ResumingOnOtherRanksKeepsTheGlobalBatch) {
+  const auto dir = (std::filesystem::temp_directory_path() / "muon_resume_ranks").string();
+  std::ostringstream log;
+  train(eight_on_one_rank(dir), log);
+  EXPECT_NE(read_file(dir + "/config.yaml").find("batch_size: 8, ranks: 1,"), std::string::npos);
+  for (const auto& [world, per_rank] : {std::pair{1, 8}, {2, 4}, {4, 2}, {8, 1}}) {
+    const auto run = resolve_on(world, dir, {});
+    EXPECT_EQ(run.batch_size, per_rank) << world;
+    EXPECT_EQ(run.ranks, world);
+    EXPECT_EQ(resolve_on(world, dir, {"--batch-size", std::to_string(per_rank)}).batch_size,
+              per_rank);
+  }
+  testing::expect_error<Error>(
+      [&] { resolve_on(3, dir, {}); },
+      {"train: the run's global batch of 8 sequences (8 per rank × 1 rank) does not divide among "
+       "3 ranks; run it on a number of ranks that divides it (--nproc 1, 2, 4, 8)"});
+  testing::expect_error<Error>(
+      [&] { resolve_on(2, dir, {"--batch-size", "8"}); },
+      {"train: --batch-size 8 on 2 ranks makes a global batch of 16, but the run in " + dir +
+       " trains 8 sequences a step (8 per rank × 1 rank); on 2 ranks, --batch-size 4 continues "
+       "it (as does leaving it out)"});
+  // A run of 2 ranks records its ranks, and a fresh run splits a config's global batch too.
+  auto config = eight_on_one_rank(dir);
+  config.batch_size = 4;
+  config.ranks = 2;
+  EXPECT_EQ(split_batch(config, 1).batch_size, 8);
+  EXPECT_EQ(split_batch(config, 4).batch_size, 2);
+  config.ranks = 0;  // not recorded: per rank of the launch
+  EXPECT_EQ(split_batch(config, 4).batch_size, 4);
+  config.ranks = 2;
+  testing::expect_error<Error>([&] { train(config, log); },
+                               {"train: the config's batch_size is per rank of 2 ranks (ranks: 2), "
+                                "but 1 rank run it"});
+}
+
+TEST(Train, RunsWrittenBeforeRanksWereRecordedResumeWithTheirBatchPerRank) {
+  const auto dir = (std::filesystem::temp_directory_path() / "muon_resume_old_ranks").string();
+  std::ostringstream log;
+  train(eight_on_one_rank(dir), log);
+  // The checkpoint as earlier versions wrote it: no train.ranks.
+  const auto path = dir + "/checkpoint.pt";
+  const auto bytes = read_file(path);
+  auto root = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+  auto text = YAML::Load(root.at("config").toStringRef());
+  ASSERT_TRUE(text["train"]["ranks"]);
+  text["train"].remove("ranks");
+  root.insert_or_assign("config", YAML::Dump(text));
+  const auto older = torch::jit::pickle_save(c10::IValue(root));
+  std::ofstream(path, std::ios::binary).write(older.data(), static_cast<std::streamsize>(older.size()));
+  const auto run = resolve_on(2, dir, {});
+  EXPECT_EQ(run.batch_size, 8);
+  EXPECT_EQ(run.ranks, 2);
+  testing::expect_error<Error>(
+      [&] { resolve_on(2, dir, {"--batch-size", "4"}); },
+      {"trains 8 sequences a step per rank (it does not record its ranks: an earlier muon "
+       "train wrote it); on 2 ranks, --batch-size 8 continues it"});
+  const auto rest = train(resolve_on(1, dir, {}), log);  // and it resumes
+  EXPECT_EQ(rest.steps_done, 8);
 }
 
 TEST(Data, WindowsAreShiftedByOneByte) {

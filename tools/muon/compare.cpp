@@ -60,7 +60,8 @@ TrainResult train_or_reuse(TrainConfig config, std::ostream& log) {
     } catch (const std::exception&) {  // unreadable or from an older version: train afresh
     }
   }
-  if (stored && stored->config.to_yaml() == config.to_yaml()) {
+  // (On this one process: a run that records its ranks equals one that leaves them to the launch.)
+  if (stored && split_batch(stored->config, 1).to_yaml() == split_batch(config, 1).to_yaml()) {
     if (stored->step >= config.steps) {
       log << "kept the finished run in " << dir << "\n";
       return finished_run(dir);

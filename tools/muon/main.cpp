@@ -67,9 +67,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version: what was asked for
-    const auto hint = muon::cli::did_you_mean(app, std::vector<std::string>(args.begin() + 1, args.end()));
-    if (!hint.empty()) std::cerr << "error: " << hint << '\n';
-    std::cerr << "error: " << e.what() << "\nRun with --help for more information.\n";
+    const auto hint =
+        muon::cli::did_you_mean(app, std::vector<std::string>(args.begin() + 1, args.end()));
+    if (!hint.text.empty()) std::cerr << "error: " << hint.text << '\n';
+    if (!hint.replaces_message) std::cerr << "error: " << e.what() << '\n';
+    std::cerr << "Run with --help for more information.\n";
     return 2;  // a usage error, whichever CLI11 found (it numbers them 100 and up)
   }
   try {

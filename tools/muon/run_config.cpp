@@ -1,6 +1,9 @@
 // A whole run in one YAML file: `model`, `data` and `train` sections beside the optimizer config,
 // read and written by their schemas (gpt.h, train.h).
 
+#include <algorithm>
+#include <string>
+
 #include "muon/internal/read_file.h"
 #include "muon/internal/schema_yaml.h"
 #include "train.h"
@@ -59,7 +62,12 @@ std::string TrainConfig::to_yaml() const {
   return std::string(out.c_str()) + "\n" + optimizer.to_yaml();
 }
 
-TrainConfig train_config_from_yaml(const std::string& text, TrainConfig config) {
+namespace {
+
+// Reads the run in `text` over `config`: each section it has replaces `config`'s keys.
+// (Named configs throughout, no TrainConfig{} temporaries: for those GCC 12 warns, falsely, that
+// a nested section's string may be used uninitialized.)
+void read_run(const std::string& text, TrainConfig& config) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -74,7 +82,42 @@ TrainConfig train_config_from_yaml(const std::string& text, TrainConfig config) 
   // Everything else is the optimizer's: its own reader checks it (and rejects unknown keys).
   for (const char* section : {"model", "data", "train"}) root.remove(section);
   if (root.size() > 0) config.optimizer = OptimConfig::from_yaml(YAML::Dump(root));
+}
+
+}  // namespace
+
+TrainConfig train_config_from_yaml(const std::string& text) {
+  TrainConfig config;
+  read_run(text, config);
   return config;
+}
+
+TrainConfig train_config_from_yaml(const std::string& text, const TrainConfig& defaults) {
+  auto config = defaults;
+  read_run(text, config);
+  return config;
+}
+
+std::string ranks_text(int64_t n) {
+  return std::to_string(n) + (n == 1 ? " rank" : " ranks");
+}
+
+TrainConfig split_batch(TrainConfig run, int64_t world) {
+  if (run.ranks == 0) run.ranks = world;
+  const int64_t global = run.batch_size * run.ranks;
+  if (global % world != 0) {
+    std::string divisors;
+    for (int64_t n = 1; n <= std::min<int64_t>(global, 256); ++n) {
+      if (global % n == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(n);
+    }
+    throw Error("train: the run's global batch of " + std::to_string(global) + " sequences (" +
+                std::to_string(run.batch_size) + " per rank × " + ranks_text(run.ranks) +
+                ") does not divide among " + ranks_text(world) +
+                "; run it on a number of ranks that divides it (--nproc " + divisors + ")");
+  }
+  run.batch_size = global / world;
+  run.ranks = world;
+  return run;
 }
 
 TrainConfig stored_train_config_from_yaml(const std::string& text) {
@@ -89,9 +132,14 @@ TrainConfig stored_train_config_from_yaml(const std::string& text) {
   return train_config_from_yaml(YAML::Dump(root));
 }
 
-TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig defaults) {
+TrainConfig train_config_from_yaml_file(const std::string& path) {
+  TrainConfig defaults;  // (not a TrainConfig{} temporary: see read_run)
+  return train_config_from_yaml_file(path, defaults);
+}
+
+TrainConfig train_config_from_yaml_file(const std::string& path, const TrainConfig& defaults) {
   const auto text = detail::read_file(path, "config");
-  return with_context(path, [&] { return train_config_from_yaml(text, std::move(defaults)); });
+  return with_context(path, [&] { return train_config_from_yaml(text, defaults); });
 }
 
 }  // namespace muon::cli

@@ -179,6 +179,41 @@ void check_describes(const TrainConfig& stored, const TrainConfig& described,
         "intervals may change), or start a new run with another --out");
 }
 
+// Applies the flags given to `run`; --batch-size counts per rank of this launch's `world`.
+void apply_given(const std::vector<RunFlag>& flags, TrainConfig& run, int64_t world) {
+  for (const auto& flag : flags) {
+    if (flag.option->count() == 0) continue;
+    flag.apply(run);
+    if (flag.name == "--batch-size") run.ranks = world;
+  }
+}
+
+// Resuming on another number of ranks keeps the run's global batch: a batch size that changes it
+// is refused with the one that keeps it. `stored` as the run recorded it; `described` and `here`
+// (the run) on this launch's ranks.
+void check_same_batch(const TrainConfig& stored, const TrainConfig& described,
+                      const TrainConfig& here, const std::vector<RunFlag>& flags,
+                      const std::string& dir) {
+  if (described.batch_size == here.batch_size) return;
+  const bool flag_given = std::any_of(flags.begin(), flags.end(), [](const RunFlag& f) {
+    return f.name == "--batch-size" && f.option->count() > 0;
+  });
+  const auto global = [](const TrainConfig& c) { return c.batch_size * c.ranks; };
+  const std::string trains =
+      stored.ranks == 0
+          ? std::to_string(stored.batch_size) +
+                " sequences a step per rank (it does not record its ranks: an earlier muon train "
+                "wrote it)"
+          : std::to_string(global(stored)) + " sequences a step (" +
+                std::to_string(stored.batch_size) + " per rank × " + ranks_text(stored.ranks) + ")";
+  throw Error("train: " + std::string(flag_given ? "--batch-size " : "a batch_size of ") +
+              std::to_string(described.batch_size) + " on " + ranks_text(here.ranks) +
+              " makes a global batch of " + std::to_string(global(described)) +
+              ", but the run in " + dir + " trains " + trains + "; on " + ranks_text(here.ranks) +
+              ", --batch-size " + std::to_string(here.batch_size) +
+              " continues it (as does leaving it out)");
+}
+
 // The base rate at update `step` of a run of `steps` under `config`'s schedule.
 double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
   const auto& h = config.hybrid;
@@ -226,13 +261,12 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
 
 TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
                         const std::vector<RunFlag>& flags, const std::string& config_path,
-                        std::ostream& log) {
+                        std::ostream& log, int64_t world) {
   TrainConfig run;
   if (invocation.resume_dir.empty()) {
     if (!config_path.empty()) run = train_config_from_yaml_file(config_path);
-    for (const auto& flag : flags) {
-      if (flag.option->count() > 0) flag.apply(run);
-    }
+    apply_given(flags, run, world);
+    run = split_batch(run, world);
   } else {
     const auto& dir = invocation.resume_dir;
     const auto stored = read_stored_run(dir);
@@ -240,11 +274,12 @@ TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
     // then every flag given. Without --config it starts from the stored run itself, so that
     // `--resume DIR` alone continues whatever the run was made from.
     auto described = config_path.empty() ? stored.config : train_config_from_yaml_file(config_path);
-    for (const auto& flag : flags) {
-      if (flag.option->count() > 0) flag.apply(described);
-    }
-    check_describes(stored.config, described, flags, config_path, dir);
-    run = stored.config;
+    apply_given(flags, described, world);
+    // Both on this launch's ranks: the run's global batch, split among them.
+    const auto here = split_batch(stored.config, world), ours = split_batch(described, world);
+    check_same_batch(stored.config, ours, here, flags, dir);
+    check_describes(here, ours, flags, config_path, dir);
+    run = here;
     for (const auto& flag : flags) {  // what may change: intervals and the run's length
       if (!flag.safe_on_resume || flag.option->count() == 0) continue;
       auto changed = run;
@@ -271,49 +306,85 @@ TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
   run.handle_signals = invocation.handle_signals;
   run.overwrite = invocation.overwrite;
   run.program = invocation.program;
+  run.threads_reason = invocation.threads_reason;
   return run;
 }
 
-std::string did_you_mean(const CLI::App& app, const std::vector<std::string>& args) {
-  const auto nearest = [](const std::string& word, const std::vector<std::string>& known) {
-    std::string best;
-    size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
-    for (const auto& k : known) {
-      const auto d = detail::distance(word, k);
-      if (d < best_distance) best_distance = d, best = k;
-    }
-    return best;
-  };
-  std::vector<std::string> commands;
-  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-    commands.push_back(sub->get_name());
+namespace {
+
+// "'a'", "'a' or 'b'", "'a', 'b' or 'c'".
+std::string alternatives(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) text += i + 1 == names.size() ? " or " : ", ";
+    text += "'" + names[i] + "'";
   }
-  if (args.empty()) return "";
+  return text;
+}
+
+// The known names close to `word`, in their order in `known`: those that hold it as a
+// dash-separated part ("--lr" in "--muon-lr"), and those nearest by edit distance (at most a
+// third of its length, at least 2).
+std::vector<std::string> close_names(const std::string& word, const std::vector<std::string>& known) {
+  const auto parts = [](const std::string& name) {
+    std::vector<std::string> out;
+    std::istringstream in(name.substr(name.find_first_not_of('-')));
+    for (std::string part; std::getline(in, part, '-');) out.push_back(part);
+    return out;
+  };
+  const auto word_parts = parts(word);
+  size_t nearest = std::max<size_t>(2, word.size() / 3);
+  for (const auto& k : known) nearest = std::min(nearest, detail::distance(word, k));
+  std::vector<std::string> close;
+  for (const auto& k : known) {
+    const auto name_parts = parts(k);
+    const bool holds = word_parts.size() == 1 &&
+        std::find(name_parts.begin(), name_parts.end(), word_parts[0]) != name_parts.end();
+    if ((holds || detail::distance(word, k) == nearest) &&
+        std::find(close.begin(), close.end(), k) == close.end()) {
+      close.push_back(k);
+    }
+  }
+  return close;
+}
+
+std::string unknown_command(const std::string& word, const std::vector<std::string>& commands) {
+  const auto close = close_names(word, commands);
+  std::string text = "unknown command '" + word + "'";
+  if (!close.empty()) text += "; did you mean " + alternatives(close) + "?";
+  std::string all;
+  for (const auto& c : commands) all += (all.empty() ? "" : ", ") + c;
+  return text + " (the commands: " + all + ")";
+}
+
+}  // namespace
+
+UsageHint did_you_mean(const CLI::App& app, const std::vector<std::string>& args) {
+  if (args.empty() || args[0].rfind("-", 0) == 0) return {};
+  std::vector<std::string> commands;
   const CLI::App* command = nullptr;
   for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    commands.push_back(sub->get_name());
     if (sub->get_name() == args[0]) command = sub;
   }
-  if (command == nullptr) {
-    if (args[0].rfind("-", 0) == 0) return "";
-    const auto guess = nearest(args[0], commands);
-    return guess.empty() ? "" : "unknown command '" + args[0] + "'; did you mean '" + guess + "'?";
-  }
+  if (command == nullptr) return {unknown_command(args[0], commands), true};
   std::vector<std::string> flags;
   for (const auto* option : command->get_options()) {
     for (const auto& name : option->get_lnames()) flags.push_back("--" + name);
   }
   for (size_t i = 1; i < args.size(); ++i) {
     const auto word = args[i].substr(0, args[i].find('='));
-    if (word.rfind("--", 0) != 0 || std::find(flags.begin(), flags.end(), word) != flags.end()) {
+    if (word.rfind("--", 0) != 0 || word.size() == 2 ||
+        std::find(flags.begin(), flags.end(), word) != flags.end()) {
       continue;
     }
-    const auto guess = nearest(word, flags);
-    if (!guess.empty()) {
-      return "unknown option '" + word + "' of " + command->get_name() + "; did you mean '" +
-             guess + "'?";
+    const auto close = close_names(word, flags);
+    if (!close.empty()) {
+      return {"unknown option '" + word + "' of " + command->get_name() + "; did you mean " +
+              alternatives(close) + "?"};
     }
   }
-  return "";
+  return {};
 }
 
 }  // namespace muon::cli

@@ -77,10 +77,12 @@ std::vector<RunFlag> optimizer_flags(CLI::App& train, ParsedFlags& values);
 // `log`); so the command that started a run, plus --resume, continues it. Otherwise it throws,
 // naming each key that differs, both values and the flag or file that set it. The invocation
 // fields (out_dir — default: the resumed directory —, stop_after, overwrite, ...) come from
-// `invocation`; out_given says --out was typed.
+// `invocation`; out_given says --out was typed. `world`: the ranks of this launch; the run's
+// global batch (batch_size × ranks, --batch-size counting per rank of this launch) is split among
+// them, so a run resumes on any number of ranks that divides it (split_batch).
 TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
                         const std::vector<RunFlag>& flags, const std::string& config_path,
-                        std::ostream& log);
+                        std::ostream& log, int64_t world = 1);
 
 // Validators of numeric flags, each refusing with a readable bound and the value given ("--steps:
 // must be a whole number >= 1 (at most 2^53), got 0"), text that is not a number included. A whole
@@ -91,8 +93,15 @@ CLI::Validator whole_number(int64_t least, int64_t most = kMaxWholeNumber);
 CLI::Validator positive_number();
 CLI::Validator number_in(double least, double most);
 
-// For arguments CLI11 refused: "did you mean ..." for a mistyped command or option ("" when
-// nothing is close). `args` are the program's arguments without its name.
-std::string did_you_mean(const CLI::App& app, const std::vector<std::string>& args);
+// For arguments CLI11 refused: an unknown command named, with the close ones ("did you mean")
+// and every command — which replaces CLI11's "A subcommand is required" —; or an unknown option
+// with the close ones: those holding it as a dash-separated part ("--lr": "--muon-lr",
+// "--adamw-lr") and the nearest by edit distance, said before CLI11's message (text "" when none
+// is close). `args` are the program's arguments without its name.
+struct UsageHint {
+  std::string text;
+  bool replaces_message = false;
+};
+UsageHint did_you_mean(const CLI::App& app, const std::vector<std::string>& args);
 
 }  // namespace muon::cli

@@ -99,8 +99,8 @@ struct Progress {
   double elapsed_s = 0;  // training time before this process
 };
 
-std::string checkpoint_text(const TrainConfig& config, const Progress& p) {
-  return config.to_yaml() + "progress: {window_loss: " + detail::shortest_text(p.window_loss) +
+std::string progress_text(const Progress& p) {
+  return "progress: {window_loss: " + detail::shortest_text(p.window_loss) +
          ", window_steps: " + std::to_string(p.window_steps) +
          ", elapsed_s: " + detail::shortest_text(p.elapsed_s) + "}\n";
 }
@@ -162,6 +162,7 @@ class TrainingRun {
   void log_start();
   void log_row(bool evaluate_now);
   void save_checkpoint_now();
+  std::string run_yaml() const;
   double elapsed() const { return progress_.elapsed_s + seconds_since(start_); }
   const char* line_start() const { return config_.progress_bar ? "\r\033[K" : ""; }
 
@@ -209,6 +210,9 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
       out_dir_(config.out_dir),
       checkpoint_path_((out_dir_ / "checkpoint.pt").string()),
       data_(load_text(config.data.source), config.data.val_fraction) {
+  check(config_.ranks == 0 || config_.ranks == world_, "train: the config's batch_size is per rank "
+        "of ", ranks_text(config_.ranks), " (ranks: ", config_.ranks, "), but ",
+        ranks_text(world_), " run it; split_batch re-splits its global batch");
   data_.check_window(config_.model.seq_len);
   check_memory(config_, world_);
   model_ = seeded_model(config_);
@@ -252,7 +256,7 @@ void TrainingRun::open_files() {
   metrics_.emplace(out_dir_, earlier, first_step_);
   fs::create_directories(out_dir_);
   if (config_.resume_dir.empty()) clear_run_files(config_.out_dir);
-  write_atomically(out_dir_ / "config.yaml", config_.to_yaml());
+  write_atomically(out_dir_ / "config.yaml", run_yaml());
   write_atomically(out_dir_ / "routing.txt", optimizer_->report_text());
   metrics_->open();
   for (const auto& note : config_.optimizer.notes) log_ << note << '\n';
@@ -272,7 +276,9 @@ void TrainingRun::log_start() {
        << ", " << muon_tensors << " " << algorithm_name(optimizer_->options().matrices_options()) << " matrices, "
        << other_tensors << " " << algorithm_name(optimizer_->options().others_options())
        << " tensors; " << data_.train_bytes() << " training bytes, " << at::get_num_threads()
-       << " threads" << (world_ > 1 ? ", " + std::to_string(world_) + " ranks" : "") << "\n";
+       << (at::get_num_threads() == 1 ? " thread" : " threads")
+       << (config_.threads_reason.empty() ? "" : " (" + config_.threads_reason + ")")
+       << (world_ > 1 ? ", " + std::to_string(world_) + " ranks" : "") << "\n";
 }
 
 void TrainingRun::step() {
@@ -345,9 +351,17 @@ void TrainingRun::log_row(bool evaluate_now) {
 }
 
 void TrainingRun::save_checkpoint_now() {
-  save_checkpoint(
-      checkpoint_path_, *optimizer_, model_.get(),
-      checkpoint_text(config_, {progress_.window_loss, progress_.window_steps, elapsed()}));
+  save_checkpoint(checkpoint_path_, *optimizer_, model_.get(),
+                  run_yaml() + progress_text({progress_.window_loss, progress_.window_steps,
+                                              elapsed()}));
+}
+
+// The run as stored, with the ranks that ran it: its global batch is batch_size × ranks, which a
+// resume on another world size keeps (split_batch).
+std::string TrainingRun::run_yaml() const {
+  auto recorded = config_;
+  recorded.ranks = world_;
+  return recorded.to_yaml();
 }
 
 TrainResult TrainingRun::finish() {

@@ -35,6 +35,8 @@ MUON_DEFINE_VISIT(DataConfig, MUON_DATA_FIELDS)
 #define MUON_TRAIN_FIELDS(X)                                                                       \
   X(int64_t, steps, steps, "", 400, positive, "", "optimizer updates")                             \
   X(int64_t, batch_size, batch_size, "", 32, positive, "", "sequences per step and rank")          \
+  X(int64_t, ranks, ranks, "", 0, nonnegative, "",                                                 \
+    "ranks the step's batch_size x ranks sequences are split among (0: those of the launch)")     \
   X(int64_t, log_every, log_every, "", 20, positive, "", "steps between metrics rows")             \
   X(int64_t, eval_every, eval_every, "", 0, nonnegative, "",                                       \
     "steps between validation losses (0: min(100, ceil(steps/4)), so a short run gets four)")     \
@@ -69,6 +71,7 @@ struct TrainConfig {
   bool handle_signals = false;  // SIGINT/SIGTERM: finish the step, checkpoint, exit (muon train)
   bool overwrite = false;       // replace a run already in out_dir
   std::string program = "muon";  // the command as the user typed it, for the hints printed
+  std::string threads_reason;     // why this many threads, for the header line (threads.h)
 
   // Steps between evaluations: eval_every, or with 0 min(100, ⌈steps/4⌉) — every 100 steps as
   // a default, yet at least four evaluations (a curve, not a line) in a short run.
@@ -137,15 +140,25 @@ void clear_run_files(const std::string& dir);
 // A run from YAML: optional `model`, `data` and `train` sections over `defaults` (their keys:
 // MUON_GPT_FIELDS, MUON_DATA_FIELDS, MUON_TRAIN_FIELDS); everything else is the optimizer config,
 // which replaces the defaults' when the text has any of it.
-TrainConfig train_config_from_yaml(const std::string& text, TrainConfig defaults = {});
+TrainConfig train_config_from_yaml(const std::string& text);
+TrainConfig train_config_from_yaml(const std::string& text, const TrainConfig& defaults);
 // `bytes` with every byte that is not printable ASCII (or a newline or tab) written as \xNN: a
 // sample from a barely trained byte model may hold control bytes that a terminal would act on.
 std::string printable(const std::string& bytes);
 
+// `run` on `world` ranks with the same global batch: batch_size × ranks sequences a step, each
+// rank taking global / world of them (ranks becomes world). ranks 0 — a config file without the
+// key, or a run written before runs recorded it — means batch_size is per rank of this launch.
+// Throws, naming the divisors, when world does not divide the global batch (docs/distributed.md).
+TrainConfig split_batch(TrainConfig run, int64_t world);
+// "1 rank", "2 ranks".
+std::string ranks_text(int64_t n);
+
 // The config a checkpoint stored (what train_config_from_yaml reads, also as written by earlier
 // versions).
 TrainConfig stored_train_config_from_yaml(const std::string& text);
-TrainConfig train_config_from_yaml_file(const std::string& path, TrainConfig defaults = {});
+TrainConfig train_config_from_yaml_file(const std::string& path);
+TrainConfig train_config_from_yaml_file(const std::string& path, const TrainConfig& defaults);
 
 // Mean loss over the fixed validation windows: eval_batches batches of the step's global batch
 // (batch_size × world), so the figure does not depend on the number of ranks.

@@ -11,12 +11,37 @@
 
 #include "command.h"
 #include "launch.h"
+#include "threads.h"
 #include "muon/distributed.h"
 #include "train.h"
 
 namespace muon::cli {
 
 namespace {
+
+// The ranks of this launch: WORLD_SIZE under a launcher (a malformed one counts 1 here and is
+// reported by Communicator::from_environment), else --nproc.
+int64_t launch_world(int nproc) {
+  const char* text = std::getenv("WORLD_SIZE");
+  if (text == nullptr) return nproc;
+  char* end = nullptr;
+  const long long world = std::strtoll(text, &end, 10);
+  return end != text && *end == '\0' && world >= 1 ? world : 1;
+}
+
+// Sets this process's threads (threads.h: LibTorch's pool and OpenBLAS's alike, unless
+// OPENBLAS_NUM_THREADS chose OpenBLAS's; with several, idle ones sleep) and notes why for the
+// run's header line.
+void use_threads(int requested, const std::vector<std::string>& args, TrainConfig& invocation) {
+  const auto choice = train_threads(requested);
+  sleep_idle_threads(choice.threads, args);
+  at::set_num_threads(choice.threads);
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) set_openblas_threads(choice.threads);
+  invocation.threads_reason = choice.reason;
+  if (const char* policy = std::getenv("OMP_WAIT_POLICY"); policy != nullptr && choice.threads > 1) {
+    invocation.threads_reason += ", OMP_WAIT_POLICY=" + std::string(policy);
+  }
+}
 
 class Train : public Command {
  public:
@@ -35,7 +60,10 @@ class Train : public Command {
     out_ = cmd.add_option("--out", invocation_.out_dir,
                           "output directory (with --resume: that one)")
                ->capture_default_str();
-    add_threads(cmd, threads_, "intra-op threads (0: LibTorch's default)");
+    add_threads(cmd, threads_,
+                "threads of LibTorch's intra-op pool and OpenBLAS's (0: OMP_NUM_THREADS when "
+                "set, else every usable CPU); with several, idle ones sleep "
+                "(OMP_WAIT_POLICY=passive unless set)");
     cmd.add_option("--config", config_path_,
                    "YAML run config: the optimizer (docs/config.md) and optional model, data and "
                    "train sections; flags given beside it override it")
@@ -60,12 +88,12 @@ class Train : public Command {
   }
 
   int run(const std::vector<std::string>& args) override {
-    if (threads_ > 0) at::set_num_threads(threads_);
     invocation_.progress_bar = isatty(STDOUT_FILENO) != 0;
     invocation_.handle_signals = true;
     invocation_.program = args.at(0);
+    use_threads(threads_, args, invocation_);
     const auto run = cli::resolve_run(invocation_, out_->count() > 0, run_flags_, config_path_,
-                                       std::cerr);
+                                       std::cerr, launch_world(nproc_));
     if (print_config_) {
       std::cout << run.to_yaml();
       return 0;
