@@ -17,8 +17,8 @@ def rebuild_hint():
     """How to build muon_cpp again against the torch this interpreter imports."""
     return (f"rebuild it against this torch: {sys.executable} -m pip install --force-reinstall "
             f"{_build_info.SOURCE_DIR} (an installed package), or cmake --build "
-            f"{_build_info.BUILD_DIR} --target muon_python (a build tree; scripts/test.sh builds "
-            "it)")
+            f"{_build_info.BUILD_DIR} --target muon_python (a build tree; scripts/setup.sh "
+            "muon_python)")
 
 
 def check_build(torch_version, package_dir=os.path.dirname(__file__)):
@@ -31,5 +31,5 @@ def check_build(torch_version, package_dir=os.path.dirname(__file__)):
     if not any(name.startswith("_core.") for name in os.listdir(package_dir)):
         raise ImportError(f"muon_cpp's C++ extension (_core) is not built in {package_dir}: "
                           f"build it with cmake --build {_build_info.BUILD_DIR} --target "
-                          "muon_python (scripts/test.sh builds it), or pip install "
-                          f"{_build_info.SOURCE_DIR}")
+                          "muon_python (or scripts/setup.sh muon_python; scripts/test.sh builds "
+                          f"it too), or pip install {_build_info.SOURCE_DIR}")
