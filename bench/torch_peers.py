@@ -312,16 +312,20 @@ def bench_adamw(args, device, results):
             print_reading(optimizers[name], ms, row)
 
 
+def cpuinfo():
+    """The first CPU's /proc/cpuinfo fields, and its feature flags as a set."""
+    with open("/proc/cpuinfo") as f:
+        first = f.read().split("\n\n")[0].splitlines()
+    info = {key.strip(): value.strip() for key, value in
+            (line.split(":", 1) for line in first if ":" in line)}
+    return info, set(info.get("flags", "").split())
+
+
 def cpu_name():
     try:
-        with open("/proc/cpuinfo") as f:
-            first = f.read().split("\n\n")[0].splitlines()
-        info = {key.strip(): value.strip() for key, value in
-                (line.split(":", 1) for line in first if ":" in line)}
-        flags = set(info.get("flags", "").split())
+        info, flags = cpuinfo()
         wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-        return (f"{info['model name'].strip()}, cpu family {info['cpu family'].strip()}, "
-                f"{' '.join(wanted)}")
+        return f"{info['model name']}, cpu family {info['cpu family']}, {' '.join(wanted)}"
     except (OSError, KeyError, ValueError):
         return platform.processor() or "CPU"
 
@@ -344,11 +348,7 @@ def run_metadata():
     except (OSError, subprocess.SubprocessError):
         meta["commit"] = None
     try:
-        with open("/proc/cpuinfo") as f:
-            first = f.read().split("\n\n")[0].splitlines()
-        info = {key.strip(): value.strip() for key, value in
-                (line.split(":", 1) for line in first if ":" in line)}
-        flags = set(info.get("flags", "").split())
+        info, flags = cpuinfo()
         meta["cpu"] = {"model_name": info.get("model name"), "cpu_family": info.get("cpu family"),
                        "model": info.get("model"),
                        "flags": [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16",

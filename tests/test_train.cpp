@@ -189,6 +189,19 @@ TEST(Train, TheFirstRowAfterAResumeTimesOnlyItsOwnSteps) {
   EXPECT_EQ(rest.rows.back().train_loss, whole.rows.back().train_loss);
 }
 
+// `muon train --resume dir ARGS` on `world` ranks, resolved as the command line would.
+TrainConfig resolve_on(int64_t world, const std::string& dir, std::vector<std::string> args,
+                       std::ostream& log) {
+  CLI::App app;
+  ParsedFlags parsed;
+  const auto flags = add_run_flags(app, parsed);
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+  app.parse(args);
+  TrainConfig invocation;
+  invocation.resume_dir = dir;
+  return resolve_run(invocation, false, flags, "", log, world);
+}
+
 TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
   const auto dir = (std::filesystem::temp_directory_path() / "muon_resume_flags").string();
   auto config = fixture_config(dir);
@@ -198,14 +211,7 @@ TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
   std::ostringstream log;
   train(config, log);
   const auto resolve = [&](std::vector<std::string> args) {
-    CLI::App app;
-    ParsedFlags parsed;
-    const auto flags = add_run_flags(app, parsed);
-    std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
-    app.parse(args);
-    TrainConfig invocation;
-    invocation.resume_dir = dir;
-    return resolve_run(invocation, false, flags, "", log);
+    return resolve_on(1, dir, std::move(args), log);
   };
   const auto resumed = resolve({"--eval-every", "5", "--d-model", "64"});  // 64: as stored
   EXPECT_EQ(resumed.eval_every, 5);
@@ -593,15 +599,8 @@ TrainConfig eight_on_one_rank(const std::string& dir) {
 }
 
 TrainConfig resolve_on(int64_t world, const std::string& dir, std::vector<std::string> args) {
-  CLI::App app;
-  ParsedFlags parsed;
-  const auto flags = add_run_flags(app, parsed);
-  std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
-  app.parse(args);
-  TrainConfig invocation;
-  invocation.resume_dir = dir;
   std::ostringstream log;
-  return resolve_run(invocation, false, flags, "", log, world);
+  return resolve_on(world, dir, std::move(args), log);
 }
 
 TEST(Train, ResumingOnOtherRanksKeepsTheGlobalBatch) {
