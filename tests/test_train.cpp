@@ -189,9 +189,10 @@ TEST(Train, TheFirstRowAfterAResumeTimesOnlyItsOwnSteps) {
   EXPECT_EQ(rest.rows.back().train_loss, whole.rows.back().train_loss);
 }
 
-// `muon train --resume dir ARGS` on `world` ranks, resolved as the command line would.
+// `muon train --resume dir ARGS [--config config_path]` on `world` ranks, resolved as the command
+// line would.
 TrainConfig resolve_on(int64_t world, const std::string& dir, std::vector<std::string> args,
-                       std::ostream& log) {
+                       std::ostream& log, const std::string& config_path = "") {
   CLI::App app;
   ParsedFlags parsed;
   const auto flags = add_run_flags(app, parsed);
@@ -199,7 +200,7 @@ TrainConfig resolve_on(int64_t world, const std::string& dir, std::vector<std::s
   app.parse(args);
   TrainConfig invocation;
   invocation.resume_dir = dir;
-  return resolve_run(invocation, false, flags, "", log, world);
+  return resolve_run(invocation, false, flags, config_path, log, world);
 }
 
 TEST(Train, ResumeKeepsTheStoredRunAndRefusesContradictingFlags) {
@@ -274,14 +275,7 @@ TEST(Train, TheCommandThatStartedARunContinuesItWithResume) {
   std::ostringstream log;
   train(config, log);
   const auto resolve = [&](std::vector<std::string> args) {
-    CLI::App app;
-    ParsedFlags parsed;
-    const auto flags = add_run_flags(app, parsed);
-    std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
-    app.parse(args);
-    TrainConfig invocation;
-    invocation.resume_dir = dir;
-    return resolve_run(invocation, false, flags, yaml, log);
+    return resolve_on(1, dir, std::move(args), log, yaml);
   };
   const auto resumed = resolve({"--d-model", std::to_string(config.model.d_model), "--muon-lr",
                                  "0.02", "--steps", "60", "--eval-every", "5"});
