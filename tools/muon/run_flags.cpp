@@ -328,7 +328,9 @@ std::string alternatives(const std::vector<std::string>& names) {
 std::vector<std::string> close_names(const std::string& word, const std::vector<std::string>& known) {
   const auto parts = [](const std::string& name) {
     std::vector<std::string> out;
-    std::istringstream in(name.substr(name.find_first_not_of('-')));
+    const auto start = name.find_first_not_of('-');
+    if (start == std::string::npos) return out;  // "", "---": no parts
+    std::istringstream in(name.substr(start));
     for (std::string part; std::getline(in, part, '-');) out.push_back(part);
     return out;
   };
