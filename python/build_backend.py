@@ -38,9 +38,12 @@ def _version():
 def _torch_facts():
     """torch's version, CMake prefix and C++ ABI, from this interpreter (its site packages
     visible even under build isolation)."""
-    probe = ("import json, torch, torch.utils; print(json.dumps({'version': torch.__version__, "
+    probe = ("import importlib.metadata as m, json, torch, torch.utils\n"
+             "try: installer = (m.distribution('torch').read_text('INSTALLER') or '').strip()\n"
+             "except m.PackageNotFoundError: installer = ''\n"
+             "print(json.dumps({'version': torch.__version__, "
              "'cmake': torch.utils.cmake_prefix_path, "
-             "'cuda': torch.version.cuda}))")
+             "'cuda': torch.version.cuda, 'installer': installer}))")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -106,11 +109,16 @@ def torch_requirement(torch_version):
     return f"torch>={major}.{minor}.0a0,<{major}.{minor + 1}"
 
 
-def _metadata(torch_version):
+def _metadata(torch):
+    """METADATA for a build against ``torch`` (_torch_facts()). A torch a Python installer put
+    there (pip, uv: it records itself) is required at the release built against; a distribution's
+    own (Debian's python3-torch records no installer) is the system's to upgrade, and requiring it
+    would send pip after its dependencies' versions, which the distribution chose."""
+    requires = (f"Requires-Dist: {torch_requirement(torch['version'])}\n"
+                if torch.get("installer") else "")
     return (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {_version()}\n"
             "Summary: Muon and AdamW optimizers for PyTorch, routed automatically, from "
-            "muon-cpp's C++ library\nRequires-Python: >=3.8\n"
-            f"Requires-Dist: {torch_requirement(torch_version)}\n")
+            "muon-cpp's C++ library\nRequires-Python: >=3.8\n" + requires)
 
 
 # ---- PEP 517 hooks ----
@@ -122,7 +130,7 @@ def get_requires_for_build_wheel(config_settings=None):
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     info = pathlib.Path(metadata_directory) / f"{NAME}-{_version()}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(_metadata(_torch_facts()["version"]))
+    (info / "METADATA").write_text(_metadata(_torch_facts()))
     return info.name
 
 
@@ -139,7 +147,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             files[f"{NAME}/{source.name}"] = source.resolve().read_bytes()
     if not any(name.startswith(f"{NAME}/_core") for name in files):
         raise RuntimeError(f"the build made no {NAME}/_core extension in {package}")
-    files[f"{info}/METADATA"] = _metadata(torch["version"]).encode()
+    files[f"{info}/METADATA"] = _metadata(torch).encode()
     files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: muon-cpp build_backend\n"
                               f"Root-Is-Purelib: false\nTag: {implementation}-{abi}-{platform}\n"
                               ).encode()
