@@ -38,12 +38,12 @@ def _version():
 def _torch_facts():
     """torch's version, CMake prefix and C++ ABI, from this interpreter (its site packages
     visible even under build isolation)."""
-    probe = ("import importlib.metadata as m, json, torch, torch.utils\n"
-             "try: installer = (m.distribution('torch').read_text('INSTALLER') or '').strip()\n"
-             "except m.PackageNotFoundError: installer = ''\n"
+    probe = ("import json, os, sys, torch, torch.utils\n"
+             "inside = os.path.realpath(torch.__file__).startswith("
+             "os.path.realpath(sys.prefix) + os.sep)\n"
              "print(json.dumps({'version': torch.__version__, "
              "'cmake': torch.utils.cmake_prefix_path, "
-             "'cuda': torch.version.cuda, 'installer': installer}))")
+             "'cuda': torch.version.cuda, 'in_environment': inside}))")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -110,12 +110,13 @@ def torch_requirement(torch_version):
 
 
 def _metadata(torch):
-    """METADATA for a build against ``torch`` (_torch_facts()). A torch a Python installer put
-    there (pip, uv: it records itself) is required at the release built against; a distribution's
-    own (Debian's python3-torch records no installer) is the system's to upgrade, and requiring it
-    would send pip after its dependencies' versions, which the distribution chose."""
+    """METADATA for a build against ``torch`` (_torch_facts()). A torch inside the environment
+    the wheel goes into (a venv's pip install torch) is required at the release built against; the
+    system's, seen from outside it (Debian's python3-torch through --system-site-packages), is
+    the distribution's to upgrade, and requiring it would send pip after its dependencies'
+    versions, which the distribution chose."""
     requires = (f"Requires-Dist: {torch_requirement(torch['version'])}\n"
-                if torch.get("installer") else "")
+                if torch.get("in_environment") else "")
     return (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {_version()}\n"
             "Summary: Muon and AdamW optimizers for PyTorch, routed automatically, from "
             "muon-cpp's C++ library\nRequires-Python: >=3.8\n" + requires)

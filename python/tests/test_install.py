@@ -81,12 +81,12 @@ def test_releases_compare_by_major_and_minor():
 def test_a_wheel_requires_the_torch_release_it_was_built_against():
     assert build_backend.torch_requirement("2.15.0+cu132") == "torch>=2.15.0a0,<2.16"
     assert build_backend.torch_requirement("1.13.0a0") == "torch>=1.13.0a0,<1.14"
-    pip_torch = {"version": "2.15.0+cu132", "installer": "pip"}
+    pip_torch = {"version": "2.15.0+cu132", "in_environment": True}
     assert "Requires-Dist: torch>=2.15.0a0,<2.16\n" in build_backend._metadata(pip_torch)
-    # A distribution's own torch (Debian's records no installer) is not required: pip would
-    # chase its dependencies' versions, which the distribution chose.
+    # The system's torch, seen from a venv with --system-site-packages, is not required: pip
+    # would chase its dependencies' versions, which the distribution chose.
     assert "Requires-Dist" not in build_backend._metadata({"version": "1.13.0a0",
-                                                           "installer": ""})
+                                                           "in_environment": False})
     try:  # the installed wheel imported here (scripts/pypi_test.sh) carries it
         dist = importlib.metadata.distribution("muon_cpp")
     except importlib.metadata.PackageNotFoundError:
@@ -96,4 +96,4 @@ def test_a_wheel_requires_the_torch_release_it_was_built_against():
         return  # a build tree imported ahead of an installed copy
     facts = build_backend._torch_facts()
     assert (dist.requires or []) == ([build_backend.torch_requirement(torch.__version__)]
-                                     if facts["installer"] else [])
+                                     if facts["in_environment"] else [])
