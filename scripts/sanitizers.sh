@@ -19,5 +19,8 @@ cmake --build "$build_dir" -j"$(nproc)"
 # a corrupt checkpoint; the loader reports such a file as corrupt).
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-cd "$build_dir"
-ctest -j"$(nproc)" --output-on-failure --timeout 1500
+status=0
+ctest --test-dir "$build_dir" -j"$(nproc)" --output-on-failure --timeout 1500 \
+  --output-junit junit.xml --test-output-size-passed 1000000 || status=$?
+python3 scripts/skips.py "$build_dir/junit.xml" --stage "ASan + UBSan ($build_dir)" || status=1
+exit "$status"

@@ -17,7 +17,7 @@ muon=$(realpath "$1") data=$(realpath "$2") work=$3
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 timeout_s=5
 
-skip() { echo "two_hosts: SKIP: $*"; exit 77; }
+skip() { echo "two_hosts: needs software: $*"; exit 77; }
 fail() { echo "two_hosts: FAIL: $*"; exit 1; }
 command -v ip >/dev/null || skip "no 'ip' command here (package iproute2)"
 command -v nsenter >/dev/null || skip "no 'nsenter' command here (package util-linux)"

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "helpers.h"
+#include "needs.h"
 #include "muon/internal/blas.h"
 #include "muon/internal/lanes.h"
 #include "muon/internal/newton_schulz_bf16.h"
@@ -187,45 +188,52 @@ TEST(Orthogonalize, FastPathsSplitTheirProductsOverAnyThreadCount) {
   }
 }
 
-TEST(Orthogonalize, EachThreadIteratesWholeMatricesOfABatchInItsOwnLane) {
-  // With at least one matrix per thread, each thread iterates whole matrices with every product
-  // on that thread; what whole rounds leave over is iterated with its products split. Each matrix
-  // must come out as it does alone: the same products, split the same way (120×256 is large
-  // enough to split them), so the same bits in float32 and float64 where ATen sums the norm of
-  // the normalization on one thread either way (below its grain of 32768 elements); within bf16
-  // rounding where oneDNN sums a product's long side in an order that depends on the threads it
-  // runs on. A matrix mixed up with another would be far off. 5 matrices leave some over; 6 not.
+// With at least one matrix per thread, each thread iterates whole matrices with every product on
+// that thread; what whole rounds leave over is iterated with its products split. Each matrix must
+// come out as it does alone: the same products, split the same way (120×256 is large enough to
+// split them), so the same bits in float32 and float64 where ATen sums the norm of the
+// normalization on one thread either way (below its grain of 32768 elements); within bf16
+// rounding where oneDNN sums a product's long side in an order that depends on the threads it
+// runs on. A matrix mixed up with another would be far off. 5 matrices leave some over; 6 not.
+void expect_lanes_iterate_whole_matrices(at::ScalarType dtype) {
   auto gen = seeded(14);
   const Threads restore(at::get_num_threads());
   for (auto [n, rows, cols] : std::vector<std::array<int64_t, 3>>{
            {5, 96, 96}, {5, 200, 72}, {6, 120, 256}}) {
     const auto x = at::randn({n, rows, cols}, gen);
+    const auto input = x.to(dtype == at::kDouble ? dtype : at::kFloat);
     for (int threads : {2, 3}) {
       at::set_num_threads(threads);
-      for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
-        if (dtype == at::kBFloat16 && !detail::bf16_products_available()) continue;
-        const auto input = x.to(dtype == at::kDouble ? dtype : at::kFloat);
-        for (auto method : {NsMethod::symmetric, NsMethod::gram}) {
-          SCOPED_TRACE(to_string(method) + " " + c10::toString(dtype) + " " + std::to_string(n) +
-                       "x" + std::to_string(rows) + "x" + std::to_string(cols) + " on " +
-                       std::to_string(threads) + " threads");
-          const auto options = OrthogonalizeOptions().method(method).dtype(dtype);
-          OrthogonalizeWorkspace ws;
-          for (int call = 0; call < 2; ++call) {  // the second with every buffer already made
-            const auto batch = orthogonalize(input, options, &ws);
-            for (int64_t i = 0; i < n; ++i) {
-              const auto alone = orthogonalize(input[i], options);
-              if (dtype == at::kBFloat16) {
-                EXPECT_LT(testing::max_rel_diff(batch[i], alone), 3e-2) << i;
-              } else {
-                EXPECT_TRUE(at::equal(batch[i], alone)) << i;
-              }
+      for (auto method : {NsMethod::symmetric, NsMethod::gram}) {
+        SCOPED_TRACE(to_string(method) + " " + c10::toString(dtype) + " " + std::to_string(n) +
+                     "x" + std::to_string(rows) + "x" + std::to_string(cols) + " on " +
+                     std::to_string(threads) + " threads");
+        const auto options = OrthogonalizeOptions().method(method).dtype(dtype);
+        OrthogonalizeWorkspace ws;
+        for (int call = 0; call < 2; ++call) {  // the second with every buffer already made
+          const auto batch = orthogonalize(input, options, &ws);
+          for (int64_t i = 0; i < n; ++i) {
+            const auto alone = orthogonalize(input[i], options);
+            if (dtype == at::kBFloat16) {
+              EXPECT_LT(testing::max_rel_diff(batch[i], alone), 3e-2) << i;
+            } else {
+              EXPECT_TRUE(at::equal(batch[i], alone)) << i;
             }
           }
         }
       }
     }
   }
+}
+
+TEST(Orthogonalize, EachThreadIteratesWholeMatricesOfABatchInItsOwnLane) {
+  expect_lanes_iterate_whole_matrices(at::kFloat);
+  expect_lanes_iterate_whole_matrices(at::kDouble);
+}
+
+TEST(Orthogonalize, EachThreadIteratesWholeMatricesOfABatchInItsOwnLaneInBf16) {
+  MUON_NEEDS_BF16_PRODUCTS();
+  expect_lanes_iterate_whole_matrices(at::kBFloat16);
 }
 
 TEST(Orthogonalize, LanesRunInTheCallersGradAndInferenceMode) {
@@ -440,20 +448,13 @@ TEST(Orthogonalize, ZeroTinyAndThinMatrices) {
   EXPECT_EQ(orthogonalize(at::zeros({0, 4})).sizes(), (std::vector<int64_t>{0, 4}));
 }
 
-TEST(Orthogonalize, TheResultDoesNotDependOnTheInputsScale) {
-  // Gradients are small late in training and under loss scaling: an eps added to ‖X‖_F (1e-7 for
-  // the quintic) changed the update of a 64×32 gradient of norm 4.5e-7 by 28%. Now X/‖X‖_F for
-  // every table and method, from 1e-10 to 1e10 per entry (and beyond: the norm is taken of
-  // X / max|X|); zero stays zero.
-  std::vector<std::pair<NsMethod, at::ScalarType>> paths;
-  for (const auto method : kMethods) {
-    for (const auto dtype : {at::kFloat, at::kDouble}) paths.emplace_back(method, dtype);
-  }
-  if (detail::bf16_products_available()) {
-    for (const auto method : kMethods) paths.emplace_back(method, at::kBFloat16);
-  }
+// Gradients are small late in training and under loss scaling: an eps added to ‖X‖_F (1e-7 for
+// the quintic) changed the update of a 64×32 gradient of norm 4.5e-7 by 28%. Now X/‖X‖_F for
+// every table and method, from 1e-10 to 1e10 per entry (and beyond: the norm is taken of
+// X / max|X|); zero stays zero.
+void expect_the_result_does_not_depend_on_the_scale(at::ScalarType dtype) {
   for (const auto& band : kBands) {
-    for (const auto& [method, dtype] : paths) {
+    for (const auto method : kMethods) {
       for (const auto& shape : {std::vector<int64_t>{24, 40}, std::vector<int64_t>{40, 24}}) {
         SCOPED_TRACE(std::string(band.table) + " " + to_string(method) + " " +
                      c10::toString(dtype) + (shape[0] < shape[1] ? " wide" : " tall"));
@@ -490,6 +491,16 @@ TEST(Orthogonalize, TheResultDoesNotDependOnTheInputsScale) {
       }
     }
   }
+}
+
+TEST(Orthogonalize, TheResultDoesNotDependOnTheInputsScale) {
+  expect_the_result_does_not_depend_on_the_scale(at::kFloat);
+  expect_the_result_does_not_depend_on_the_scale(at::kDouble);
+}
+
+TEST(Orthogonalize, TheResultDoesNotDependOnTheInputsScaleInBf16) {
+  MUON_NEEDS_BF16_PRODUCTS();
+  expect_the_result_does_not_depend_on_the_scale(at::kBFloat16);
 }
 
 TEST(Orthogonalize, BfloatInputComputesInFloatOnCpu) {

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "helpers.h"
+#include "needs.h"
 #include "math/cpu/bf16_rounding.h"
 #include "muon/error.h"
 #include "muon/internal/newton_schulz_bf16.h"
@@ -151,10 +152,7 @@ TEST(OrthogonalizeBf16, GramIsAtLeastAsAccurateAsKellerJordansBf16OnLongMatrices
 // order of the linked oneDNN's and the emulation's results, and Gram stays at least as accurate
 // as Keller Jordan's chain.
 TEST(OrthogonalizeBf16, LibTorchsProductsRoundGramsResultAndKeepItsAccuracy) {
-  if (!bf16_products_available()) {
-    std::cout << "no bf16 products here: " << bf16_products_unavailable_reason() << "\n";
-    return;
-  }
+  MUON_NEEDS_BF16_PRODUCTS();
   auto gen = seeded(5);
   const auto table = CoefficientTable::quintic();
   const int threads = at::get_num_threads();
@@ -231,11 +229,7 @@ TEST(OrthogonalizeBf16, AReusedWorkspaceGivesItsBufferAndTheSameBits) {
   auto gen = seeded(3);
   const auto wide = at::randn({2, 96, 288}, gen);
   const auto tall = at::randn({288, 96}, gen);
-  if (!bf16_products_available()) {
-    testing::expect_error<Error>([&] { orthogonalize(wide, options); },
-                                 {"bfloat16 on CPU runs on bf16 dot products"});
-    return;
-  }
+  MUON_NEEDS_BF16_PRODUCTS();
   OrthogonalizeWorkspace ws;
   const auto first = orthogonalize(wide, options, &ws).clone();
   const void* buffer = orthogonalize(wide, options, &ws).data_ptr();
@@ -291,39 +285,50 @@ TEST(OrthogonalizeBf16, RoundingAndSumsOfSquaresAreAtensArithmetic) {
   at::set_num_threads(threads);
 }
 
-TEST(OrthogonalizeBf16, WithoutBf16DotProductsCpuBf16IsAClearError) {
-  if (bf16_products_available()) {
-    // The hardware path and the emulation: the same arithmetic, summed in another order. A side
-    // of 128 is one block of the half products, spread over the threads; 600 is four (the last
-    // of 24 rows): dealt whole to 1 or 2 threads, spread over 4 (a block left out would be far
-    // off).
-    auto gen = seeded(2);
-    const int threads = at::get_num_threads();
-    for (const int run_on : {1, 2, 4}) {
-      at::set_num_threads(run_on);
-      for (const auto& x : {at::randn({128, 384}, gen), at::randn({1500, 600}, gen)}) {
-        for (auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
-          const auto table = CoefficientTable::quintic();
-          EXPECT_LT(distance(ours_bf16(x, method, table, 5, Bf16Products::onednn),
-                             ours_bf16(x, method, table, 5)),
-                    2e-2)
-              << to_string(method) << " " << x.sizes() << " on " << run_on << " threads";
-        }
+// The hardware path and the emulation: the same arithmetic, summed in another order. A side of
+// 128 is one block of the half products, spread over the threads; 600 is four (the last of 24
+// rows): dealt whole to 1 or 2 threads, spread over 4 (a block left out would be far off).
+TEST(OrthogonalizeBf16, TheHardwareProductsAgreeWithTheEmulation) {
+  MUON_NEEDS_BF16_PRODUCTS();
+  auto gen = seeded(2);
+  const int threads = at::get_num_threads();
+  for (const int run_on : {1, 2, 4}) {
+    at::set_num_threads(run_on);
+    for (const auto& x : {at::randn({128, 384}, gen), at::randn({1500, 600}, gen)}) {
+      for (auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
+        const auto table = CoefficientTable::quintic();
+        EXPECT_LT(distance(ours_bf16(x, method, table, 5, Bf16Products::onednn),
+                           ours_bf16(x, method, table, 5)),
+                  2e-2)
+            << to_string(method) << " " << x.sizes() << " on " << run_on << " threads";
       }
     }
-    at::set_num_threads(threads);
-    EXPECT_EQ(resolve_method(at::zeros({128, 384}), OrthogonalizeOptions().dtype(at::kBFloat16)),
-              NsMethod::gram);
-    EXPECT_EQ(resolve_method(at::zeros({128, 256}), OrthogonalizeOptions().dtype(at::kBFloat16)),
-              NsMethod::symmetric);
-    return;
   }
-  testing::expect_error<Error>(
-      [] {
-        orthogonalize(at::randn({8, 8}), OrthogonalizeOptions().dtype(at::kBFloat16));
-      },
-      {"bfloat16 on CPU runs on bf16 dot products", "AVX512_BF16 or AMX",
-       "use float32 (the CPU default)"});
+  at::set_num_threads(threads);
+  EXPECT_EQ(resolve_method(at::zeros({128, 384}), OrthogonalizeOptions().dtype(at::kBFloat16)),
+            NsMethod::gram);
+  EXPECT_EQ(resolve_method(at::zeros({128, 256}), OrthogonalizeOptions().dtype(at::kBFloat16)),
+            NsMethod::symmetric);
+}
+
+// bf16 on CPU either runs (where the CPU's feature bits have bf16 dot products and the build links
+// oneDNN, both read here independently of the library) or is an error naming what is missing:
+// the build's oneDNN where the CPU has the products, else the CPU's instructions.
+TEST(OrthogonalizeBf16, Bf16OnCpuRunsOrNamesWhatIsMissing) {
+  const auto bf16 = [] {
+    return orthogonalize(at::randn({8, 8}), OrthogonalizeOptions().dtype(at::kBFloat16));
+  };
+  if (!testing::cpu_flags_promise_bf16_products()) {
+    testing::expect_error<Error>(bf16, {"bfloat16 on CPU runs on bf16 dot products",
+                                        "this CPU has no bf16 dot products (AVX512_BF16 or AMX)",
+                                        "use float32 (the CPU default)"});
+  } else if (!MUON_TEST_HAVE_DNNL) {
+    testing::expect_error<Error>(bf16, {"bfloat16 on CPU runs on bf16 dot products",
+                                        "this build has no oneDNN (libdnnl-dev)",
+                                        "use float32 (the CPU default)"});
+  } else {
+    EXPECT_EQ(bf16().sizes(), (std::vector<int64_t>{8, 8}));
+  }
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ WORK = tempfile.mkdtemp(prefix="muon_cli_properties_")
 # they are not: MUON_MEMORY_LIMIT makes "too large" mean a few GiB, whatever the machine.
 ENVIRONMENT = dict(os.environ, MUON_MEMORY_LIMIT="4", OMP_NUM_THREADS="1")
 
-pytestmark = pytest.mark.skipif(not MUON, reason="MUON_CLI is not set")
+pytestmark = pytest.mark.skipif(not MUON, reason="needs software: the muon CLI, named by MUON_CLI (unset)")
 
 bad_numbers = st.sampled_from(["0", "-1", "2.5", "1e3", "9007199254740993", "99999999999999999999",
                                "abc", "", "nan", "inf", "-inf", "0x10", " 3", "1_000", "٣"])

@@ -11,7 +11,7 @@ from torch_features import has_dcp_state_dict
 
 
 @pytest.mark.skipif(not has_dcp_state_dict(),
-                    reason="torch.distributed.checkpoint.state_dict (get/set_optimizer_state_dict) "
+                    reason="needs software: torch.distributed.checkpoint.state_dict (get/set_optimizer_state_dict) "
                            "arrived in torch 2.2; this torch is " + torch.__version__ + " (CTest "
                            "does not run this file then)")
 @pytest.mark.parametrize("algorithm, saved_at, loaded_at",

@@ -16,7 +16,7 @@ from distributed_support import ROUND_OFF, run_ranks
 from torch_features import has_fsdp2
 
 pytestmark = pytest.mark.skipif(
-    not has_fsdp2(), reason="FSDP2 (torch.distributed.fsdp.fully_shard) arrived in torch 2.6; "
+    not has_fsdp2(), reason="needs software: FSDP2 (torch.distributed.fsdp.fully_shard) arrived in torch 2.6; "
                             "this torch is " + torch.__version__ + " (CTest does not run this "
                             "file then)")
 

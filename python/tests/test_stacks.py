@@ -14,8 +14,9 @@ import torch
 import muon_cpp
 from torch_features import has_stacks
 
-pytestmark = pytest.mark.skipif(not has_stacks(), reason="transformers, lightning and accelerate "
-                                "are not installed (CTest does not run this file then)")
+pytestmark = pytest.mark.skipif(not has_stacks(),
+                                reason="needs software: transformers, lightning and accelerate "
+                                       "(not installed; CTest does not run this file then)")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

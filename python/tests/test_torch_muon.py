@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import muon_cpp
+import needs
 from helpers import QUINTIC, TranscribedMuon, max_rel_diff
 
 
@@ -128,10 +129,7 @@ def test_loads_a_torch_optim_muon_state_dict_and_continues_its_run():
 
 def test_against_torch_optim_muon_itself():
     """Where PyTorch has Muon (2.9 on): its own step (bfloat16 Newton–Schulz) against ours."""
-    if not hasattr(torch.optim, "Muon"):
-        major, minor = (int(part) for part in torch.__version__.split(".")[:2])
-        assert (major, minor) < (2, 9), "PyTorch 2.9 and later have torch.optim.Muon"
-        return
+    needs.torch_at_least(2, 9, "torch.optim.Muon")
     generator = torch.Generator().manual_seed(9)
     start = torch.randn(32, 16, generator=generator)
     ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())

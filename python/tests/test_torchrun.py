@@ -16,12 +16,13 @@ from torch_features import has_fsdp2, torchrun_can_start
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
 
 
-@pytest.mark.skipif(not torchrun_can_start(), reason="torchrun cannot start ranks with this torch "
-                    "(torch_features.torchrun_can_start); CTest does not run this file then")
+@pytest.mark.skipif(not torchrun_can_start(),
+                    reason="needs software: a torchrun that can start ranks with this torch "
+                           "(torch_features.torchrun_can_start); CTest does not run this file then")
 @pytest.mark.parametrize("example", [
     "ddp_muon.py",
     pytest.param("fsdp_muon.py", marks=pytest.mark.skipif(
-        not has_fsdp2(), reason="FSDP2 arrived in torch 2.6; this torch is " + torch.__version__))])
+        not has_fsdp2(), reason="needs software: FSDP2 (torch 2.6); this torch is " + torch.__version__))])
 def test_the_torchrun_examples_train_the_same_model_at_1_2_and_4_ranks(tmp_path, example):
     """The DDP and the FSDP2 example as docs/distributed.md runs them, under torchrun: each rank
     its slice of one global batch, so every world size trains the same model."""
