@@ -294,7 +294,7 @@ class Engine {
             entry.tensors[key] = value.cast<at::Tensor>();
           }
         }
-        check_param_state(*optimizer_, param, entry, where);
+        check_param_state(*optimizer_, param, entry, where, StateDtypes::stored_or_param);
         entries.emplace_back(param, std::move(entry));
       }
     } catch (...) {

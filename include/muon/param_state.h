@@ -30,14 +30,21 @@ std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optim
 std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& optimizer,
                                                 const at::Tensor& param);
 
+// The dtypes a state tensor may come in: exactly the stored one (archives and checkpoints, which
+// this project writes), or also the parameter's — what torch's optimizers keep, and what torch's
+// load_state_dict casts every state tensor to (state dicts that passed through torch code).
+enum class StateDtypes { stored, stored_or_param };
+
 // Throws muon::Error, naming `where` (e.g. "state['blocks.0.attn.wq']"), unless `entry` is state
 // `optimizer` could hold for `param` under its group's current options: exactly the expected
-// tensor names, each with the expected shape and dtype, finite, and a step count ≥ 0.
+// tensor names, each with the expected shape and an accepted dtype, finite, and a step count ≥ 0.
 void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tensor& param,
-                       const ParamStateEntry& entry, const std::string& where);
+                       const ParamStateEntry& entry, const std::string& where,
+                       StateDtypes accepted = StateDtypes::stored);
 
-// Installs copies of `entry`'s tensors (on the parameter's device) as `param`'s state. Call
-// check_param_state first: this only writes.
+// Installs copies of `entry`'s tensors (on the parameter's device, in the stored dtype: another
+// accepted one is rounded to nearest) as `param`'s state. Call check_param_state first: this only
+// writes.
 void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                        const ParamStateEntry& entry);
 

@@ -31,6 +31,8 @@ from ._engine import AMSGRAD, USE_ADDMM, _EngineOptimizer
 from ._hybrid import HybridOptimizer, build_optimizer
 from ._schema import init_from_schema as _init_from_schema
 
+_torch_muon.count_steps_through_torch_muon()
+
 __all__ = [
     "Muon",
     "Dion",

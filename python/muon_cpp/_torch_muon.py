@@ -15,6 +15,10 @@ ours. The names that differ:
 
 lr, weight_decay, momentum, nesterov and ns_steps are the same in both.
 """
+import weakref
+
+import torch
+
 
 # Keller Jordan's quintic, torch.optim.Muon's default ns_coefficients.
 QUINTIC = (3.4445, -4.775, 2.0315)
@@ -211,3 +215,42 @@ def _plain(value):
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+# ---- the step count through torch.optim.Muon ----
+#
+# A muon-cpp state dict carries each parameter's 'step' (its bf16 state's stochastic rounding
+# follows it). torch.optim.Muon keeps that key when it loads the dict but never advances it, so a
+# run moved to torch.optim.Muon and back would resume with the count it left with. Once muon_cpp is
+# imported, the global step hooks below advance it for torch.optim.Muon, for each parameter that
+# took a step — only where torch left the count untouched, so a torch that counts is not doubled.
+
+_pending_counts = weakref.WeakKeyDictionary()  # optimizer → [(state, step tensor, its version)]
+
+
+def _before_torch_muon_step(optimizer, args, kwargs):
+    if not isinstance(optimizer, torch.optim.Muon):
+        return
+    counts = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            if p.grad is not None and state is not None and torch.is_tensor(state.get("step")):
+                counts.append((state, state["step"], state["step"]._version))
+    _pending_counts[optimizer] = counts
+
+
+def _after_torch_muon_step(optimizer, args, kwargs):
+    for state, step, version in _pending_counts.pop(optimizer, ()):
+        if state.get("step") is step and step._version == version:
+            with torch.no_grad():
+                step.add_(1)
+
+
+def count_steps_through_torch_muon():
+    """Registers the hooks (at import) where this torch has torch.optim.Muon."""
+    if hasattr(torch.optim, "Muon"):
+        from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+        register_optimizer_step_pre_hook(_before_torch_muon_step)
+        register_optimizer_step_post_hook(_after_torch_muon_step)

@@ -1,6 +1,7 @@
 """Parity with the newest torch.optim.Muon: muon_cpp.optim.Muon (its exact signature), the Gram
 Newton–Schulz keywords, named parameters on every optimizer, state dicts that move between
 muon-cpp and torch.optim.Muon mid-run, and PyTorch's own frozen regression values."""
+import copy
 import inspect
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 import muon_cpp
 from muon_cpp.optim import Muon as OptimMuon
+import needs
 from helpers import DEFAULT_GRAM, QUINTIC, TranscribedMuon, max_rel_diff
 TORCH_HAS_MUON = hasattr(torch.optim, "Muon")
 TORCH_HAS_GRAM = TORCH_HAS_MUON and "use_gram_newton_schulz" in inspect.signature(
@@ -222,12 +224,8 @@ def test_named_parameters_as_torch_optim_keeps_them():
     the same names."""
     model = torch.nn.Linear(5, 3)
     ours = muon_cpp.AdamW(model.named_parameters())
-    try:
-        theirs = torch.optim.AdamW(model.named_parameters())
-    except TypeError:  # 1.13: "optimizer can only optimize Tensors, but one of the params is tuple"
-        major, minor = (int(part) for part in torch.__version__.split(".")[:2])
-        assert (major, minor) < (2, 6)
-        return
+    needs.torch_at_least(2, 6, "named parameters in torch.optim.AdamW")
+    theirs = torch.optim.AdamW(model.named_parameters())
     assert (ours.state_dict()["param_groups"][0]["param_names"]
             == theirs.state_dict()["param_groups"][0]["param_names"] == ["weight", "bias"])
 
@@ -281,6 +279,48 @@ def test_state_dicts_move_both_ways_mid_run(ours_cls, theirs_cls, gram):
             1e-10 if exact else 2e-2)
     buffer = last.state[moved[0]]["momentum_buffer"]
     assert buffer.dtype == dtype and buffer.shape == shapes[0]
+
+
+# torch's optimizers a muon-cpp state dict can pass through mid-run: torch.optim.Muon keeps our
+# 'step' and never advances it itself (muon_cpp advances it for it), torch.optim.AdamW advances it.
+ROUND_TRIPS = ([(muon_cpp.Muon, torch.optim.Muon)] if TORCH_HAS_MUON else []) + [
+    (muon_cpp.AdamW, torch.optim.AdamW)]
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("ours_cls, theirs_cls", ROUND_TRIPS)
+def test_the_step_count_and_every_state_key_survive_a_trip_through_torch(ours_cls, theirs_cls,
+                                                                          state_dtype):
+    """3 steps in muon-cpp, 3 in torch's optimizer from its state dict, then back: the count is
+    6, and muon-cpp goes on exactly as from torch's state with the count set to 6 by hand — every
+    state key and every parameter bit for bit over 3 more steps (bf16 state too, whose stochastic
+    rounding follows the count)."""
+    shapes = [(6, 20), (12, 12)]
+    grads = random_grads(shapes, steps=9, seed=7, dtype=torch.float32)
+    moved = parameters(shapes, dtype=torch.float32)
+    first = ours_cls(moved, lr=0.02, state_dtype=state_dtype)
+    run(first, moved, grads[:3])
+    middle = theirs_cls(moved)
+    middle.load_state_dict(first.state_dict())
+    run(middle, moved, grads[3:6])
+    through = middle.state_dict()
+    counted = copy.deepcopy(through)
+    for state in counted["state"].values():
+        state["step"] = torch.tensor(6.0)
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in moved]
+    last, control = ours_cls(moved, state_dtype=state_dtype), ours_cls(twins, state_dtype=state_dtype)
+    last.load_state_dict(through)
+    control.load_state_dict(counted)
+    assert [last.state[p]["step"].item() for p in moved] == [6.0, 6.0]
+    run(last, moved, grads[6:])
+    run(control, twins, grads[6:])
+    for p, twin in zip(moved, twins):
+        assert torch.equal(p, twin)
+        ours, expected = last.state[p], control.state[twin]
+        assert sorted(ours) == sorted(expected)
+        for key in expected:
+            assert ours[key].dtype == expected[key].dtype and torch.equal(ours[key], expected[key]), key
+    assert last.state[moved[0]]["step"].item() == 9.0
 
 
 def test_a_changed_torch_key_wins_over_the_stale_one_of_ours():

@@ -1,5 +1,6 @@
 #include "muon/param_state.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,7 +63,8 @@ std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& o
 }
 
 void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tensor& param,
-                       const ParamStateEntry& entry, const std::string& where) {
+                       const ParamStateEntry& entry, const std::string& where,
+                       StateDtypes accepted) {
   check(entry.step >= 0, where, ".step is ", entry.step, "; a step count is ≥ 0");
   std::set<std::string> expected;
   for (const auto& slot : expected_state_slots(optimizer, param)) {
@@ -73,8 +75,10 @@ void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tenso
     check(t.defined(), where, ".", slot.name, " is not a tensor");
     check(t.sizes() == at::IntArrayRef(slot.shape), where, ".", slot.name, " has shape ", t.sizes(),
           ", this optimizer needs ", at::IntArrayRef(slot.shape));
-    check(t.scalar_type() == slot.dtype, where, ".", slot.name, " has dtype ", t.scalar_type(),
-          ", this optimizer stores ", slot.dtype);
+    const bool also = accepted == StateDtypes::stored_or_param && param.scalar_type() != slot.dtype;
+    check(t.scalar_type() == slot.dtype || (also && t.scalar_type() == param.scalar_type()), where,
+          ".", slot.name, " has dtype ", t.scalar_type(), ", this optimizer stores ", slot.dtype,
+          also ? detail::concat(" (and takes the parameter's ", param.scalar_type(), ")") : "");
     check(t.layout() == at::kStrided, where, ".", slot.name, " is sparse; state is dense");
     check(at::isfinite(t).all().item<bool>(), where, ".", slot.name, " holds NaN or Inf");
   }
@@ -88,6 +92,8 @@ void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tenso
 
 void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                        const ParamStateEntry& entry) {
+  std::map<std::string, at::ScalarType> stored;
+  for (const auto& slot : expected_state_slots(optimizer, param)) stored[slot.name] = slot.dtype;
   std::unique_ptr<torch::optim::OptimizerParamState> state;
   visit_algorithm(group_options(optimizer, param), [&](const auto& o) {
     using Entry = Algorithm<std::decay_t<decltype(o)>>;
@@ -95,9 +101,10 @@ void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& par
     s->step(entry.step);
     Entry::visit_state(*s, [&](const char* name, at::Tensor& t) {
       const auto it = entry.tensors.find(name);
-      if (it != entry.tensors.end()) {
-        t = it->second.to(param.device(), /*non_blocking=*/false, /*copy=*/true).contiguous();
-      }
+      if (it == entry.tensors.end()) return;
+      const auto slot = stored.find(name);
+      const auto dtype = slot != stored.end() ? slot->second : it->second.scalar_type();
+      t = it->second.to(param.device(), dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();
     });
     state = std::move(s);
   });
