@@ -66,6 +66,9 @@ struct BenchReport {
     double ms, speedup, gbs, of_bandwidth, state_bytes_per_param, peak_extra_mib;
   };
   int64_t adamw_parameters = 0;
+  // An fp32 AdamW step's bytes streamed in one pass over the same tensors (the step's bound at its
+  // working set); of_bandwidth divides by the better of it and update_gbs.
+  double adamw_stream_gbs = 0;
   std::vector<AdamW> adamw;
 
   // The hybrid optimizer's step on 2 local ranks (threads, Gloo on loopback) vs 1 rank.

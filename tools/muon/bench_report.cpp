@@ -58,7 +58,8 @@ std::string BenchReport::to_json() const {
       << ", \"bf16_max_rel_diff\": " << muon_step.bf16_max_rel_diff
       << ", \"dion_ms\": " << muon_step.dion_ms
       << ", \"dion_quarter_ms\": " << muon_step.dion_quarter_ms
-      << "},\n  \"adamw_parameters\": " << adamw_parameters << ",\n  \"adamw\": [";
+      << "},\n  \"adamw_parameters\": " << adamw_parameters
+      << ",\n  \"adamw_stream_gbs\": " << adamw_stream_gbs << ",\n  \"adamw\": [";
   for (size_t i = 0; i < adamw.size(); ++i) {
     const auto& r = adamw[i];
     out << (i ? "," : "") << "\n    {\"name\": \"" << r.name << "\", \"ms\": " << r.ms
