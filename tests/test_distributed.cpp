@@ -457,7 +457,7 @@ TEST(Distributed, OneAndTwoRanksLeaveTheSameGradientsAndParameters) {
 
 TEST(Distributed, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
   std::vector<std::vector<at::Tensor>> before(2), after(2);
-  std::vector<bool> skipped(2);
+  std::vector<char> skipped(2);  // not vector<bool>: its bits share a word, which both ranks write
   run_ranks(2, [&](std::shared_ptr<Communicator> communicator) {
     const int rank = communicator->rank();
     Replica replica(7);
