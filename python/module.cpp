@@ -28,6 +28,7 @@
 #include "muon/orthogonalize.h"
 #include "muon/param_state.h"
 #include "muon/presets.h"
+#include "muon/stochastic_rounding.h"
 #include "values.h"
 
 namespace py = pybind11;
@@ -455,6 +456,13 @@ void bind_collectives(py::module_& m) {
         return std::make_shared<Communicator>(group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>(),
                                               Communicator::Duration(0));
       }))
+      // The group Communicator makes itself from torchrun's variables (NCCL on a CUDA build with a
+      // GPU), as `muon train --nproc` does: scripts/gpu_check.sh runs it on one GPU.
+      .def_static("from_environment",
+                  [] { return Communicator::from_environment(Communicator::Duration(60000)); })
+      .def("all_reduce_sum", [](Communicator& c, at::Tensor tensor) {
+        run_collective([&] { c.all_reduce(tensor, ReduceOp::sum); });
+      })
       .def_property_readonly("device", [](const Communicator& c) { return py::cast(c.device()); })
       .def("broadcast", [](Communicator& c, at::Tensor tensor,
                            int root) { run_collective([&] { c.broadcast(tensor, root); }); })
@@ -501,6 +509,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("orthogonalize", &orthogonalize_binding, py::arg("x"), py::arg("coefficients"),
         py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restarts"));
   m.def("orthogonality_error", &muon::orthogonality_error, py::arg("x"));
+  m.def(
+      "stochastic_round_bf16",
+      [](const at::Tensor& x, uint32_t seed, bool generic) {
+        return generic ? muon::sr::round_to_bf16_generic(x, seed) : muon::sr::round_to_bf16(x, seed);
+      },
+      py::arg("x"), py::arg("seed"), py::arg("generic") = false,
+      "fp32 → bfloat16 by the bf16 state's stochastic rounding (muon/stochastic_rounding.h): the "
+      "device's own path, or (generic) the ATen-only form other devices run. For tests.");
   m.def("blas_backend", &muon::blas_backend,
         "What the CPU float32 Newton–Schulz products run on, and why.");
   m.def("bf16_products", &muon::bf16_products,

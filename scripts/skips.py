@@ -4,10 +4,10 @@
 what each needed. Every skip must say what it needs ("needs hardware: ..." or "needs software:
 ...": tests/needs.h, python/tests/needs.py). Exit status 1 where one does not; where the CPU's
 feature bits (/proc/cpuinfo) have bf16 dot products (AVX512_BF16 or AMX) and a test was skipped for
-want of bf16 products; and, with --hardware-only, where a test was skipped for want of software
-(a stage that installed everything).
+want of bf16 products; with --hardware-only, where a test was skipped for want of software (a stage
+that installed everything); with --none, on any skip (scripts/gpu_check.sh: every path must run).
 
-    scripts/skips.py JUNIT_XML [--stage NAME] [--hardware-only]
+    scripts/skips.py JUNIT_XML [--stage NAME] [--hardware-only | --none]
 """
 import argparse
 import re
@@ -56,6 +56,7 @@ def main():
     parser.add_argument("junit")
     parser.add_argument("--stage", default="")
     parser.add_argument("--hardware-only", action="store_true")
+    parser.add_argument("--none", action="store_true")
     args = parser.parse_args()
     found = skips(args.junit)
     stage = f"{args.stage}: " if args.stage else ""
@@ -69,6 +70,8 @@ def main():
             wrong.append(f"a skip that does not say what it needs: {reason}")
         elif bf16_cpu and ("bf16 dot products" in reason or "oneDNN" in reason):
             wrong.append(f"this CPU has bf16 dot products (/proc/cpuinfo), yet: {reason}")
+        elif args.none:
+            wrong.append(f"every test must run in this stage, yet: {reason}")
         elif args.hardware_only and kind.group(1) == "software":
             wrong.append(f"everything was installed for this stage, yet: {reason}")
     for line in wrong:
