@@ -2,12 +2,16 @@
 dependency calls one of these, which skip it with what it needs ("needs hardware: ..." or "needs
 software: ...", the forms tests/needs.h uses); conftest.py fails any other skip, and
 scripts/skips.py counts them for each stage of the test scripts."""
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import muon_cpp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from skips import cpu_flags_promise_bf16_products  # noqa: E402 (the one reading of the bits)
 
 
 def hardware(what):
@@ -16,22 +20,6 @@ def hardware(what):
 
 def software(what):
     pytest.skip(f"needs software: {what}")
-
-
-def cpu_flags():
-    """The CPU's feature bits as the kernel reports them (/proc/cpuinfo), read independently of
-    muon_cpp's own detection; empty off Linux."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def cpu_flags_promise_bf16_products():
-    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def bf16_products():
