@@ -17,17 +17,17 @@ Errors: bad arguments and configurations raise ValueError (wrong types: TypeErro
 message; problems found by ``step()`` (a sparse gradient, say) raise RuntimeError, as torch.optim does.
 """
 
-import torch
+import torch as _torch
 
 from ._build_info import VERSION as __version__
-from ._install import check_build
+from ._install import check_build as _check_build
 
-check_build(torch.__version__)
+_check_build(_torch.__version__)
 
 from . import _core, _torch_muon  # noqa: E402 (after the check: a mismatched _core fails to load)
 from ._aux_adam import MuonWithAuxAdam, SingleDeviceMuonWithAuxAdam
 from ._dion import Dion
-from ._engine import AMSGRAD, USE_ADDMM, _EngineOptimizer
+from ._engine import AMSGRAD as _AMSGRAD, USE_ADDMM as _USE_ADDMM, _EngineOptimizer
 from ._hybrid import HybridOptimizer, build_optimizer
 from ._schema import init_from_schema as _init_from_schema
 
@@ -88,10 +88,10 @@ class Muon(_EngineOptimizer):
     _algorithm = "muon"
     _updates_matrices = True
     _updates_whole_tensors = True
-    _own_torch_flags = USE_ADDMM
+    _own_torch_flags = _USE_ADDMM
     __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
                                  presets=_MUON_PRESETS, presets_elsewhere=_PRESETS_ELSEWHERE,
-                                 own_flags=USE_ADDMM)
+                                 own_flags=_USE_ADDMM)
 
     def _own_keys(self):
         return tuple(_TORCH_MUON_KEYWORDS) + _torch_muon.TORCH_ONLY_KEYS
@@ -134,8 +134,8 @@ class AdamW(_EngineOptimizer):
 
     _make_engine = staticmethod(_core.Engine.adamw)
     _algorithm = "adamw"
-    _own_torch_flags = AMSGRAD
-    __init__ = _init_from_schema("adamw", positional=4, own_flags=AMSGRAD)
+    _own_torch_flags = _AMSGRAD
+    __init__ = _init_from_schema("adamw", positional=4, own_flags=_AMSGRAD)
 
 
 class Adam(_EngineOptimizer):
@@ -143,8 +143,8 @@ class Adam(_EngineOptimizer):
 
     _make_engine = staticmethod(_core.Engine.adam)
     _algorithm = "adam"
-    _own_torch_flags = AMSGRAD
-    __init__ = _init_from_schema("adam", positional=4, own_flags=AMSGRAD)
+    _own_torch_flags = _AMSGRAD
+    __init__ = _init_from_schema("adam", positional=4, own_flags=_AMSGRAD)
 
 
 class Lamb(_EngineOptimizer):

@@ -97,3 +97,16 @@ def test_a_wheel_requires_the_torch_release_it_was_built_against():
     facts = build_backend._torch_facts()
     assert (dist.requires or []) == ([build_backend.torch_requirement(torch.__version__)]
                                      if facts["in_environment"] else [])
+
+
+def test_the_public_names_are_all_and_only_all():
+    """`from muon_cpp import *` and dir(muon_cpp) show the same public names: __all__ (and the
+    submodules, such as muon_cpp.optim once imported) — no module or helper the package uses
+    inside."""
+    import types
+    import muon_cpp.optim  # noqa: F401 (a public submodule)
+    public = {name for name in dir(muon_cpp) if not name.startswith("_")}
+    modules = {name for name in public if isinstance(getattr(muon_cpp, name), types.ModuleType)}
+    assert modules == {"optim"}, modules
+    assert public - modules == set(muon_cpp.__all__)
+    assert len(muon_cpp.__all__) == len(set(muon_cpp.__all__))
