@@ -2,6 +2,7 @@
 // logged, so an interrupted run keeps every row it printed.
 #pragma once
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -10,16 +11,17 @@
 
 namespace muon::cli {
 
+// Set by name: a default-made row is the one before any update (no loss, rate or norm yet).
 struct MetricsRow {
-  int64_t step = 0;   // updates done (0: the validation loss before training)
-  double train_loss;  // mean over the steps since the last row (NaN at step 0)
+  int64_t step = 0;         // updates done (0: the validation loss before training)
+  double train_loss = NAN;  // mean over the steps since the last row (NaN at step 0)
   std::optional<double> val_loss;
-  double muon_lr;      // the first Muon group's rate at this step (NaN without Muon)
-  double adamw_lr;     // the first non-Muon group's: AdamW's or the others' (NaN without one)
-  double grad_norm;    // the last step's global gradient norm, before clipping (NaN at step 0)
-  double clip_factor;  // what clipping multiplied the gradients by (1: none)
-  double tokens_per_s;
-  double elapsed_s;
+  double muon_lr = NAN;      // the first Muon group's rate at this step (NaN without Muon)
+  double adamw_lr = NAN;     // the first non-Muon group's: AdamW's or the others' (NaN without one)
+  double grad_norm = NAN;    // the last step's global gradient norm, before clipping (NaN at step 0)
+  double clip_factor = 1.0;  // what clipping multiplied the gradients by (1: none)
+  double tokens_per_s = 0.0;
+  double elapsed_s = 0.0;
 };
 
 // The CSV header: step,train_loss,val_loss,muon_lr,adamw_lr,grad_norm,clip_factor,tokens_per_s,

@@ -224,7 +224,9 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
   log_start();
   if (writer_ && first_step_ == 0) {
     const double val = evaluate(model_, data_, config_, world_);
-    metrics_->append({0, NAN, val, NAN, NAN, NAN, 1.0, 0.0, 0.0});  // before any update
+    MetricsRow before;  // step 0: before any update
+    before.val_loss = val;
+    metrics_->append(before);
     log_ << "step 0 | val loss " << val << " (uniform: " << std::log(256.0) << ")\n";
   }
   tokens_per_step_ = static_cast<double>(config_.batch_size * world_ * config_.model.seq_len);
@@ -320,16 +322,15 @@ void TrainingRun::step() {
 // The row of the log interval that ends at this step (with the validation loss when due).
 void TrainingRun::log_row(bool evaluate_now) {
   const auto& stats = optimizer_->last_step();
-  MetricsRow row{
-      done_,
-      progress_.window_loss / static_cast<double>(progress_.window_steps),
-      std::nullopt,
-      first_rate(*optimizer_, true),
-      first_rate(*optimizer_, false),
-      stats.grad_norm,
-      stats.clip_factor,
-      tokens_per_step_ * static_cast<double>(window_timed_steps_) / seconds_since(window_start_),
-      0.0};
+  MetricsRow row;
+  row.step = done_;
+  row.train_loss = progress_.window_loss / static_cast<double>(progress_.window_steps);
+  row.muon_lr = first_rate(*optimizer_, true);
+  row.adamw_lr = first_rate(*optimizer_, false);
+  row.grad_norm = stats.grad_norm;
+  row.clip_factor = stats.clip_factor;
+  row.tokens_per_s =
+      tokens_per_step_ * static_cast<double>(window_timed_steps_) / seconds_since(window_start_);
   if (evaluate_now && writer_) {
     const auto eval_start = Clock::now();
     row.val_loss = evaluate(model_, data_, config_, world_);
