@@ -153,9 +153,8 @@ void syrk(int m, int k, double alpha, View<double> a, double beta, double* c, in
                1, nullptr, &r.rntm);
 }
 // Parts of a product of `flops`, one per thread of LibTorch's count; one for small products
-// (below ~2 MFLOP a second thread costs more than it saves). (Finer parts handed out dynamically
-// ran no faster under a competing process and slower without one: every part packs its own
-// copies of the shared operand.)
+// (below ~2 MFLOP a second thread costs more than it saves). Not finer parts dealt dynamically:
+// each packs its own copy of the shared operand (docs/benchmarks.md §Steady under load).
 int parts_for(double flops) {
   return flops < 2e6 ? 1 : threads();
 }
@@ -176,9 +175,9 @@ int share(int n, int t, int parts) {
 
 // Rows that cut the upper triangle of a k×k product into `parts` row blocks that take about as
 // long: a block of rows [r0, r1) computes its (r1 − r0)²/2 triangle by syrk or gemmt and its
-// (r1 − r0)·(k − r1) rectangle by gemm, and BLIS's triangles cost ~7% more per element (skx,
-// 1024²: a cut into equal areas left the last block, all triangle, 13% slower than the first).
-// Cuts at multiples of 16 (the kernels' tile widths); returns parts + 1 rows from 0 to k.
+// (r1 − r0)·(k − r1) rectangle by gemm, and BLIS's triangles cost more per element than its
+// rectangles (kTriangleCost, measured: docs/benchmarks.md §Steady under load). Cuts at multiples
+// of 16 (the kernels' tile widths); returns parts + 1 rows from 0 to k.
 std::vector<int> triangle_cuts(int k, int parts) {
   if (parts == 1) return {0, k};
   constexpr double kTriangleCost = 1.07;
