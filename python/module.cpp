@@ -1,8 +1,8 @@
 // muon_cpp._core: the compiled half of the Python module. The classes Python code sees are
 // torch.optim.Optimizer subclasses in muon_cpp/__init__.py; each owns an Engine (one of our C++
-// optimizers) and pushes its param_groups' settings into it before every step. One file of ~500
-// lines on purpose: the Engine and the bindings that expose it read as one piece; the value
-// conversions are values.cpp.
+// optimizers) and pushes its param_groups' settings into it before every step. Over 400 lines on
+// purpose: the Engine and the bindings that expose it read as one piece; the value conversions
+// are values.cpp.
 //
 // Errors: muon::Error from constructors and configs → ValueError (pybind11 maps
 // std::invalid_argument), wrong Python types → TypeError, problems found while stepping (sparse

@@ -1,5 +1,9 @@
 """The base of every optimizer here: a torch.optim.Optimizer whose parameters, settings and state
-live in a C++ engine (muon_cpp._core.Engine), with PyTorch's state_dict layout."""
+live in a C++ engine (muon_cpp._core.Engine), with PyTorch's state_dict layout.
+
+Over 400 lines on purpose: the whole torch.optim.Optimizer contract (param_groups read at every
+step, state dicts and their hooks, copies, process groups) is one base class that every optimizer
+shares; its parts call each other throughout."""
 
 import collections.abc
 import operator

@@ -1,6 +1,9 @@
 """muon_cpp.HybridOptimizer: Muon for the matrices routing picks, AdamW (or the configured others)
 for the rest, under a YAML configuration — built from a model, named parameters, plain tensors or
-param groups, with the configuration's keys also taken as keyword arguments."""
+param groups, with the configuration's keys also taken as keyword arguments.
+
+Over 400 lines on purpose: the class and build_optimizer share every way in (model, named
+parameters, tensors, groups, example inputs traced to the output layer) and read as one piece."""
 
 import dataclasses
 import datetime

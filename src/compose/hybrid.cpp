@@ -1,3 +1,8 @@
+// HybridOptimizer (muon/hybrid.h): building it from a model or named parameters, its plan of which
+// algorithm steps each parameter, and re-planning when the parameters change (param_groups swapped,
+// a process group set). Its step is hybrid_step.cpp; the plan's checks hybrid_plan.cpp. Over 400
+// lines on purpose: every way of changing the held parameters goes through make_plan here, and
+// reads best beside it.
 #include "muon/hybrid.h"
 
 #include <algorithm>

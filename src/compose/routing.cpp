@@ -1,3 +1,6 @@
+// muon::route (muon/routing.h): each parameter's role — Muon's matrices, the others, frozen — from
+// what the tensor and its module are, then where it sits, then names (docs/algorithms.md
+// §Routing). Over 400 lines on purpose: the rules are one ordered list, read top to bottom.
 #include "muon/routing.h"
 
 #include "muon/error.h"

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "cpu/newton_schulz_blas.h"
-#include "cpu/upper_blocks.h"
 #include "muon/error.h"
 #include "muon/internal/blas.h"
 #include "muon/internal/lanes.h"
@@ -13,130 +12,6 @@
 #include "muon/option_schema.h"
 
 namespace muon {
-
-CoefficientTable CoefficientTable::quintic() {
-  // Keller Jordan, "Muon: An optimizer for hidden layers" (2024): one quintic reused every step.
-  return {"quintic", {{3.4445, -4.7750, 2.0315}}, 1.0, 0.0, /*gram_restart_interval=*/3};
-}
-
-CoefficientTable CoefficientTable::polar_express() {
-  // Amsel, Persson, Musco, Gower, "The Polar Express" (arXiv 2505.16932), rows as nanochat uses
-  // them; the 1.01 safety pairs with the rows' own 2e-2 safety margin.
-  return {"polar_express",
-          {{8.156554524902461, -22.48329292557795, 15.878769915207462},
-           {4.042929935166739, -2.808917465908714, 0.5000178451051316},
-           {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
-           {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
-           {2.3465413258596377, -1.7097828382687081, 0.42323551169305323}},
-          1.01,
-          0.0};
-}
-
-CoefficientTable CoefficientTable::dion() {
-  // Ahn et al., "Dion" (arXiv 2504.05295); optax's `dion` preset.
-  return {"dion",
-          {{4.0848, -6.8946, 2.9270},
-           {3.9505, -6.3029, 2.6377},
-           {3.7418, -5.5913, 2.3037},
-           {2.8769, -3.1427, 1.2046},
-           {2.8366, -3.0525, 1.2012}},
-          1.0,
-          0.0};
-}
-
-// The next four are the tables NVIDIA's Emerging-Optimizers offers beyond these
-// (orthogonalized_optimizers/muon_utils.py), normalized as it does: x / ‖x‖_F, no safety factor.
-CoefficientTable CoefficientTable::cans() {
-  // Grishina et al., "Accelerating Newton–Schulz iterations for orthogonalization via
-  // Chebyshev-type polynomials" (CANS, arXiv 2506.10935).
-  return {"cans",
-          {{8.4703, -25.1081, 18.6293},
-           {4.1828, -3.1087, 0.5806},
-           {3.9619, -2.9541, 0.5630},
-           {3.2866, -2.4647, 0.5074},
-           {2.2737, -1.6447, 0.4162}},
-          1.0,
-          0.0};
-}
-
-CoefficientTable CoefficientTable::aol() {
-  // The 4 rows of thib-s/flash-newton-schulz tuned for its AOL-rescaled input (arXiv 2208.03160);
-  // Emerging-Optimizers uses them after plain Frobenius normalization, as here.
-  return {"aol",
-          {{4.0098, -7.0585, 2.4635},
-           {3.4585, -5.5479, 2.5959},
-           {2.7573, -3.2939, 1.4254},
-           {2.7215, -3.0494, 1.3169}},
-          1.0,
-          0.0};
-}
-
-CoefficientTable CoefficientTable::cubic5() {
-  // Five cubic steps (c = 0), tuned for a smallest singular value of 7e-3 (arXiv 2606.00371).
-  return {"cubic5",
-          {{3.3656576, -3.3420992, 0.0},
-           {2.5744352, -1.4957376, 0.0},
-           {2.5368962, -1.4312570, 0.0},
-           {2.4418906, -1.2764040, 0.0},
-           {2.2230472, -0.9630650, 0.0}},
-          1.0,
-          0.0};
-}
-
-CoefficientTable CoefficientTable::deepseekv4() {
-  // DeepSeek-V4's 10 iterations: the quintic 8 times, then 2 steps of (2, −1.5, 0.5), whose fixed
-  // point at 1 is stable, to settle the singular values there.
-  std::vector<Coefficients> rows(8, {3.4445, -4.7750, 2.0315});
-  rows.insert(rows.end(), 2, {2.0, -1.5, 0.5});
-  return {"deepseekv4", std::move(rows), 1.0, 0.0};
-}
-
-CoefficientTable CoefficientTable::custom(std::vector<Coefficients> rows, double safety,
-                                          double eps) {
-  return {"custom", std::move(rows), safety, eps};
-}
-
-namespace {
-
-// The named tables, in the order docs/algorithms.md lists them: the one list that by_name, names()
-// and through them the errors, the option's documentation and Python read.
-const std::vector<CoefficientTable>& named_tables() {
-  static const std::vector<CoefficientTable> tables{
-      CoefficientTable::quintic(),   CoefficientTable::polar_express(), CoefficientTable::dion(),
-      CoefficientTable::cans(),      CoefficientTable::aol(),           CoefficientTable::cubic5(),
-      CoefficientTable::deepseekv4()};
-  return tables;
-}
-
-}  // namespace
-
-const std::string& CoefficientTable::names() {
-  static const std::string names = [] {
-    std::string out;
-    for (const auto& table : named_tables()) out += (out.empty() ? "" : ", ") + table.name;
-    return out;
-  }();
-  return names;
-}
-
-CoefficientTable CoefficientTable::by_name(const std::string& name) {
-  for (const auto& table : named_tables()) {
-    if (table.name == name) return table;
-  }
-  throw Error("unknown coefficient table '" + name + "'; valid tables are " + names() +
-              " (or a list of [a, b, c] rows)");
-}
-
-const char* coefficients_option_doc() {
-  static const std::string doc =
-      "the iterations' polynomial: " + CoefficientTable::names() + " or rows [a, b, c]";
-  return doc.c_str();
-}
-
-const Coefficients& CoefficientTable::row(int64_t k) const {
-  const auto last = static_cast<int64_t>(rows.size()) - 1;
-  return rows.at(static_cast<size_t>(std::min(k, last)));
-}
 
 at::Tensor OrthogonalizeWorkspace::get(Slot slot, at::IntArrayRef sizes,
                                        const at::TensorOptions& options) {
@@ -153,45 +28,12 @@ OrthogonalizeWorkspace& OrthogonalizeWorkspace::lane(size_t index) {
   return *lanes_[index];
 }
 
-bool operator==(const CoefficientTable& a, const CoefficientTable& b) {
-  return a.name == b.name && a.rows == b.rows && a.safety == b.safety && a.eps == b.eps &&
-         a.gram_restart_interval == b.gram_restart_interval;
-}
-
 bool operator==(const OrthogonalizeOptions& a, const OrthogonalizeOptions& b) {
   return a.steps() == b.steps() && a.coefficients() == b.coefficients() && a.dtype() == b.dtype() &&
          a.method() == b.method() && a.gram_restarts() == b.gram_restarts();
 }
 
-at::ScalarType orthogonalize_dtype(const at::Tensor& x, std::optional<at::ScalarType> requested) {
-  return orthogonalize_dtype(x.scalar_type(), x.device(), requested);
-}
-
-at::ScalarType orthogonalize_dtype(at::ScalarType input, at::Device device,
-                                   std::optional<at::ScalarType> requested) {
-  if (requested) return *requested;
-  if (input == at::kDouble) return at::kDouble;
-  // CPU bf16 GEMMs are far slower than fp32 ones; GPUs (and other accelerators) are fastest in
-  // bf16, which torch.optim.Muon and Keller Jordan's Muon use everywhere.
-  return device.is_cpu() ? at::kFloat : at::kBFloat16;
-}
-
 namespace {
-
-// Whether this LibTorch multiplies float16 matrices on the CPU (1.13 does not: "bmm not
-// implemented for 'Half'"). Asked once, of LibTorch itself.
-bool cpu_half_products_available() {
-  static const bool available = [] {
-    try {
-      const auto x = at::ones({2, 2, 2}, at::kHalf);
-      at::bmm(x, x);
-      return true;
-    } catch (const c10::Error&) {
-      return false;
-    }
-  }();
-  return available;
-}
 
 void check_input(const at::Tensor& x) {
   check(x.dim() >= 2, "orthogonalize: expected a matrix or a batch of matrices (at least 2 dims), ",
@@ -237,42 +79,7 @@ void check_options(const OrthogonalizeOptions& options, const OrthogonalizeNames
   }
 }
 
-std::vector<int64_t> gram_restart_points(const OrthogonalizeOptions& options,
-                                         at::ScalarType dtype) {
-  if (options.gram_restarts()) return *options.gram_restarts();
-  const int64_t steps = options.steps();
-  // In bf16, R = ∏Q_t rounds to its operands' 8 bits, relative to its largest entries, which grow
-  // with each iteration of a stretch: with the quintic's 3 the result of a 768×3072 matrix was 4%
-  // farther from the polar factor than torch.optim.Muon's bf16 chain, with 2 as close
-  // (docs/algorithms.md).
-  const int64_t interval = options.coefficients().gram_restart_interval;
-  const int64_t every = dtype == at::kBFloat16 ? std::min<int64_t>(interval, 2) : interval;
-  std::vector<int64_t> points;
-  for (int64_t done = every; done < steps; done += every) points.push_back(done);
-  const int64_t last = points.empty() ? 0 : points.back();
-  if (steps - last > 2) points.push_back(steps - 2);
-  return points;
-}
-
 namespace {
-
-bool gram_is_cheaper(int64_t rows, int64_t cols, const OrthogonalizeOptions& options,
-                     at::ScalarType dtype) {
-  const double k = static_cast<double>(std::min(rows, cols));
-  const double m = static_cast<double>(std::max(rows, cols));
-  // bf16 products, and fp32 ones on another sgemm than BLIS's, compute symmetric products by
-  // row blocks.
-  const bool fp32_blocks = dtype == at::kFloat && detail::blas::fp32_on_sgemm();
-  const int64_t block_rows = dtype == at::kBFloat16 ? detail::kBf16BlockRows
-                             : fp32_blocks           ? detail::kFp32BlockRows
-                                                     : 0;
-  return detail::gram_flops(k, m, options.steps(), gram_restart_points(options, dtype),
-                            block_rows) < detail::symmetric_flops(k, m, options.steps(), block_rows);
-}
-
-bool blas_eligible(at::Device device, at::ScalarType dtype) {
-  return detail::have_blas() && device.is_cpu() && (dtype == at::kFloat || dtype == at::kDouble);
-}
 
 // The plain reference: three batched GEMMs per iteration on the smaller side. For tall X,
 // A = XᵀX and X ← a·X + X·(b·A + c·A²) equals transposing, iterating and transposing back,
@@ -349,42 +156,6 @@ std::string blas_backend() {
 
 std::string bf16_products() {
   return detail::bf16_products_description();
-}
-
-NsMethod resolve_method(const at::Tensor& x, const OrthogonalizeOptions& options) {
-  return resolve_method(x.sizes(), x.scalar_type(), x.device(), options);
-}
-
-NsMethod resolve_method(at::IntArrayRef sizes, at::ScalarType input, at::Device device,
-                        const OrthogonalizeOptions& options) {
-  const auto dtype = orthogonalize_dtype(input, device, options.dtype());
-  const auto method = options.method();
-  const int64_t rows = sizes[sizes.size() - 2], cols = sizes.back();
-  check(!device.is_cpu() || dtype != at::kHalf || cpu_half_products_available(),
-        "orthogonalize: float16 on CPU needs half-precision matrix products, which this LibTorch "
-        "lacks; use float32 (the CPU default)");
-  if (device.is_cpu() && dtype == at::kBFloat16) {  // bf16 products through oneDNN
-    check(detail::bf16_products_available(),
-          "orthogonalize: bfloat16 on CPU runs on bf16 dot products, and ",
-          detail::bf16_products_unavailable_reason(), "; use float32 (the CPU default)");
-    if (method != NsMethod::automatic) return method;
-    // Gram in bf16 holds the accuracy bound (docs/algorithms.md) on inputs at least 3 times as
-    // long as wide, not on square ones.
-    const bool long_enough = std::max(rows, cols) >= 3 * std::min(rows, cols);
-    return long_enough && gram_is_cheaper(rows, cols, options, dtype) ? NsMethod::gram
-                                                                      : NsMethod::symmetric;
-  }
-  if (method == NsMethod::plain) return method;
-  const bool eligible = blas_eligible(device, dtype);
-  if (method == NsMethod::automatic) {
-    if (!eligible) return NsMethod::plain;
-    return gram_is_cheaper(rows, cols, options, dtype) ? NsMethod::gram : NsMethod::symmetric;
-  }
-  check(eligible, "orthogonalize: method '", to_string(method), "' runs on CPU float32/float64 ",
-        "with BLIS or a CBLAS, or on CPU bfloat16 with bf16 dot products; got a ", dtype,
-        " computation on ", device, (detail::have_blas() ? "" : " in a build without either"),
-        " (use 'automatic' or 'plain')");
-  return method;
 }
 
 at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options,

@@ -1,4 +1,5 @@
 // muon train's loop: a TrainingRun per rank — set-up, steps, finish — and what it checks first.
+// Over 400 lines on purpose: one run's life in the order it happens.
 #include "train.h"
 
 #include <ATen/Parallel.h>

@@ -1,7 +1,8 @@
 // Every BLAS product of the Newton–Schulz chain on CPU (plain, symmetric and Gram steps) over
-// BLIS or any CBLAS — the fp32 ones on another sgemm where blas_sgemm.h chooses one. One file
-// of ~500 lines on purpose: the typed wrappers share the blocking and threading helpers at its
-// top, which would otherwise have to become an internal header.
+// BLIS or any CBLAS — the fp32 ones on another sgemm where blas_sgemm.h chooses one. Over 400
+// lines on purpose: the typed wrappers share the blocking and threading helpers at its top, which
+// would otherwise have to become an internal header, and this is the one file that includes
+// BLIS's or the CBLAS's headers.
 #include "muon/internal/blas.h"
 
 #include <ATen/Parallel.h>

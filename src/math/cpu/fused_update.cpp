@@ -2,8 +2,8 @@
 // written so that GCC vectorizes it; target_clones compiles it for AVX-512, AVX2 and baseline
 // x86-64 and picks one at load time. The file is built with -ffp-contract=off so every clone
 // rounds identically (no FMA contraction): results do not depend on the CPU or thread count.
-// ~400 lines in one file on purpose: every kernel needs those compile settings, which belong to
-// this file alone.
+// Over 400 lines on purpose: every kernel needs those compile settings, which belong to this file
+// alone.
 #include "muon/fused_update.h"
 
 #include <ATen/Dispatch.h>

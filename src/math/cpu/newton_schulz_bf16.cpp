@@ -1,7 +1,6 @@
 #include "muon/internal/newton_schulz_bf16.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/Version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,64 +11,10 @@
 #include "bf16_rounding.h"
 #include "muon/error.h"
 #include "muon/internal/dnnl.h"
-#include "muon/internal/kernel_choice.h"
 #include "transpose_bf16.h"
 #include "upper_blocks.h"
 
 namespace muon::detail {
-
-bool bf16_products_available() {
-  static const bool available = has_bf16_products(cpu_features()) && dnnl::available() &&
-                                !dnnl::kernel(dnnl::Type::bf16, dnnl::Type::f32).empty() &&
-                                !dnnl::kernel(dnnl::Type::bf16, dnnl::Type::bf16).empty();
-  return available;
-}
-
-std::string bf16_products_unavailable_reason() {
-  if (!has_bf16_products(cpu_features())) {
-    return "this CPU has no bf16 dot products (AVX512_BF16 or AMX); it has " +
-           cpu_features().flags();
-  }
-  if (!dnnl::available()) return "this build has no oneDNN (libdnnl-dev)";
-  return dnnl::version() + " has no bf16 matrix-product kernel for this CPU";
-}
-
-namespace {
-
-struct LibTorchGemm {
-  std::string theirs, ours;
-  bool newer;
-};
-
-const LibTorchGemm& libtorch_gemm() {
-  static const LibTorchGemm gemm = [] {
-    LibTorchGemm g{at::get_mkldnn_version(), dnnl::version(), false};
-    g.newer = release_of(g.theirs) > release_of(g.ours);
-    return g;
-  }();
-  return gemm;
-}
-
-}  // namespace
-
-Bf16Products default_bf16_products() {
-  // at::mm leaves oneDNN for a slow path where the user turned it off (torch.backends.mkldnn).
-  return libtorch_gemm().newer && at::globalContext().userEnabledMkldnn() ? Bf16Products::libtorch
-                                                                          : Bf16Products::onednn;
-}
-
-std::string bf16_products_description() {
-  if (!bf16_products_available()) return "none: " + bf16_products_unavailable_reason();
-  const auto& g = libtorch_gemm();
-  if (default_bf16_products() == Bf16Products::onednn) {
-    return "every bf16 product on the linked " + dnnl::version() +
-           (g.newer ? " (LibTorch's oneDNN is turned off)" : "");
-  }
-  const auto theirs = release_of(g.theirs);
-  return "whole bf16 products on LibTorch's oneDNN " + std::to_string(theirs[0]) + "." +
-         std::to_string(theirs[1]) + "." + std::to_string(theirs[2]) + " (newer than the linked " +
-         g.ours + "), the rest on the linked one";
-}
 
 namespace {
 
@@ -223,53 +168,6 @@ void polynomial(const at::Tensor& S, const at::Tensor& A16, const UpperBlocks<fl
     for (int64_t j = j0; j < j1; ++j) values[j - j0] = b * static_cast<float>(ai[j]) + c * pi[j];
     if (j0 == i) values[0] += a;
     round_to_bf16(values, out, j1 - j0);
-  });
-}
-
-// W16 (k×m) ← the bf16 rounding of (G·scale)ᵀ for the m×k fp32 G, and copy ← G·scale where
-// given (G's layout), by 32×32 tiles through a local buffer: the reads run along G's rows and the
-// writes along W16's.
-void round_transposed(const at::Tensor& G, double scale, float* copy, const at::Tensor& W16) {
-  constexpr int64_t kTile = 32;
-  const int64_t m = G.size(0), k = G.size(1);
-  const auto* x = G.data_ptr<float>();
-  auto* w = W16.data_ptr<at::BFloat16>();
-  at::parallel_for(0, (m + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
-    at::BFloat16 tile[kTile][kTile];
-    for (int64_t i0 = begin * kTile; i0 < std::min(end * kTile, m); i0 += kTile) {
-      const int64_t rows = std::min(kTile, m - i0);
-      for (int64_t j0 = 0; j0 < k; j0 += kTile) {
-        const int64_t cols = std::min(kTile, k - j0);
-        for (int64_t i = 0; i < rows; ++i) {
-          const int64_t at = (i0 + i) * k + j0;
-          round_scaled_to_bf16(x + at, scale, copy != nullptr ? copy + at : nullptr, tile[i], cols);
-        }
-        write_transposed(tile[0], kTile, rows, cols, false, w + j0 * m + i0, m);
-      }
-    }
-  });
-}
-
-// X (m×k fp32) ← the transpose of the k×m bf16 W16, widened (exactly), by 32×32 tiles
-// transposed through a local buffer: the reads run along W16's rows and the writes along X's.
-void widen_transposed(const at::Tensor& W16, const at::Tensor& X) {
-  constexpr int64_t kTile = 32;
-  const int64_t k = W16.size(0), m = W16.size(1);
-  const auto* w = W16.data_ptr<at::BFloat16>();
-  auto* x = X.data_ptr<float>();
-  at::parallel_for(0, (m + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
-    at::BFloat16 tile[kTile][kTile];
-    for (int64_t j0 = begin * kTile; j0 < std::min(end * kTile, m); j0 += kTile) {
-      const int64_t rows = std::min(kTile, m - j0);  // of X
-      for (int64_t i0 = 0; i0 < k; i0 += kTile) {
-        const int64_t cols = std::min(kTile, k - i0);
-        write_transposed(w + i0 * m + j0, m, cols, rows, false, tile[0], kTile);
-        for (int64_t j = 0; j < rows; ++j) {
-          float* row = x + (j0 + j) * k + i0;
-          for (int64_t i = 0; i < cols; ++i) row[i] = static_cast<float>(tile[j][i]);
-        }
-      }
-    }
   });
 }
 

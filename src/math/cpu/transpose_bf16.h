@@ -69,4 +69,11 @@ inline void write_transposed(const at::BFloat16* tile, int64_t tile_stride, int6
   }
 }
 
+// W16 (k×m) ← the bf16 rounding of (G·scale)ᵀ for the m×k fp32 G, and copy ← G·scale where
+// given (G's layout). (transpose_bf16.cpp)
+void round_transposed(const at::Tensor& G, double scale, float* copy, const at::Tensor& W16);
+
+// X (m×k fp32) ← the transpose of the k×m bf16 W16, widened (exactly). (transpose_bf16.cpp)
+void widen_transposed(const at::Tensor& W16, const at::Tensor& X);
+
 }  // namespace muon::detail
