@@ -179,7 +179,7 @@ def orthogonalize(x, coefficients="quintic", steps=5, *, method="automatic", dty
     CPU, float64 stays float64); ``gram_restarts``: the iteration counts after which 'gram' forms
     W and its Gram matrix afresh (strictly increasing, each >= 1; () for never; None: the table's
     default, every 2 at most in bfloat16)."""
-    if not isinstance(x, torch.Tensor):
+    if not isinstance(x, _torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if isinstance(steps, bool) or not isinstance(steps, int):
         raise TypeError(f"steps must be an int, got {type(steps).__name__}")
