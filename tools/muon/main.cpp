@@ -52,7 +52,8 @@ int report_failure(const std::exception_ptr& failure) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "muon — Muon + AdamW optimizers for LibTorch.\n"
+      "muon — hybrid optimizers for LibTorch: a matrix algorithm (Muon, Dion) on the hidden "
+      "matrices, an elementwise one (AdamW, Lion, ...) on the rest.\n"
       "Run `muon train` to train a small GPT on the King James Bible with the hybrid optimizer."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "muon " MUON_VERSION);
