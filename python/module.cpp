@@ -244,7 +244,7 @@ class Engine {
   void check_step() const {
     if (hybrid_ != nullptr) return hybrid_->check_step();
     for_each_algorithm([&](auto* tag) {
-      using Owner = typename Algorithm<std::remove_pointer_t<decltype(tag)>>::Owner;
+      using Owner = OwnerOf<std::remove_pointer_t<decltype(tag)>>;
       if (const auto* owner = dynamic_cast<const Owner*>(optimizer_.get())) owner->check_step();
     });
   }
@@ -376,7 +376,7 @@ void bind_engine(py::module_& m) {
   for_each_algorithm([&](auto* tag) {
     using Options = std::remove_pointer_t<decltype(tag)>;
     engine.def_static(Algorithm<Options>::name,
-                      &Engine::make<typename Algorithm<Options>::Owner, Options>);
+                      &Engine::make<OwnerOf<Options>, Options>);
   });
   engine
       .def_static("hybrid", &Engine::from_config, py::arg("named"), py::arg("yaml"),

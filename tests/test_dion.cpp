@@ -251,7 +251,7 @@ TEST(Dion, IsARegisteredMatricesAlgorithm) {
             (SettingValues{{"lr", 0.01}, {"momentum", 0.95}, {"weight_decay", 0.01}}));
   EXPECT_EQ(defaults.adjust_lr(), AdjustLr::spectral);
   EXPECT_STREQ(algorithm_name(*muon_preset("dion").options), "dion");
-  const auto slots = Algorithm<DionOptions>::state_slots(rank(0.5), at::zeros({8, 6}), {8, 6});
+  const auto slots = state_slots(rank(0.5), at::zeros({8, 6}), {8, 6});
   ASSERT_EQ(slots.size(), 2u);
   EXPECT_EQ(slots[0].name, "momentum_buffer");
   EXPECT_EQ(slots[0].shape, (std::vector<int64_t>{8, 6}));

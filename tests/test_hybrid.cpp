@@ -74,7 +74,7 @@ std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options, co
   }
   auto hybrid = std::make_unique<HybridOptimizer>(route(*ours), options);
   const auto routes = route(*theirs);
-  typename Algorithm<Matrices>::Owner muon(tensors_with_role(routes, Role::muon), matrices);
+  OwnerOf<Matrices> muon(tensors_with_role(routes, Role::muon), matrices);
   std::vector<at::Tensor> decayed, not_decayed;
   for (const auto& r : routes) {
     if (r.role == Role::adamw) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
@@ -83,7 +83,7 @@ std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options, co
   EXPECT_EQ(not_decayed.size(), 3u);  // two block norms and the final norm
   auto no_decay = others;
   no_decay.weight_decay(0);
-  typename Algorithm<Options>::Owner by_hand(
+  OwnerOf<Options> by_hand(
       {torch::optim::OptimizerParamGroup(decayed),
        torch::optim::OptimizerParamGroup(not_decayed, std::make_unique<Options>(no_decay))},
       others);

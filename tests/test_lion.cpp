@@ -1,5 +1,5 @@
 // Lion against a straightforward reference written here, its kernels against each other, its
-// state through checkpoints and the hybrid; the registry that makes it one entry.
+// state through checkpoints and the hybrid.
 #include "muon/lion.h"
 
 #include <gtest/gtest.h>
@@ -225,25 +225,6 @@ TEST(Lion, RunsAsAGroupOfTheHybridAsOnItsOwn) {
   const auto& group = hybrid.param_groups().back();
   EXPECT_STREQ(algorithm_name(group.options()), "lion");
   EXPECT_EQ(hybrid.role_of(extra), Role::adamw);  // the elementwise role
-}
-
-TEST(Registry, VisitsEachAlgorithmOnceAndRefusesOthers) {
-  EXPECT_EQ(algorithm_names_text(), "muon, dion, adamw, adam, lamb, lion");
-  int count = 0;
-  for_each_algorithm([&](auto* tag) {
-    using Options = std::remove_pointer_t<decltype(tag)>;
-    const Options options;
-    EXPECT_STREQ(algorithm_name(options), Algorithm<Options>::name);
-    EXPECT_EQ(algorithm_kind(options), Algorithm<Options>::kind);
-    ++count;
-  });
-  EXPECT_EQ(count, 6);
-  EXPECT_EQ(algorithm_kind(MuonOptions()), ParamKind::matrices);
-  EXPECT_EQ(algorithm_kind(DionOptions()), ParamKind::matrices);
-  EXPECT_EQ(algorithm_kind(LionOptions()), ParamKind::any);
-  struct Other : torch::optim::OptimizerCloneableOptions<Other> {};
-  expect_error<Error>([] { check_group_options(Other()); },
-                      {"options of another optimizer", "muon, dion, adamw, adam, lamb, lion"});
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The Adam family as torch::optim::Optimizers, one template over the update rule
-// (muon/rules.h): muon::AdamW (decoupled decay, exactly torch.optim.AdamW), muon::Adam (coupled
+// (src/optim/adam_rule.cpp): muon::AdamW (decoupled decay, exactly torch.optim.AdamW), muon::Adam (coupled
 // L2 decay, torch style), NAdam through nesterov(true) on either (optax's form), and muon::Lamb.
 // Each runs a fused single-pass kernel on CPU tensors and a device-generic ATen form elsewhere
 // (docs/algorithms.md). state_dtype(at::kBFloat16) stores both moments in bf16 with stochastic
@@ -11,11 +11,13 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <array>
 #include <optional>
 #include <tuple>
 #include <vector>
 
 #include "muon/algorithm.h"
+#include "muon/dtypes.h"
 #include "muon/enum_names.h"
 #include "muon/option_schema.h"
 
@@ -78,12 +80,16 @@ using AdamWOptions = AdamFamilyOptions<AdamRule::adamw>;
 using AdamOptions = AdamFamilyOptions<AdamRule::adam>;
 using LambOptions = AdamFamilyOptions<AdamRule::lamb>;
 
-struct AdamParamState : public torch::optim::OptimizerCloneableParamState<AdamParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(at::Tensor, exp_avg);     // state_dtype
-  TORCH_ARG(at::Tensor, exp_avg_sq);  // state_dtype
-  TORCH_ARG(at::Tensor, mantissa);    // mantissa_tracking of a bf16 parameter: int16 low halves
-};
+// The Adam family's state per parameter (MUON_PARAM_STATE in muon/algorithm.h): the moments
+// exp_avg and exp_avg_sq in state_dtype (full precision: fp32, fp64 for fp64 parameters); mantissa
+// with mantissa_tracking of a bf16 parameter (the low 16 bits of each fp32 weight, int16).
+// clang-format off
+#define MUON_ADAM_STATE(X)                                                                         \
+  X(exp_avg, true, p.sizes(), state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)       \
+  X(exp_avg_sq, true, p.sizes(), state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)    \
+  X(mantissa, tracks_mantissa(o.mantissa_tracking(), p), p.sizes(), at::kShort, zeros)
+// clang-format on
+MUON_PARAM_STATE(AdamParamState, MUON_ADAM_STATE);
 
 template <AdamRule R>
 using AdamFamily = ElementwiseOptimizer<AdamFamilyOptions<R>>;
@@ -100,30 +106,16 @@ struct Algorithm<AdamFamilyOptions<R>> {
                                                             : "lamb";
   static constexpr ParamKind kind = ParamKind::any;
   using State = AdamParamState;
-  using Owner = AdamFamily<R>;
-  using Item = RuleItem<State>;
+  static constexpr std::array settings{"lr", "weight_decay", "betas", "eps"};
 
   // LAMB: no nesterov, cautious or bf16 state.
   static void validate(const Options& options);
-  static std::vector<StateSlot> state_slots(const Options& options, const at::Tensor& param,
-                                            const std::vector<int64_t>& view);
-  template <class F>
-  static void visit_state(State& s, F&& f) {
-    f("exp_avg", s.exp_avg());
-    f("exp_avg_sq", s.exp_avg_sq());
-    f("mantissa", s.mantissa());
-  }
-  static SettingValues settings(const Options& o) { return beta_settings<true>(o); }
-  static void set_settings(Options& o, const SettingValues& v) { set_beta_settings<true>(o, v); }
-
-  static State& make_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
-                           const at::Tensor& param, const Options& options);
   // Throws muon::Error, naming `where` (e.g. "parameter 2 of param group 0"), unless `param` with
   // gradient `grad` can take this update — before anything changes.
   static void check_item(const at::Tensor& param, const at::Tensor& grad, const Options& options,
                          const std::string& where);
   // One step of every item, all under `options` (one parameter group).
-  static void update(const Options& options, const std::vector<Item>& items);
+  static void update(const Options& options, const std::vector<RuleItem<State>>& items);
 };
 
 }  // namespace muon

@@ -4,35 +4,36 @@
 // muon/algorithms.h. The owners (the standalone optimizers and the hybrid), checkpoints, the
 // Python module and the docs' tables read these entries instead of switching on types.
 //
-// An entry declares:
+// An entry declares only what differs between algorithms:
 //   name                 "adamw": Python's engine and option_schema(), messages, reports
 //   kind                 ParamKind: which parameters it can update
-//   State                its per-parameter state (a torch::optim::OptimizerParamState)
-//   Owner                its standalone torch::optim::Optimizer
+//   State                its per-parameter state, declared once as a list (MUON_PARAM_STATE below):
+//                        the fields, their visitor, the slots checkpoints check and the state
+//                        made on first use all come from that list
+//   settings             the options schedules, LR schedulers and checkpoints change, by name
+//                        ({"lr", "weight_decay", "momentum"}; a Betas option is beta1 and beta2)
 //   validate(options)    throws muon::Error for settings it cannot run, naming the one at fault
-//   state_slots(options, param, view)   the state tensors it keeps for `param`
-//   visit_state(state, f)               f(name, at::Tensor&) for each of them
-//   settings(options), set_settings(options, values)
-//                        the settings schedules and LR schedulers change (lr, weight_decay, ...),
-//                        saved with checkpoints by name
-// and, for ParamKind::any (elementwise rules, which ElementwiseOptimizer owns):
-//   make_state(slot, param, options)    the state, created on first use
-//   check_item(param, grad, options, where)
-//   update(options, items)              one step of every item (one parameter group)
-// or, for ParamKind::matrices (rules over (batch..., rows, cols) views, which MatrixOptimizer
-// owns), the same with the parameter's view, and items that carry their own options:
-//   make_state(slot, param, options, view)
-//   check_item(param, grad, options, view, where)
-//   update(items, workspaces)           one step of every item, across groups
+//   check_item(...)      throws muon::Error, naming `where`, unless a parameter and its gradient
+//                        can take this update: (param, grad, options, where), and for matrices
+//                        (param, grad, options, view, where)
+//   update(...)          one step: (options, items) of one group for elementwise rules, owned by
+//                        ElementwiseOptimizer; (items[, scratch]) across groups for matrices,
+//                        owned by MatrixOptimizer, where `Scratch` (optional) is the type of the
+//                        buffers it keeps across steps (Muon's orthogonalization workspaces)
+// Everything else is derived from these: OwnerOf<Options>, ItemOf<Options>, state_slots(),
+// make_state(), settings_of() and set_settings_of().
 #pragma once
 
+#include <ATen/core/grad_mode.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace muon {
@@ -53,6 +54,59 @@ struct StateSlot {
   std::vector<int64_t> shape;
   at::ScalarType dtype;
 };
+
+// When a state tensor is made: as zeros with the state (or on the first step it is present, when
+// an option switching it on changed between steps), or by the algorithm's update (Dion's Q, drawn
+// at random).
+enum class StateStart { zeros, by_update };
+
+// Whether `param`'s updates go through a mantissa (docs/algorithms.md, "Mantissa tracking"): the
+// option is on and the parameter is bf16.
+inline bool tracks_mantissa(bool option, const at::Tensor& param) {
+  return option && param.scalar_type() == at::kBFloat16;
+}
+
+// An algorithm's per-parameter state, declared once as a list of its tensors,
+//   X(name, present, shape, dtype, start)
+// where `present`, `shape` and `dtype` are expressions of the group's options `o`, the parameter
+// `p` and its (batch..., rows, cols) view `view` (an at::IntArrayRef; the shape for elementwise
+// rules), and `start` is a StateStart. MUON_PARAM_STATE(Name, LIST) defines `Name`, a
+// torch::optim::OptimizerParamState with `step` and one at::Tensor per entry, and from the same
+// list its visitor, its slots and the state made on first use (state_slots(), make_state()).
+#define MUON_STATE_FIELD(name_, present_, shape_, dtype_, start_) TORCH_ARG(at::Tensor, name_);
+#define MUON_STATE_VISIT(name_, present_, shape_, dtype_, start_) f(#name_, s.name_());
+#define MUON_STATE_SLOT(name_, present_, shape_, dtype_, start_) \
+  if (present_) slots.push_back({#name_, at::IntArrayRef(shape_).vec(), dtype_});
+#define MUON_STATE_MAKE(name_, present_, shape_, dtype_, start_)                        \
+  if (StateStart::start_ == StateStart::zeros && !s.name_().defined() && (present_)) { \
+    s.name_(at::zeros(shape_, p.options().dtype(dtype_)));                             \
+  }
+#define MUON_PARAM_STATE(Name, LIST)                                                              \
+  struct Name : public torch::optim::OptimizerCloneableParamState<Name> {                         \
+    TORCH_ARG(int64_t, step) = 0;                                                                 \
+    LIST(MUON_STATE_FIELD)                                                                        \
+                                                                                                  \
+   public: /* TORCH_ARG leaves the members after it private */                                    \
+    /* f(name, at::Tensor&) for each tensor, defined or not. */                                   \
+    template <class F>                                                                            \
+    static void visit(Name& s, F&& f) {                                                           \
+      LIST(MUON_STATE_VISIT)                                                                      \
+    }                                                                                             \
+    /* The tensors `p` keeps under `o`, in the list's order. */                                   \
+    template <class Options>                                                                      \
+    static std::vector<StateSlot> slots([[maybe_unused]] const Options& o, const at::Tensor& p,   \
+                                        [[maybe_unused]] at::IntArrayRef view) {                  \
+      std::vector<StateSlot> slots;                                                               \
+      LIST(MUON_STATE_SLOT)                                                                       \
+      return slots;                                                                               \
+    }                                                                                             \
+    /* Makes each tensor that starts as zeros, is present and is not there yet. */                \
+    template <class Options>                                                                      \
+    static void make(Name& s, [[maybe_unused]] const Options& o, const at::Tensor& p,             \
+                     [[maybe_unused]] at::IntArrayRef view) {                                     \
+      LIST(MUON_STATE_MAKE)                                                                       \
+    }                                                                                             \
+  }
 
 // Settings by name, as checkpoints store them.
 using SettingValues = std::map<std::string, double>;
@@ -80,21 +134,56 @@ struct MatrixItem {
 // (β1, β2) of the Adam family and its like.
 using Betas = std::tuple<double, double>;
 
-// The settings of options with lr, weight_decay and betas (beta1, beta2), plus eps when WithEps:
-// the Adam family's.
-template <bool WithEps, class Options>
-SettingValues beta_settings(const Options& o) {
-  SettingValues v{{"lr", o.lr()},
-                  {"weight_decay", o.weight_decay()},
-                  {"beta1", std::get<0>(o.betas())},
-                  {"beta2", std::get<1>(o.betas())}};
-  if constexpr (WithEps) v["eps"] = o.eps();
-  return v;
+namespace detail {
+
+template <class Options>
+bool is_setting(const char* option) {
+  for (const char* name : Algorithm<Options>::settings) {
+    if (std::strcmp(name, option) == 0) return true;
+  }
+  return false;
 }
-template <bool WithEps, class Options>
-void set_beta_settings(Options& o, const SettingValues& v) {
-  o.lr(v.at("lr")).weight_decay(v.at("weight_decay")).betas({v.at("beta1"), v.at("beta2")});
-  if constexpr (WithEps) o.eps(v.at("eps"));
+
+}  // namespace detail
+
+// The settings of `o` (those its entry lists), by name: a double option as itself, a Betas option
+// as beta1 and beta2 (a test holds every entry's list to these two types).
+template <class Options>
+SettingValues settings_of(const Options& o) {
+  SettingValues values;
+  visit_options(o, [&](const auto& info, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if (!detail::is_setting<Options>(info.name)) return;
+    if constexpr (std::is_same_v<T, double>) {
+      values[info.name] = value;
+    } else if constexpr (std::is_same_v<T, Betas>) {
+      values["beta1"] = std::get<0>(value);
+      values["beta2"] = std::get<1>(value);
+    }
+  });
+  return values;
+}
+
+// Sets the settings of `o` from `values`, which hold exactly the names settings_of(o) gives.
+template <class Options>
+void set_settings_of(Options& o, const SettingValues& values) {
+  visit_options(o, [&](const auto& info, auto& field) {
+    using T = std::decay_t<decltype(field)>;
+    if (!detail::is_setting<Options>(info.name)) return;
+    if constexpr (std::is_same_v<T, double>) {
+      field = values.at(info.name);
+    } else if constexpr (std::is_same_v<T, Betas>) {
+      field = Betas(values.at("beta1"), values.at("beta2"));
+    }
+  });
+}
+
+// Runs a step's closure (if any) once with gradients enabled, as torch.optim does, and returns
+// its loss (undefined without a closure): every owner's step() begins with it.
+inline at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
+  if (closure == nullptr) return {};
+  at::AutoGradMode enable_grad(true);
+  return closure();
 }
 
 // The standalone optimizer of an elementwise algorithm (ParamKind::any): owns groups and state and
@@ -117,5 +206,123 @@ class ElementwiseOptimizer : public torch::optim::Optimizer {
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 };
+
+// An optimizer that updates some parameters in a (batch..., rows, cols) view of their own.
+class MatrixViews {
+ public:
+  virtual ~MatrixViews() = default;
+  // The view `param` is updated in (its own shape unless set).
+  virtual std::vector<int64_t> matrix_view(const at::Tensor& param) const = 0;
+};
+
+// The buffers a matrices algorithm keeps across steps: its entry's Scratch, or nothing.
+struct NoScratch {};
+namespace detail {
+template <class Entry, class = void>
+struct ScratchTypeOf {
+  using type = NoScratch;
+};
+template <class Entry>
+struct ScratchTypeOf<Entry, std::void_t<typename Entry::Scratch>> {
+  using type = typename Entry::Scratch;
+};
+}  // namespace detail
+template <class Options>
+using ScratchOf = typename detail::ScratchTypeOf<Algorithm<Options>>::type;
+
+// The standalone optimizer of a matrices algorithm (ParamKind::matrices): owns groups, state,
+// each parameter's view and the algorithm's scratch, and calls Algorithm<Options>::update on them
+// (muon::Muon, muon::Dion). A parameter of rank ≥ 2 is a batch of matrices over its last two dims
+// (an expert stack (E, rows, cols) is updated expert by expert); set_matrix_view() gives it
+// another view first, e.g. a conv kernel (out, in, kh, kw) → (out, in·kh·kw).
+template <class OptionsType>
+class MatrixOptimizer : public torch::optim::Optimizer, public MatrixViews {
+ public:
+  using Options = OptionsType;
+  explicit MatrixOptimizer(std::vector<torch::optim::OptimizerParamGroup> param_groups,
+                           Options defaults = {});
+  explicit MatrixOptimizer(std::vector<at::Tensor> params, Options defaults = {});
+
+  // torch::optim::Optimizer::add_param_group, keeping the group's own options on every LibTorch
+  // (newer ones replace options of types they do not know with the defaults; through a
+  // torch::optim::Optimizer& that happens). Checked by the next step().
+  void add_param_group(const torch::optim::OptimizerParamGroup& group);
+
+  // Calls `closure` (if any) once with gradients enabled, then updates every parameter that has a
+  // gradient. Everything is validated before the first parameter changes.
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+  // Throws muon::Error for whatever would stop step() (options, sparse/complex/mis-shaped
+  // gradients), changing nothing: step() calls it before its first write.
+  void check_step() const;
+
+  // Update `param` (one of this optimizer's) as the (batch..., rows, cols) tensor `view` (same
+  // element count, at least 2 dims).
+  void set_matrix_view(const at::Tensor& param, std::vector<int64_t> view);
+  // The view `param` is updated in (its own shape unless set).
+  std::vector<int64_t> matrix_view(const at::Tensor& param) const override;
+
+  // torch::save / torch::load: state and each group's settings (save_optimizer_state in
+  // muon/param_state.h).
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  std::map<const void*, std::vector<int64_t>> views_;
+  ScratchOf<Options> scratch_;
+};
+
+// What the entry implies. The standalone optimizer of the algorithm:
+template <class Options>
+using OwnerOf = std::conditional_t<Algorithm<Options>::kind == ParamKind::matrices,
+                                   MatrixOptimizer<Options>, ElementwiseOptimizer<Options>>;
+// One parameter of its update:
+template <class Options>
+using ItemOf = std::conditional_t<Algorithm<Options>::kind == ParamKind::matrices,
+                                  MatrixItem<Options, typename Algorithm<Options>::State>,
+                                  RuleItem<typename Algorithm<Options>::State>>;
+
+// The state tensors `param` keeps under `options` in `view` (its shape for elementwise rules).
+template <class Options>
+std::vector<StateSlot> state_slots(const Options& options, const at::Tensor& param,
+                                   at::IntArrayRef view) {
+  return Algorithm<Options>::State::slots(options, param, view);
+}
+
+// The state of `param` in `slot` (an optimizer's state entry), made on first use, with each
+// tensor that starts as zeros and is missing made now (NorMuon switched on between steps).
+template <class Options>
+typename Algorithm<Options>::State& make_state(
+    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& param,
+    const Options& options, at::IntArrayRef view) {
+  using State = typename Algorithm<Options>::State;
+  if (!slot) slot = std::make_unique<State>();
+  auto& state = static_cast<State&>(*slot);
+  State::make(state, options, param, view);
+  return state;
+}
+
+// Throws muon::Error, naming `where`, unless `param` with gradient `grad` can take the update of
+// `options`' algorithm: its entry's check_item, given the (batch..., rows, cols) `view` when the
+// algorithm updates matrices.
+template <class Options>
+void check_item(const at::Tensor& param, const at::Tensor& grad, const Options& options,
+                const std::vector<int64_t>& view, const std::string& where) {
+  if constexpr (Algorithm<Options>::kind == ParamKind::matrices) {
+    Algorithm<Options>::check_item(param, grad, options, view, where);
+  } else {
+    Algorithm<Options>::check_item(param, grad, options, where);
+  }
+}
+
+// One matrices update of `items` with the algorithm's scratch.
+template <class Options>
+void update_matrices(const std::vector<ItemOf<Options>>& items, ScratchOf<Options>& scratch) {
+  if constexpr (std::is_same_v<ScratchOf<Options>, NoScratch>) {
+    Algorithm<Options>::update(items);
+  } else {
+    Algorithm<Options>::update(items, scratch);
+  }
+}
 
 }  // namespace muon

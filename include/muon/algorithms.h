@@ -62,6 +62,18 @@ struct ItemListsOf<AlgorithmList<Options...>> {
   using type = std::tuple<std::vector<MatrixItem<Options, typename Algorithm<Options>::State>>...>;
 };
 
+// One algorithm's scratch, as its own type (two algorithms without scratch stay apart).
+template <class Options>
+struct ScratchSlot {
+  ScratchOf<Options> value;
+};
+template <class List>
+struct ScratchListOf;
+template <class... Options>
+struct ScratchListOf<AlgorithmList<Options...>> {
+  using type = std::tuple<ScratchSlot<Options>...>;
+};
+
 }  // namespace detail
 
 // f(options as their own type, e.g. const AdamWOptions&); throws muon::Error for options of an
@@ -127,21 +139,34 @@ std::optional<T> get_option(const torch::optim::OptimizerOptions& options, const
   return out;
 }
 
+// The scratch of every matrices algorithm (ScratchOf), kept across steps by an owner of several
+// algorithms: the hybrid.
+class MatrixScratch {
+ public:
+  template <class Options>
+  ScratchOf<Options>& of() {
+    return std::get<detail::ScratchSlot<Options>>(slots_).value;
+  }
+
+ private:
+  typename detail::ScratchListOf<Algorithms>::type slots_;
+};
+
 // The items of every matrices algorithm (ParamKind::matrices), gathered across an owner's groups
 // and then updated together, algorithm by algorithm in the registry's order: Muon orthogonalizes
 // same-shape matrices of all groups in one batch.
 class MatrixItemLists {
  public:
   template <class Options>
-  std::vector<typename Algorithm<Options>::Item>& of() {
-    return std::get<std::vector<typename Algorithm<Options>::Item>>(lists_);
+  std::vector<ItemOf<Options>>& of() {
+    return std::get<std::vector<MatrixItem<Options, typename Algorithm<Options>::State>>>(lists_);
   }
-  void update(MuonWorkspaces& workspaces) {
+  void update(MatrixScratch& scratch) {
     for_each_algorithm([&](auto* tag) {
       using Options = std::remove_pointer_t<decltype(tag)>;
       if constexpr (Algorithm<Options>::kind == ParamKind::matrices) {
         const auto& items = of<Options>();
-        if (!items.empty()) Algorithm<Options>::update(items, workspaces);
+        if (!items.empty()) update_matrices<Options>(items, scratch.of<Options>());
       }
     });
   }

@@ -8,6 +8,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -39,25 +40,28 @@ void visit_options(O& o, F&& f) {
   MUON_DION_OPTIONS(MUON_OPTION_VISIT)
 }
 
-struct DionParamState : public torch::optim::OptimizerCloneableParamState<DionParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  // M, fp32 (fp64 for fp64 parameters).
-  TORCH_ARG(at::Tensor, momentum_buffer);
-  // The right factor Q (batch..., min(rows, cols), rank), M's dtype.
-  TORCH_ARG(at::Tensor, dion_q);
-  // mantissa_tracking: the low 16 bits of each fp32 weight of a bf16 parameter (int16).
-  TORCH_ARG(at::Tensor, mantissa);
-};
+// The shape of Dion's right factor Q for matrices in `view` (batch..., rows, cols):
+// (batch..., min(rows, cols), rank).
+std::vector<int64_t> dion_q_shape(const DionOptions& options, const std::vector<int64_t>& view);
+
+// Dion's state per parameter (MUON_PARAM_STATE in muon/algorithm.h):
+//   momentum_buffer  M, fp32 (fp64 for fp64 parameters)
+//   dion_q           the right factor Q (batch..., min(rows, cols), rank), M's dtype; drawn at
+//                    random by the first update
+//   mantissa         mantissa_tracking of a bf16 parameter: the low 16 bits of each fp32 weight
+// clang-format off
+#define MUON_DION_STATE(X)                                                                         \
+  X(momentum_buffer, true, p.sizes(), full_precision(p.scalar_type()), zeros)                      \
+  X(dion_q, true, dion_q_shape(o, view.vec()), full_precision(p.scalar_type()), by_update)         \
+  X(mantissa, tracks_mantissa(o.mantissa_tracking(), p), p.sizes(), at::kShort, zeros)
+// clang-format on
+MUON_PARAM_STATE(DionParamState, MUON_DION_STATE);
 
 using DionItem = MatrixItem<DionOptions, DionParamState>;
 using Dion = MatrixOptimizer<DionOptions>;
 
 // The rank of Dion's update of a (rows × cols) matrix.
 int64_t dion_rank(const DionOptions& options, int64_t rows, int64_t cols);
-// The shape of Dion's right factor Q for matrices in `view` (batch..., rows, cols):
-// (batch..., min(rows, cols), rank).
-std::vector<int64_t> dion_q_shape(const DionOptions& options, const std::vector<int64_t>& view);
-
 // Throws muon::Error unless `options` are valid (the schema's ranges; cautious weight decay with a
 // multiplicative decay).
 void check_options(const DionOptions& options);
@@ -68,35 +72,14 @@ struct Algorithm<DionOptions> {
   static constexpr const char* name = "dion";
   static constexpr ParamKind kind = ParamKind::matrices;
   using State = DionParamState;
-  using Owner = Dion;
-  using Item = DionItem;
+  static constexpr std::array settings{"lr", "weight_decay", "momentum"};
 
   static void validate(const DionOptions& options) { check_options(options); }
-  // momentum_buffer and dion_q; mantissa with mantissa_tracking of a bf16 parameter.
-  static std::vector<StateSlot> state_slots(const DionOptions& options, const at::Tensor& param,
-                                            const std::vector<int64_t>& view);
-  template <class F>
-  static void visit_state(State& s, F&& f) {
-    f("momentum_buffer", s.momentum_buffer());
-    f("dion_q", s.dion_q());
-    f("mantissa", s.mantissa());
-  }
-  static SettingValues settings(const DionOptions& o) {
-    return {{"lr", o.lr()}, {"weight_decay", o.weight_decay()}, {"momentum", o.momentum()}};
-  }
-  static void set_settings(DionOptions& o, const SettingValues& v) {
-    o.lr(v.at("lr")).weight_decay(v.at("weight_decay")).momentum(v.at("momentum"));
-  }
-
-  // The momentum buffer (zeros) on first use; Q is drawn by the first update.
-  static State& make_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
-                           const at::Tensor& param, const DionOptions& options,
-                           const std::vector<int64_t>& view);
   static void check_item(const at::Tensor& param, const at::Tensor& grad,
                          const DionOptions& options, const std::vector<int64_t>& view,
                          const std::string& where);
-  // One Dion step of every item, matrix by matrix (`workspaces` are Muon's: unused).
-  static void update(const std::vector<Item>& items, MuonWorkspaces& workspaces);
+  // One Dion step of every item, matrix by matrix.
+  static void update(const std::vector<DionItem>& items);
 };
 
 }  // namespace muon

@@ -8,7 +8,7 @@
 // later may run any registered algorithm) — the options' type is the algorithm tag, as in optax's
 // `partition` — so libtorch's LRScheduler and set_lr reach every group. It owns every group and all
 // state itself (state(), save/load, checkpoints read the one copy) and calls the update rules
-// (muon/rules.h) on them.
+// (each algorithm's registry entry, muon/algorithm.h) on them.
 //
 // step() reads .grad and never writes it: clipping scales internal copies, and on N ranks the
 // averaged gradients are internal too, so .grad after a step is the caller's own gradient
@@ -287,7 +287,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   std::map<const void*, Role> roles_;
   std::map<const void*, size_t> groups_;               // each trainable parameter's group
   std::map<const void*, std::vector<int64_t>> views_;  // Muon views other than the shape
-  MuonWorkspaces workspaces_;
+  MatrixScratch scratch_;  // each matrices algorithm's buffers, kept across steps
   StepStats stats_;
   QkClipSource* qk_source_ = nullptr;
   std::shared_ptr<Communicator> communicator_;

@@ -10,12 +10,14 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "muon/algorithm.h"
+#include "muon/dtypes.h"
 #include "muon/option_schema.h"
 
 namespace muon {
@@ -51,11 +53,14 @@ void visit_options(const LionOptions& o, F&& f) {
   MUON_LION_OPTIONS(MUON_OPTION_VISIT)
 }
 
-struct LionParamState : public torch::optim::OptimizerCloneableParamState<LionParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(at::Tensor, exp_avg);   // m, state_dtype
-  TORCH_ARG(at::Tensor, mantissa);  // mantissa_tracking of a bf16 parameter: int16 low halves
-};
+// Lion's state per parameter (MUON_PARAM_STATE in muon/algorithm.h): the momentum exp_avg (m) in
+// state_dtype; mantissa with mantissa_tracking of a bf16 parameter (int16 low halves).
+// clang-format off
+#define MUON_LION_STATE(X)                                                                         \
+  X(exp_avg, true, p.sizes(), state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)       \
+  X(mantissa, tracks_mantissa(o.mantissa_tracking(), p), p.sizes(), at::kShort, zeros)
+// clang-format on
+MUON_PARAM_STATE(LionParamState, MUON_LION_STATE);
 
 using Lion = ElementwiseOptimizer<LionOptions>;
 
@@ -65,27 +70,12 @@ struct Algorithm<LionOptions> {
   static constexpr const char* name = "lion";
   static constexpr ParamKind kind = ParamKind::any;
   using State = LionParamState;
-  using Owner = Lion;
-  using Item = RuleItem<State>;
+  static constexpr std::array settings{"lr", "weight_decay", "betas"};
 
   static void validate(const LionOptions& options);
-  static std::vector<StateSlot> state_slots(const LionOptions& options, const at::Tensor& param,
-                                            const std::vector<int64_t>& view);
-  template <class F>
-  static void visit_state(State& s, F&& f) {
-    f("exp_avg", s.exp_avg());
-    f("mantissa", s.mantissa());
-  }
-  static SettingValues settings(const LionOptions& o) { return beta_settings<false>(o); }
-  static void set_settings(LionOptions& o, const SettingValues& v) {
-    set_beta_settings<false>(o, v);
-  }
-
-  static State& make_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
-                           const at::Tensor& param, const LionOptions& options);
   static void check_item(const at::Tensor& param, const at::Tensor& grad,
                          const LionOptions& options, const std::string& where);
-  static void update(const LionOptions& options, const std::vector<Item>& items);
+  static void update(const LionOptions& options, const std::vector<RuleItem<State>>& items);
 };
 
 }  // namespace muon

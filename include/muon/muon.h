@@ -7,6 +7,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <array>
 #include <deque>
 #include <map>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "muon/algorithm.h"
+#include "muon/dtypes.h"
 #include "muon/enum_names.h"
 #include "muon/normalization.h"
 #include "muon/option_schema.h"
@@ -95,30 +97,23 @@ void visit_options(O& o, F&& f) {
   MUON_MUON_OPTIONS(MUON_OPTION_VISIT)
 }
 
-struct MuonParamState : public torch::optim::OptimizerCloneableParamState<MuonParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  // fp32 (fp64 for fp64 parameters) whatever the parameter dtype, or bf16 by state_dtype.
-  TORCH_ARG(at::Tensor, momentum_buffer);
-  // NorMuon's statistic (fp32), shape normuon_state_shape(view); undefined without NorMuon.
-  TORCH_ARG(at::Tensor, normuon_second_moment);
-  // mantissa_tracking: the low 16 bits of each fp32 weight of a bf16 parameter (int16).
-  TORCH_ARG(at::Tensor, mantissa);
-};
+// Muon's state per parameter (MUON_PARAM_STATE in muon/algorithm.h):
+//   momentum_buffer        fp32 (fp64 for fp64 parameters) whatever the parameter dtype, or bf16
+//                          by state_dtype
+//   normuon_second_moment  NorMuon's statistic, fp32, normuon_state_shape(view); only with NorMuon
+//   mantissa               mantissa_tracking of a bf16 parameter: the low 16 bits of each fp32
+//                          weight (int16)
+// clang-format off
+#define MUON_MUON_STATE(X)                                                                         \
+  X(momentum_buffer, true, p.sizes(), state_storage_dtype(p.scalar_type(), o.state_dtype()),      \
+    zeros)                                                                                         \
+  X(normuon_second_moment, o.normuon().has_value(), normuon_state_shape(view, o.normuon()->axis),  \
+    full_precision(p.scalar_type()), zeros)                                                        \
+  X(mantissa, tracks_mantissa(o.mantissa_tracking(), p), p.sizes(), at::kShort, zeros)
+// clang-format on
+MUON_PARAM_STATE(MuonParamState, MUON_MUON_STATE);
 
 using MuonItem = MatrixItem<MuonOptions, MuonParamState>;
-
-// A parameter of rank ≥ 2 is a batch of matrices over its last two dims: an expert stack
-// (E, rows, cols) is orthogonalized expert by expert. set_matrix_view() reshapes a parameter into
-// another (batch..., rows, cols) view first, e.g. a conv kernel (out, in, kh, kw) → (out,
-// in·kh·kw). Matrices of one shape and settings are orthogonalized together in one batched call, in
-// buffers kept across steps.
-// An optimizer that orthogonalizes some parameters in a (batch..., rows, cols) view of their own.
-class MatrixViews {
- public:
-  virtual ~MatrixViews() = default;
-  // The view `param` is orthogonalized in (its own shape unless set).
-  virtual std::vector<int64_t> matrix_view(const at::Tensor& param) const = 0;
-};
 
 // The buffers of Muon's batched orthogonalizations, kept across steps by the optimizer that owns
 // them: one workspace per matrix shape, dtype, device and orthogonalization setting.
@@ -138,51 +133,18 @@ class MuonWorkspaces {
   std::deque<Entry> entries_;  // a deque: get()'s references stay valid as entries are added
 };
 
-// The standalone optimizer of a matrices algorithm (ParamKind::matrices): owns groups, state,
-// each parameter's view and the workspaces kept across steps, and calls Algorithm<Options>::update
-// on them (muon::Muon, muon::Dion).
-template <class OptionsType>
-class MatrixOptimizer : public torch::optim::Optimizer, public MatrixViews {
- public:
-  using Options = OptionsType;
-  explicit MatrixOptimizer(std::vector<torch::optim::OptimizerParamGroup> param_groups,
-                           Options defaults = {});
-  explicit MatrixOptimizer(std::vector<at::Tensor> params, Options defaults = {});
-
-  // torch::optim::Optimizer::add_param_group, keeping the group's own options on every LibTorch
-  // (newer ones replace options of types they do not know with the defaults; through a
-  // torch::optim::Optimizer& that happens). Checked by the next step().
-  void add_param_group(const torch::optim::OptimizerParamGroup& group);
-
-  // Calls `closure` (if any) once with gradients enabled, then updates every parameter that has a
-  // gradient. Everything is validated before the first parameter changes.
-  at::Tensor step(LossClosure closure = nullptr) override;
-
-  // Throws muon::Error for whatever would stop step() (options, sparse/complex/mis-shaped
-  // gradients), changing nothing: step() calls it before its first write.
-  void check_step() const;
-
-  // Update `param` (one of this optimizer's) as the (batch..., rows, cols) tensor `view` (same
-  // element count, at least 2 dims).
-  void set_matrix_view(const at::Tensor& param, std::vector<int64_t> view);
-  // The view `param` is updated in (its own shape unless set).
-  std::vector<int64_t> matrix_view(const at::Tensor& param) const override;
-
-  // torch::save / torch::load: state and each group's settings (save_optimizer_state in
-  // muon/param_state.h).
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
-
- private:
-  std::map<const void*, std::vector<int64_t>> views_;
-  MuonWorkspaces workspaces_;
-};
-
+// Muon's owner: matrices of one shape and settings are orthogonalized together in one batched
+// call, in buffers kept across steps.
 using Muon = MatrixOptimizer<MuonOptions>;
 
 // Throws muon::Error unless `options` are valid (lr ≥ 0, momentum in [0, 1), weight_decay ≥ 0,
 // ns_steps ≥ 1, a usable coefficient table, state_dtype Float or BFloat16).
 void check_options(const MuonOptions& options);
+
+// The orthogonalization settings of `options` for a rows × cols matrix: gram_coefficients (one
+// iteration per row) when set and the matrix is not square, coefficients and ns_steps otherwise
+// (torch.optim.Muon's Gram schedule); fused: false makes `automatic` mean plain.
+OrthogonalizeOptions orthogonalize_options(const MuonOptions& options, int64_t rows, int64_t cols);
 
 // Throws muon::Error, prefixed by `who`, unless `view` is a (batch..., rows, cols) view of `param`:
 // at least 2 dims, all positive, the parameter's element count.
@@ -200,32 +162,10 @@ struct Algorithm<MuonOptions> {
   static constexpr const char* name = "muon";
   static constexpr ParamKind kind = ParamKind::matrices;
   using State = MuonParamState;
-  using Owner = Muon;
-  using Item = MuonItem;
+  using Scratch = MuonWorkspaces;
+  static constexpr std::array settings{"lr", "weight_decay", "momentum"};
 
   static void validate(const MuonOptions& options) { check_options(options); }
-  // momentum_buffer; normuon_second_moment with NorMuon, mantissa with mantissa_tracking of a bf16
-  // parameter. `view` is the parameter's matrix view.
-  static std::vector<StateSlot> state_slots(const MuonOptions& options, const at::Tensor& param,
-                                            const std::vector<int64_t>& view);
-  template <class F>
-  static void visit_state(State& s, F&& f) {
-    f("momentum_buffer", s.momentum_buffer());
-    f("normuon_second_moment", s.normuon_second_moment());
-    f("mantissa", s.mantissa());
-  }
-  static SettingValues settings(const MuonOptions& o) {
-    return {{"lr", o.lr()}, {"weight_decay", o.weight_decay()}, {"momentum", o.momentum()}};
-  }
-  static void set_settings(MuonOptions& o, const SettingValues& v) {
-    o.lr(v.at("lr")).weight_decay(v.at("weight_decay")).momentum(v.at("momentum"));
-  }
-
-  // The state, created (zeros) on first use; NorMuon's statistic is added when NorMuon is
-  // switched on later.
-  static State& make_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot,
-                           const at::Tensor& param, const MuonOptions& options,
-                           const std::vector<int64_t>& view);
   // Throws muon::Error, naming `where` (e.g. "parameter 2 of param group 0"), unless `param` with
   // gradient `grad` can take a Muon update under `options` in `view` — before anything changes.
   static void check_item(const at::Tensor& param, const at::Tensor& grad,
@@ -233,7 +173,7 @@ struct Algorithm<MuonOptions> {
                          const std::string& where);
   // One Muon step of every item: matrices of one shape, dtype, device and orthogonalization
   // setting are orthogonalized together in one batched call, in `workspaces`.
-  static void update(const std::vector<Item>& items, MuonWorkspaces& workspaces);
+  static void update(const std::vector<MuonItem>& items, MuonWorkspaces& workspaces);
 };
 
 }  // namespace muon

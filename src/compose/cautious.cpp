@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "muon/rules.h"
+#include "muon/algorithm.h"
 
 namespace muon {
 

@@ -19,7 +19,6 @@
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/param_state.h"
-#include "muon/rules.h"
 #include "table.h"
 
 namespace muon {
@@ -251,10 +250,9 @@ void HybridOptimizer::check_new_param(size_t g, size_t i, const at::Tensor& p,
     using Entry = Algorithm<std::decay_t<decltype(o)>>;
     if constexpr (Entry::kind == ParamKind::matrices) {
       check_muon_param(p, where, algorithm_title(Entry::name).c_str());
-      if (p.grad().defined()) Entry::check_item(p, p.grad(), o, view, where);
-    } else {
-      Entry::check_item(p, p.grad(), o, where);
+      if (!p.grad().defined()) return;
     }
+    check_item(p, p.grad(), o, view, where);
   });
 }
 
@@ -487,15 +485,8 @@ void HybridOptimizer::init_state() {
   adopt_added_groups("HybridOptimizer::init_state");
   for (auto& group : param_groups_) {
     visit_algorithm(group.options(), [&](const auto& o) {
-      using Entry = Algorithm<std::decay_t<decltype(o)>>;
       for (const auto& p : group.params()) {
-        if (!owns(p)) continue;
-        auto& slot = state_[compat::param_state_key(p)];
-        if constexpr (Entry::kind == ParamKind::matrices) {
-          Entry::make_state(slot, p, o, matrix_view(p));
-        } else {
-          Entry::make_state(slot, p, o);
-        }
+        if (owns(p)) make_state(state_[compat::param_state_key(p)], p, o, matrix_view(p));
       }
     });
   }

@@ -14,7 +14,6 @@
 #include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
-#include "muon/rules.h"
 
 namespace muon {
 namespace {
@@ -45,20 +44,15 @@ void HybridOptimizer::check_step() const {
         "remove qk_clip (optimizer muonclip sets it)");
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     const auto& group = param_groups_[g];
-    check_group_options(group.options());
-    for (size_t i = 0; i < group.params().size(); ++i) {
-      const auto& p = group.params()[i];
-      if (!p.grad().defined()) continue;
-      const auto where = detail::concat("parameter ", i, " of param group ", g);
-      visit_algorithm(group.options(), [&](const auto& o) {
-        using Entry = Algorithm<std::decay_t<decltype(o)>>;
-        if constexpr (Entry::kind == ParamKind::matrices) {
-          Entry::check_item(p, p.grad(), o, matrix_view(p), where);
-        } else {
-          Entry::check_item(p, p.grad(), o, where);
-        }
-      });
-    }
+    visit_algorithm(group.options(), [&](const auto& o) {
+      Algorithm<std::decay_t<decltype(o)>>::validate(o);
+      for (size_t i = 0; i < group.params().size(); ++i) {
+        const auto& p = group.params()[i];
+        if (!p.grad().defined()) continue;
+        check_item(p, p.grad(), o, matrix_view(p),
+                   detail::concat("parameter ", i, " of param group ", g));
+      }
+    });
   }
 }
 
@@ -148,7 +142,7 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
     visit_algorithm(group.options(), [&](const auto& o) {
       using Options = std::decay_t<decltype(o)>;
       using Entry = Algorithm<Options>;
-      std::vector<RuleItem<typename Entry::State>> items;
+      std::vector<ItemOf<Options>> items;
       for (auto& p : group.params()) {
         const int64_t position = next_index[Entry::name]++;
         const auto* impl = p.unsafeGetTensorImpl();
@@ -157,11 +151,11 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
         auto& slot = state_[compat::param_state_key(p)];
         if constexpr (Entry::kind == ParamKind::matrices) {
           auto view = matrix_view(p);
-          auto& state = Entry::make_state(slot, p, o, view);
+          auto& state = make_state(slot, p, o, view);
           matrix_items.of<Options>().push_back(
               {p, grad->second, &state, &o, std::move(view), position});
         } else {
-          items.push_back({p, grad->second, &Entry::make_state(slot, p, o), position});
+          items.push_back({p, grad->second, &make_state(slot, p, o, p.sizes()), position});
         }
       }
       if constexpr (Entry::kind != ParamKind::matrices) {
@@ -169,7 +163,7 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
       }
     });
   }
-  matrix_items.update(workspaces_);
+  matrix_items.update(scratch_);
 }
 
 at::Tensor HybridOptimizer::step(LossClosure closure) {

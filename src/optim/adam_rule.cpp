@@ -3,23 +3,28 @@
 #include <cmath>
 #include <string>
 
+#include "muon/adam.h"
+
 #include "elementwise_optimizer.h"
 #include "in_place.h"
 #include "master_weights.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
-#include "muon/rules.h"
 #include "muon/stochastic_rounding.h"
 
 namespace muon {
+namespace {
 
+// The name a rule's messages use: "AdamW", "Adam" or "Lamb".
 const char* rule_name(AdamRule rule) {
   for (const auto& [r, name] : EnumNames<AdamRule>::table) {
     if (r == rule) return name;
   }
   return "?";
 }
+
+}  // namespace
 
 template <AdamRule R>
 void Algorithm<AdamFamilyOptions<R>>::validate(const Options& o) {
@@ -49,31 +54,6 @@ template <AdamRule R>
 void Algorithm<AdamFamilyOptions<R>>::check_item(const at::Tensor& p, const at::Tensor& grad,
                                                  const Options& o, const std::string& where) {
   detail::check_elementwise_item(rule_name(R), p, grad, o.fused(), where);
-}
-
-template <AdamRule R>
-std::vector<StateSlot> Algorithm<AdamFamilyOptions<R>>::state_slots(
-    const Options& o, const at::Tensor& p, const std::vector<int64_t>& /*view*/) {
-  const auto shape = p.sizes().vec();
-  const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
-  std::vector<StateSlot> slots{{"exp_avg", shape, dtype}, {"exp_avg_sq", shape, dtype}};
-  if (detail::tracks_mantissa(o.mantissa_tracking(), p))
-    slots.push_back({"mantissa", shape, at::kShort});
-  return slots;
-}
-
-template <AdamRule R>
-AdamParamState& Algorithm<AdamFamilyOptions<R>>::make_state(
-    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& p,
-    const Options& o) {
-  if (!slot) {
-    const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
-    auto state = std::make_unique<AdamParamState>();
-    state->exp_avg(at::zeros(p.sizes(), p.options().dtype(dtype)));  // contiguous, whatever p is
-    state->exp_avg_sq(at::zeros(p.sizes(), p.options().dtype(dtype)));
-    slot = std::move(state);
-  }
-  return static_cast<AdamParamState&>(*slot);
 }
 
 namespace {
@@ -128,9 +108,10 @@ void update_items(const AdamFamilyOptions<R>& o,
 }  // namespace
 
 template <AdamRule R>
-void Algorithm<AdamFamilyOptions<R>>::update(const Options& o, const std::vector<Item>& items) {
+void Algorithm<AdamFamilyOptions<R>>::update(const Options& o,
+                                            const std::vector<RuleItem<State>>& items) {
   detail::with_tracked_mantissas(o, items,
-                                 [&](const std::vector<Item>& work) { update_items(o, work); });
+                                 [&](const std::vector<RuleItem<State>>& work) { update_items(o, work); });
 }
 
 template struct Algorithm<AdamWOptions>;

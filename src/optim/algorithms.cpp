@@ -60,13 +60,11 @@ ParamKind algorithm_kind(const torch::optim::OptimizerOptions& options) {
 }
 
 SettingValues group_settings(const torch::optim::OptimizerOptions& options) {
-  return visit_algorithm(
-      options, [](const auto& o) { return Algorithm<std::decay_t<decltype(o)>>::settings(o); });
+  return visit_algorithm(options, [](const auto& o) { return settings_of(o); });
 }
 
 void set_group_settings(torch::optim::OptimizerOptions& options, const SettingValues& values) {
-  visit_algorithm(options,
-                  [&](auto& o) { Algorithm<std::decay_t<decltype(o)>>::set_settings(o, values); });
+  visit_algorithm(options, [&](auto& o) { set_settings_of(o, values); });
 }
 
 void check_group_options(const torch::optim::OptimizerOptions& options) {

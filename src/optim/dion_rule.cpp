@@ -40,29 +40,6 @@ void check_options(const DionOptions& o) {
         "independent or palm); l2 adds its decay to the gradient instead");
 }
 
-std::vector<StateSlot> Algorithm<DionOptions>::state_slots(const DionOptions& o,
-                                                           const at::Tensor& p,
-                                                           const std::vector<int64_t>& view) {
-  const auto full = full_precision(p.scalar_type());
-  std::vector<StateSlot> slots{{"momentum_buffer", p.sizes().vec(), full},
-                               {"dion_q", dion_q_shape(o, view), full}};
-  if (detail::tracks_mantissa(o.mantissa_tracking(), p)) {
-    slots.push_back({"mantissa", p.sizes().vec(), at::kShort});
-  }
-  return slots;
-}
-
-DionParamState& Algorithm<DionOptions>::make_state(
-    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& p,
-    const DionOptions& /*options*/, const std::vector<int64_t>& /*view*/) {
-  if (!slot) {
-    auto state = std::make_unique<DionParamState>();
-    state->momentum_buffer(at::zeros(p.sizes(), p.options().dtype(full_precision(p.scalar_type()))));
-    slot = std::move(state);
-  }
-  return static_cast<DionParamState&>(*slot);
-}
-
 // Dion's power iteration and QR run in float32 or float64 whatever the parameter's dtype: no
 // setting of it depends on the device beyond the kernels.
 void Algorithm<DionOptions>::check_item(const at::Tensor& p, const at::Tensor& grad,
@@ -125,8 +102,7 @@ void dion_step(const DionItem& item) {
 }  // namespace
 }  // namespace detail
 
-void Algorithm<DionOptions>::update(const std::vector<DionItem>& items,
-                                    MuonWorkspaces& /*workspaces*/) {
+void Algorithm<DionOptions>::update(const std::vector<DionItem>& items) {
   detail::with_master_weights(
       items,
       [](const DionItem& item) {

@@ -8,7 +8,6 @@
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/param_state.h"
-#include "muon/rules.h"
 
 namespace muon {
 
@@ -59,11 +58,11 @@ at::Tensor ElementwiseOptimizer<Options>::step(LossClosure closure) {
   int64_t index = 0;  // the tensor's position in the optimizer: part of its rounding seed
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const Options&>(group.options());
-    std::vector<typename Rule::Item> items;
+    std::vector<ItemOf<Options>> items;
     for (auto& p : group.params()) {
       const int64_t position = index++;
       if (!p.grad().defined()) continue;
-      auto& state = Rule::make_state(state_[compat::param_state_key(p)], p, o);
+      auto& state = make_state(state_[compat::param_state_key(p)], p, o, p.sizes());
       items.push_back({p, p.grad(), &state, position});
     }
     Rule::update(o, items);

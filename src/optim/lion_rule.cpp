@@ -14,7 +14,7 @@
 namespace muon {
 namespace {
 
-using Item = Algorithm<LionOptions>::Item;
+using Item = ItemOf<LionOptions>;
 
 // A constant as the kernel multiplies by it: rounded into the compute dtype of `param`.
 at::Scalar rounded(double value, const at::Tensor& param) {
@@ -70,30 +70,6 @@ void Algorithm<LionOptions>::validate(const LionOptions& o) {
 void Algorithm<LionOptions>::check_item(const at::Tensor& p, const at::Tensor& grad,
                                         const LionOptions& o, const std::string& where) {
   detail::check_elementwise_item("Lion", p, grad, o.fused(), where);
-}
-
-std::vector<StateSlot> Algorithm<LionOptions>::state_slots(const LionOptions& o,
-                                                           const at::Tensor& p,
-                                                           const std::vector<int64_t>& /*view*/) {
-  const auto shape = p.sizes().vec();
-  std::vector<StateSlot> slots{
-      {"exp_avg", shape, state_storage_dtype(p.scalar_type(), o.state_dtype())}};
-  if (detail::tracks_mantissa(o.mantissa_tracking(), p)) {
-    slots.push_back({"mantissa", shape, at::kShort});
-  }
-  return slots;
-}
-
-LionParamState& Algorithm<LionOptions>::make_state(
-    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& p,
-    const LionOptions& o) {
-  if (!slot) {
-    auto state = std::make_unique<LionParamState>();
-    const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
-    state->exp_avg(at::zeros(p.sizes(), p.options().dtype(dtype)));  // contiguous, whatever p is
-    slot = std::move(state);
-  }
-  return static_cast<LionParamState&>(*slot);
 }
 
 void Algorithm<LionOptions>::update(const LionOptions& o, const std::vector<Item>& items) {

@@ -10,21 +10,16 @@
 
 #include <vector>
 
+#include "muon/algorithm.h"
+
 namespace muon::detail {
 
-// Whether `param`'s updates go through a mantissa: the option is on and the parameter is bf16.
-inline bool tracks_mantissa(bool option, const at::Tensor& param) {
-  return option && param.scalar_type() == at::kBFloat16;
-}
-
-// The mantissa of `param` in `state` (a Muon or Adam-family state), created as zeros (the bf16
-// value exactly) on first use; undefined when `param` is not tracked.
+// The mantissa of `param` in `state` (a state whose list has `mantissa`, made as zeros — the bf16
+// value exactly — with the state); undefined when `param` is not tracked (tracks_mantissa in
+// muon/algorithm.h).
 template <class State>
 at::Tensor mantissa_of(bool option, const at::Tensor& param, State& state) {
   if (!tracks_mantissa(option, param)) return {};
-  if (!state.mantissa().defined()) {
-    state.mantissa(at::zeros(param.sizes(), param.options().dtype(at::kShort)));
-  }
   return state.mantissa();
 }
 

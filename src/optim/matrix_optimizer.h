@@ -1,4 +1,4 @@
-// The definitions of MatrixOptimizer (muon/muon.h), included by each matrices rule's source,
+// The definitions of MatrixOptimizer (muon/algorithm.h), included by each matrices rule's source,
 // which instantiates its owner: `template class MatrixOptimizer<MuonOptions>;`.
 #pragma once
 
@@ -10,7 +10,6 @@
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/param_state.h"
-#include "muon/rules.h"
 
 namespace muon {
 
@@ -99,7 +98,7 @@ at::Tensor MatrixOptimizer<Options>::step(LossClosure closure) {
   const auto loss = run_closure(closure);
   at::NoGradGuard no_grad;
   check_step();
-  std::vector<typename Entry::Item> items;
+  std::vector<ItemOf<Options>> items;
   int64_t index = 0;  // the tensor's position in the optimizer: part of its seeds
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const Options&>(group.options());
@@ -107,11 +106,11 @@ at::Tensor MatrixOptimizer<Options>::step(LossClosure closure) {
       const int64_t position = index++;
       if (!p.grad().defined()) continue;
       auto view = matrix_view(p);
-      auto& state = Entry::make_state(state_[compat::param_state_key(p)], p, o, view);
+      auto& state = make_state(state_[compat::param_state_key(p)], p, o, view);
       items.push_back({p, p.grad(), &state, &o, std::move(view), position});
     }
   }
-  Entry::update(items, workspaces_);
+  update_matrices<Options>(items, scratch_);
   return loss;
 }
 

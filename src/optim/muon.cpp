@@ -5,7 +5,6 @@
 
 #include "matrix_optimizer.h"
 #include "muon/error.h"
-#include "muon/rules.h"
 
 namespace muon {
 

@@ -11,7 +11,6 @@
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
 #include "muon/internal/lanes.h"
-#include "muon/rules.h"
 #include "muon/stochastic_rounding.h"
 #include "muon_parts.h"
 
@@ -68,39 +67,6 @@ void Algorithm<MuonOptions>::check_item(const at::Tensor& p, const at::Tensor& g
     const std::string dtype = o.ns_dtype() ? c10::toString(*o.ns_dtype()) : "unset";
     throw Error("Muon: " + where + " with ns_dtype " + dtype + ": " + e.what());
   }
-}
-
-std::vector<StateSlot> Algorithm<MuonOptions>::state_slots(const MuonOptions& o,
-                                                           const at::Tensor& p,
-                                                           const std::vector<int64_t>& view) {
-  const auto shape = p.sizes().vec();
-  const auto full = full_precision(p.scalar_type());
-  std::vector<StateSlot> slots{
-      {"momentum_buffer", shape, state_storage_dtype(p.scalar_type(), o.state_dtype())}};
-  if (o.normuon()) {
-    slots.push_back({"normuon_second_moment", normuon_state_shape(view, o.normuon()->axis), full});
-  }
-  if (detail::tracks_mantissa(o.mantissa_tracking(), p))
-    slots.push_back({"mantissa", shape, at::kShort});
-  return slots;
-}
-
-MuonParamState& Algorithm<MuonOptions>::make_state(
-    std::unique_ptr<torch::optim::OptimizerParamState>& slot, const at::Tensor& p,
-    const MuonOptions& o, const std::vector<int64_t>& view) {
-  if (!slot) {
-    auto state = std::make_unique<MuonParamState>();
-    const auto dtype = state_storage_dtype(p.scalar_type(), o.state_dtype());
-    state->momentum_buffer(at::zeros(p.sizes(), p.options().dtype(dtype)));
-    slot = std::move(state);
-  }
-  auto& state = static_cast<MuonParamState&>(*slot);
-  if (o.normuon() && !state.normuon_second_moment().defined()) {
-    // NorMuon can be switched on between steps: its statistic starts at 0 then.
-    state.normuon_second_moment(at::zeros(normuon_state_shape(view, o.normuon()->axis),
-                                          p.options().dtype(full_precision(p.scalar_type()))));
-  }
-  return state;
 }
 
 namespace {

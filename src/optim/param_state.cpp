@@ -36,7 +36,7 @@ std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optim
   const auto view = views != nullptr ? views->matrix_view(param) : param.sizes().vec();
   return with_context("optimizer state", [&] {
     return visit_algorithm(group_options(optimizer, param), [&](const auto& o) {
-      return Algorithm<std::decay_t<decltype(o)>>::state_slots(o, param, view);
+      return state_slots(o, param, view);
     });
   });
 }
@@ -53,9 +53,9 @@ std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& o
     const auto* kept_state = dynamic_cast<const typename Entry::State*>(state);
     check(kept_state != nullptr, "optimizer state: the state kept for a ", Entry::name,
           " parameter is another algorithm's");
-    auto& s = const_cast<typename Entry::State&>(*kept_state);  // visit_state only reads here
+    auto& s = const_cast<typename Entry::State&>(*kept_state);  // the visit only reads here
     entry.step = s.step();
-    Entry::visit_state(s, [&](const char* name, at::Tensor& t) {
+    Entry::State::visit(s, [&](const char* name, at::Tensor& t) {
       if (t.defined() && kept.count(name) != 0) entry.tensors[name] = t;
     });
   });
@@ -99,7 +99,7 @@ void write_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& par
     using Entry = Algorithm<std::decay_t<decltype(o)>>;
     auto s = std::make_unique<typename Entry::State>();
     s->step(entry.step);
-    Entry::visit_state(*s, [&](const char* name, at::Tensor& t) {
+    Entry::State::visit(*s, [&](const char* name, at::Tensor& t) {
       const auto it = entry.tensors.find(name);
       if (it == entry.tensors.end()) return;
       const auto slot = stored.find(name);

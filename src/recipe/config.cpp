@@ -14,7 +14,6 @@
 #include "muon/internal/read_file.h"
 #include "muon/internal/yaml_section.h"
 #include "muon/presets.h"
-#include "muon/rules.h"
 
 namespace muon {
 
