@@ -84,6 +84,32 @@ TEST(Registry, SettingsAreTheListedOptionsByName) {
   });
 }
 
+TEST(Registry, OneRowPerAlgorithmFoundByOptionsOrName) {
+  for_each_algorithm([&](auto* tag) {
+    using Options = std::remove_pointer_t<decltype(tag)>;
+    using Entry = Algorithm<Options>;
+    SCOPED_TRACE(Entry::name);
+    const Options options;
+    const auto& row = algorithm_row(options);
+    EXPECT_EQ(&row, &algorithm_row(Entry::name));  // one row, however found
+    EXPECT_EQ(&row, &algorithm_row(Entry::name, Entry::kind));
+    EXPECT_STREQ(row.name, Entry::name);
+    EXPECT_EQ(row.title, algorithm_title(Entry::name));
+    EXPECT_EQ(row.kind, Entry::kind);
+    EXPECT_EQ(row.settings(options), by_getters(options));
+    const auto defaults = row.defaults();
+    EXPECT_NE(dynamic_cast<Options*>(defaults.get()), nullptr);
+    Options bad;
+    bad.lr(-1.0);
+    expect_error<Error>([&] { row.validate(bad); }, {"lr"});
+  });
+  EXPECT_EQ(algorithm_row(LionOptions()).title, "Lion");
+  expect_error<Error>([] { algorithm_row("lion", ParamKind::matrices, "optimizer.matrices"); },
+                      {"optimizer.matrices: 'lion' is not an algorithm that can run here",
+                       "valid are muon, dion"});
+  expect_error<Error>([] { algorithm_row("sgd"); }, {"'sgd'", "muon, dion, adamw, adam, lamb, lion"});
+}
+
 // name → (shape, dtype) of the tensors a state holds.
 using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, at::ScalarType>>;
 

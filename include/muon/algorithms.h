@@ -94,22 +94,26 @@ void for_each_algorithm(F&& f) {
   detail::for_each_in(std::forward<F>(f), Algorithms{});
 }
 
-// Sets the option `name` of `options` (a registered algorithm's, by its schema) to `value` when the
-// algorithm has an option of that name and type T; false when it has none.
-template <class T>
-bool set_option(torch::optim::OptimizerOptions& options, const char* name, const T& value) {
+// Sets the option `name` of `options` (of a registered algorithm's type, by its schema) to `value`
+// when the algorithm has an option of that name and type T; false when it has none.
+template <class Options, class T>
+bool set_option_of(Options& options, const char* name, const T& value) {
   bool found = false;
-  visit_algorithm(options, [&](auto& o) {
-    visit_options(o, [&](const OptionInfo& info, auto& field) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, T>) {
-        if (std::strcmp(info.name, name) == 0) {
-          field = value;
-          found = true;
-        }
+  visit_options(options, [&](const OptionInfo& info, auto& field) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, T>) {
+      if (std::strcmp(info.name, name) == 0) {
+        field = value;
+        found = true;
       }
-    });
+    }
   });
   return found;
+}
+
+// set_option_of for options held through the base class.
+template <class T>
+bool set_option(torch::optim::OptimizerOptions& options, const char* name, const T& value) {
+  return visit_algorithm(options, [&](auto& o) { return set_option_of(o, name, value); });
 }
 
 // Copies into `to` every option it shares with `from` by name and type (Muon's lr, momentum,
@@ -175,23 +179,44 @@ class MatrixItemLists {
   typename detail::ItemListsOf<Algorithms>::type lists_;
 };
 
+// What the registry knows of one algorithm, for code holding its options through the base class
+// torch::optim::OptimizerOptions: one row per entry, made once; algorithm_row() finds it with
+// one trip through the dispatch, and the row's functions take the options as they are.
+struct AlgorithmRow {
+  const char* name;   // the registry's name: "muon", "adamw"
+  std::string title;  // as messages begin it: "Muon", "Adamw" (algorithm_title)
+  ParamKind kind;     // which parameters it can update
+  // The settings schedules, LR schedulers and checkpoints change (lr, weight_decay, ...), by name
+  // (settings_of); set_settings takes exactly those names.
+  SettingValues (*settings)(const torch::optim::OptimizerOptions& options);
+  void (*set_settings)(torch::optim::OptimizerOptions& options, const SettingValues& values);
+  // Throws muon::Error unless the options are valid (the entry's validate).
+  void (*validate)(const torch::optim::OptimizerOptions& options);
+  // Its default options.
+  std::unique_ptr<torch::optim::OptimizerOptions> (*defaults)();
+};
+
+// The row of the options' algorithm; throws muon::Error for options of an algorithm not in the
+// registry, naming those that are.
+const AlgorithmRow& algorithm_row(const torch::optim::OptimizerOptions& options);
+// The row of the algorithm registered as `name`; throws muon::Error naming the valid names — those
+// of `kind` when `kind` is set, `what` saying what asked ("optimizer.others").
+const AlgorithmRow& algorithm_row(const std::string& name,
+                                  std::optional<ParamKind> kind = std::nullopt,
+                                  const char* what = "");
+
 // An algorithm's name as messages begin it: "Muon" for "muon", "Dion" for "dion".
 std::string algorithm_title(const std::string& name);
 
-// The registry's name of the options' algorithm ("muon", "adamw", ...).
+// One field of the options' row, for a caller that needs one: algorithm_row(options).name, ...
 const char* algorithm_name(const torch::optim::OptimizerOptions& options);
-// Whether the options' algorithm updates matrices only.
 ParamKind algorithm_kind(const torch::optim::OptimizerOptions& options);
-// The settings schedules, LR schedulers and checkpoints change (lr, weight_decay, ...), by name;
-// set_group_settings takes exactly those names.
 SettingValues group_settings(const torch::optim::OptimizerOptions& options);
 void set_group_settings(torch::optim::OptimizerOptions& options, const SettingValues& values);
-// Throws muon::Error unless `options` are valid options of a registered algorithm.
 void check_group_options(const torch::optim::OptimizerOptions& options);
 
-// The default options of the algorithm registered as `name` (configuration files name them);
-// throws muon::Error naming the valid names — those of `kind` when `kind` is set, `what` saying
-// what asked ("optimizer.others").
+// The default options of the algorithm registered as `name` (configuration files name them):
+// algorithm_row(name, kind, what).defaults().
 std::unique_ptr<torch::optim::OptimizerOptions> default_options_of(
     const std::string& name, std::optional<ParamKind> kind = std::nullopt, const char* what = "");
 // The registered names of `kind`: "adamw, adam, lamb, lion" for ParamKind::any.

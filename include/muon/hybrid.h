@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -256,6 +257,22 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   void check_new_param(size_t g, size_t i, const at::Tensor& p,
                        const std::vector<int64_t>& view) const;
   void forget(const at::Tensor& param);
+  // replace_params' steps.
+  struct Arrival {
+    size_t g, i;                 // its group and index
+    const at::Tensor* replaces;  // the tensor that left from index i, or null
+  };
+  struct Leaver {
+    std::string name;
+    std::optional<std::vector<int64_t>> view;
+  };
+  std::set<const void*> tensors_staying(const std::vector<std::vector<at::Tensor>>& params,
+                                        const char* who) const;
+  std::vector<Arrival> check_arrivals(const std::vector<std::vector<at::Tensor>>& params,
+                                      const std::set<const void*>& staying) const;
+  std::map<const void*, Leaver> forget_leavers(const std::set<const void*>& staying);
+  void welcome(const Arrival& a, const at::Tensor& p, const std::map<const void*, Leaver>& left,
+               std::set<std::string>& names);
   std::optional<std::string> configured_group(size_t g) const;
   struct Settings {
     double lr, weight_decay, momentum;  // momentum: Muon groups only (0 for AdamW)
@@ -263,7 +280,9 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
       return lr == o.lr && weight_decay == o.weight_decay && momentum == o.momentum;
     }
   };
-  Settings settings_of(size_t g) const;
+  // The settings the schedules drive, from an algorithm's settings by name.
+  static Settings scheduled(const SettingValues& values);
+  Settings settings_now(size_t g) const;  // group g's, as its options hold them now
   void apply_schedules();
   Gradients gradients() const;
   bool clip_gradients(Gradients& grads);  // false: skip this step

@@ -48,6 +48,23 @@ HybridOptions with_algorithms(MuonOptions muon, AdamWOptions adamw) {
   return options;
 }
 
+// One half of the partition (the matrices' or the others'): its options, algorithm and base rates,
+// looked up once per plan.
+struct Half {
+  const torch::optim::OptimizerOptions& options;
+  const AlgorithmRow& algorithm;
+  double lr, weight_decay;
+};
+Half half_of(const torch::optim::OptimizerOptions& options) {
+  const auto& algorithm = algorithm_row(options);
+  return {options, algorithm, options.get_lr(), algorithm.settings(options).at("weight_decay")};
+}
+
+// The role of a group running `algorithm`: matrices algorithms hold the routed matrices.
+Role role_of_algorithm(const AlgorithmRow& algorithm) {
+  return algorithm.kind == ParamKind::matrices ? Role::muon : Role::adamw;
+}
+
 }  // namespace
 
 HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
@@ -61,22 +78,22 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
   check_hybrid_options(options);
   const auto specs = groups_or_default(options);
   check_groups(specs);
-  const auto& others = options.others_options();
+  const auto matrices = half_of(options.matrices_options());
+  const auto others = half_of(options.others_options());
   // (group, decayed or not, role, routing's head split) → hybrid group index, in order of first
   // appearance.
   std::map<std::tuple<size_t, bool, Role, int64_t>, size_t> index;
   Plan plan;
   for (const auto& r : routes) {
     const Role role = (options.all_adamw && r.role == Role::muon) ? Role::adamw : r.role;
-    const auto& algorithm = role == Role::muon ? options.matrices_options() : others;
+    const Half& h = role == Role::muon ? matrices : others;
     ParameterReport row{r.name,
                         r.tensor.sizes().vec(),
                         r.tensor.scalar_type(),
                         role,
-                        role != r.role ? "optimizer adamw: every trainable parameter in "
-                                         "AdamW"
+                        role != r.role ? "optimizer adamw: every trainable parameter in AdamW"
                                        : r.reason,
-                        role == Role::frozen ? "" : algorithm_name(algorithm),
+                        role == Role::frozen ? "" : h.algorithm.name,
                         "",
                         0,
                         0};
@@ -86,25 +103,23 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
     }
     const size_t g = group_of(specs, r.name);
     const auto& spec = specs[g];
-    const double base_lr = algorithm.get_lr();
-    const double base_wd = group_settings(algorithm).at("weight_decay");
     row.group = spec.name;
-    row.lr = spec.lr ? *spec.lr : base_lr * spec.lr_multiplier;
-    row.weight_decay = spec.weight_decay ? *spec.weight_decay : is_no_decay(r) ? 0.0 : base_wd;
+    row.lr = spec.lr ? *spec.lr : h.lr * spec.lr_multiplier;
+    row.weight_decay = spec.weight_decay ? *spec.weight_decay
+                       : is_no_decay(r)  ? 0.0
+                                         : h.weight_decay;
     // Parameters whose settings differ (no-decay defaults, a head split routing found where the
     // group sets no split of its own) get their own libtorch group.
     const bool group_splits = spec.num_heads || spec.split_sizes;
     const int64_t heads = role == Role::muon && !group_splits ? r.num_heads.value_or(0) : 0;
-    const auto key = std::make_tuple(g, row.weight_decay != base_wd, role, heads);
+    const auto key = std::make_tuple(g, row.weight_decay != h.weight_decay, role, heads);
     auto [it, fresh] = index.emplace(key, plan.groups.size());
     if (fresh) {
-      std::unique_ptr<torch::optim::OptimizerOptions> group_options;
-      if (role == Role::muon) {
-        group_options = matrices_group_options(algorithm, spec, row.lr, row.weight_decay, heads);
-      } else {
-        group_options = others_group_options(others, spec, row.lr, row.weight_decay);
-      }
-      plan.groups.emplace_back(std::vector<at::Tensor>{}, std::move(group_options));
+      plan.groups.emplace_back(
+          std::vector<at::Tensor>{},
+          role == Role::muon
+              ? matrices_group_options(h.options, spec, row.lr, row.weight_decay, heads)
+              : others_group_options(h.options, spec, row.lr, row.weight_decay));
       plan.group_schedules.push_back(spec.schedule);
     }
     plan.groups[it->second].params().push_back(r.tensor);
@@ -158,16 +173,18 @@ void HybridOptimizer::warn_when_muon_gets_nothing() const {
 }
 
 Role HybridOptimizer::role_of_group(size_t g) const {
-  return algorithm_kind(param_groups_[g].options()) == ParamKind::matrices ? Role::muon
-                                                                           : Role::adamw;
+  return role_of_algorithm(algorithm_row(param_groups_[g].options()));
 }
 
 void HybridOptimizer::check_group(size_t g, const std::string& who) const {
   const auto& group = param_groups_[g];
-  with_context(detail::concat(who, ": param group ", g),
-               [&] { check_group_options(group.options()); });
-  const bool matrices = algorithm_kind(group.options()) == ParamKind::matrices;
-  const auto title = algorithm_title(algorithm_name(group.options()));
+  const auto& algorithm = *with_context(detail::concat(who, ": param group ", g), [&] {
+    const auto* row = &algorithm_row(group.options());
+    row->validate(group.options());
+    return row;
+  });
+  const bool matrices = algorithm.kind == ParamKind::matrices;
+  const auto& title = algorithm.title;
   for (size_t i = 0; i < group.params().size(); ++i) {
     const auto& p = group.params()[i];
     const auto where = detail::concat("parameter ", i, " of param group ", g);
@@ -184,9 +201,10 @@ void HybridOptimizer::check_group(size_t g, const std::string& who) const {
 
 // Records what the schedules, reports and checkpoints need of group g.
 void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) {
-  const auto role = role_of_group(g);
   const auto& o = param_groups_[g].options();
-  const auto now = settings_of(g);
+  const auto& algorithm = algorithm_row(o);
+  const auto role = role_of_algorithm(algorithm);
+  const auto now = scheduled(algorithm.settings(o));
   base_.push_back({now.lr, now.weight_decay, now.momentum, std::move(schedule), now});
   const double wd = now.weight_decay;
   const auto& params = param_groups_[g].params();
@@ -198,7 +216,7 @@ void HybridOptimizer::adopt_group(size_t g, std::optional<LrSchedule> schedule) 
     const auto name = detail::concat("param_groups.", g, ".", i);
     names_[impl] = name;
     report_.push_back({name, params[i].sizes().vec(), params[i].scalar_type(), role,
-                       "added with add_param_group", algorithm_name(o), name, o.get_lr(), wd});
+                       "added with add_param_group", algorithm.name, name, o.get_lr(), wd});
   }
 }
 
@@ -275,97 +293,112 @@ void HybridOptimizer::replace_params(const std::vector<std::vector<at::Tensor>>&
   check(parallel_ == nullptr && !partition_, who,
         ", but this optimizer trains on several ranks, whose owners were planned over the "
         "parameters as they were; build it again over the new parameters");
-  // A tensor stays when it is in the same group as before; any other is new there (a tensor
-  // moved to another group starts afresh), and one that left makes room for a new one at its
-  // index, which takes its place.
-  std::vector<std::set<const void*>> listed(params.size());
-  std::set<const void*> anywhere;
-  for (size_t g = 0; g < params.size(); ++g) {
-    for (size_t i = 0; i < params[g].size(); ++i) {
-      const auto* impl = params[g][i].unsafeGetTensorImpl();
-      check(anywhere.insert(impl).second, who, ": parameter ", i, " of param group ", g,
-            " is listed twice; a parameter belongs to one group, once");
-      listed[g].insert(impl);
-    }
-  }
-  const auto stays = [&](const at::Tensor& p, size_t g) {
-    const auto it = groups_.find(p.unsafeGetTensorImpl());
-    return it != groups_.end() && it->second == g && listed[g].count(it->first) != 0;
-  };
-  struct Arrival {
-    size_t g, i;
-    const at::Tensor* replaces;  // the tensor that left from index i, or null
-  };
-  std::vector<Arrival> arrivals;
-  for (size_t g = 0; g < params.size(); ++g) {
-    const auto& old = param_groups_[g].params();
-    for (size_t i = 0; i < params[g].size(); ++i) {
-      const auto& p = params[g][i];
-      if (stays(p, g)) continue;
-      const bool replaces = i < old.size() && !stays(old[i], g);
-      const bool same_shape = replaces && old[i].sizes() == p.sizes();
-      check_new_param(g, i, p, same_shape ? matrix_view(old[i]) : p.sizes().vec());
-      arrivals.push_back({g, i, replaces ? &old[i] : nullptr});
-    }
-  }
-  // Checked: from here nothing throws but allocation. A stand-in takes the name, report row and
-  // (for the same shape) view of the tensor it replaces.
-  std::map<const void*, std::pair<std::string, std::optional<std::vector<int64_t>>>> left;
-  for (size_t g = 0; g < param_groups_.size(); ++g) {
-    for (const auto& p : param_groups_[g].params()) {
-      if (stays(p, g)) continue;
-      const auto* impl = p.unsafeGetTensorImpl();
-      const auto view = views_.find(impl);
-      left[impl] = {names_.at(impl),
-                    view == views_.end() ? std::nullopt : std::optional(view->second)};
-      forget(p);
-    }
-  }
+  const auto staying = tensors_staying(params, who);
+  const auto arrivals = check_arrivals(params, staying);
+  // Checked: from here nothing throws but allocation.
+  const auto left = forget_leavers(staying);
   std::set<std::string> names;  // taken: the trainable tensors' and the frozen ones'
   for (const auto& [impl, name] : names_) names.insert(name);
   for (const auto& row : report_) {
     if (row.role == Role::frozen) names.insert(row.name);
   }
-  for (const auto& a : arrivals) {
-    const auto& p = params[a.g][a.i];
-    const auto* impl = p.unsafeGetTensorImpl();
-    std::string name;
-    if (a.replaces != nullptr) {
-      const auto& [previous, view] = left.at(a.replaces->unsafeGetTensorImpl());
-      name = previous;
-      if (view && a.replaces->sizes() == p.sizes()) views_[impl] = *view;
-    } else {
-      const auto& o = param_groups_[a.g].options();
-      name = detail::concat("param_groups.", a.g, ".", a.i);
-      for (int k = 1; names.count(name) != 0; ++k) {
-        name = detail::concat("param_groups.", a.g, ".", a.i, ".", k);
-      }
-      report_.push_back({name,
-                         {},
-                         p.scalar_type(),
-                         role_of_group(a.g),
-                         "put into param_groups after construction",
-                         algorithm_name(o),
-                         configured_group(a.g).value_or(name),
-                         o.get_lr(),
-                         group_settings(o).at("weight_decay")});
-    }
-    for (auto& row : report_) {
-      if (row.name != name) continue;
-      row.shape = p.sizes().vec();
-      row.dtype = p.scalar_type();
-    }
-    names.insert(name);
-    names_[impl] = name;
-    roles_[impl] = role_of_group(a.g);
-    groups_[impl] = a.g;
-  }
+  for (const auto& a : arrivals) welcome(a, params[a.g][a.i], left, names);
   report_.erase(std::remove_if(report_.begin(), report_.end(),
                                [&](const ParameterReport& r) {
                                  return r.role != Role::frozen && names.count(r.name) == 0;
                                }),
                 report_.end());
   for (size_t g = 0; g < param_groups_.size(); ++g) param_groups_[g].params() = params[g];
+}
+
+// A tensor stays when it is listed in the group it is in now; any other listed tensor is new
+// there (one moved to another group starts afresh). Refuses a tensor listed twice.
+std::set<const void*> HybridOptimizer::tensors_staying(
+    const std::vector<std::vector<at::Tensor>>& params, const char* who) const {
+  std::set<const void*> anywhere, staying;
+  for (size_t g = 0; g < params.size(); ++g) {
+    for (size_t i = 0; i < params[g].size(); ++i) {
+      const auto* impl = params[g][i].unsafeGetTensorImpl();
+      check(anywhere.insert(impl).second, who, ": parameter ", i, " of param group ", g,
+            " is listed twice; a parameter belongs to one group, once");
+      const auto now = groups_.find(impl);
+      if (now != groups_.end() && now->second == g) staying.insert(impl);
+    }
+  }
+  return staying;
+}
+
+// The new tensors, each checked as its group's algorithm checks a parameter; one at the index of a
+// tensor that left replaces it (and is checked in its view when it has its shape).
+std::vector<HybridOptimizer::Arrival> HybridOptimizer::check_arrivals(
+    const std::vector<std::vector<at::Tensor>>& params,
+    const std::set<const void*>& staying) const {
+  const auto stays = [&](const at::Tensor& p) { return staying.count(p.unsafeGetTensorImpl()) != 0; };
+  std::vector<Arrival> arrivals;
+  for (size_t g = 0; g < params.size(); ++g) {
+    const auto& old = param_groups_[g].params();
+    for (size_t i = 0; i < params[g].size(); ++i) {
+      const auto& p = params[g][i];
+      if (stays(p)) continue;
+      const bool replaces = i < old.size() && !stays(old[i]);
+      const bool same_shape = replaces && old[i].sizes() == p.sizes();
+      check_new_param(g, i, p, same_shape ? matrix_view(old[i]) : p.sizes().vec());
+      arrivals.push_back({g, i, replaces ? &old[i] : nullptr});
+    }
+  }
+  return arrivals;
+}
+
+// Forgets every held tensor that does not stay, returning the name and view (if any) of each.
+std::map<const void*, HybridOptimizer::Leaver> HybridOptimizer::forget_leavers(
+    const std::set<const void*>& staying) {
+  std::map<const void*, Leaver> left;
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) {
+      const auto* impl = p.unsafeGetTensorImpl();
+      if (staying.count(impl) != 0) continue;
+      const auto view = views_.find(impl);
+      left[impl] = {names_.at(impl),
+                    view == views_.end() ? std::nullopt : std::optional(view->second)};
+      forget(p);
+    }
+  }
+  return left;
+}
+
+// Names, places and reports the new tensor `p`: a stand-in takes the name, report row and (for
+// the same shape) view of the tensor it replaces; another gets "param_groups.<group>.<index>"
+// (with a suffix where that name is taken). `names` holds the names taken.
+void HybridOptimizer::welcome(const Arrival& a, const at::Tensor& p,
+                              const std::map<const void*, Leaver>& left,
+                              std::set<std::string>& names) {
+  const auto* impl = p.unsafeGetTensorImpl();
+  std::string name;
+  if (a.replaces != nullptr) {
+    const auto& previous = left.at(a.replaces->unsafeGetTensorImpl());
+    name = previous.name;
+    if (previous.view && a.replaces->sizes() == p.sizes()) views_[impl] = *previous.view;
+  } else {
+    const auto& o = param_groups_[a.g].options();
+    const auto& algorithm = algorithm_row(o);
+    name = detail::concat("param_groups.", a.g, ".", a.i);
+    for (int k = 1; names.count(name) != 0; ++k) {
+      name = detail::concat("param_groups.", a.g, ".", a.i, ".", k);
+    }
+    report_.push_back({name, {}, p.scalar_type(), role_of_algorithm(algorithm),
+                       "put into param_groups after construction", algorithm.name,
+                       configured_group(a.g).value_or(name), o.get_lr(),
+                       algorithm.settings(o).at("weight_decay")});
+  }
+  for (auto& row : report_) {
+    if (row.name != name) continue;
+    row.shape = p.sizes().vec();
+    row.dtype = p.scalar_type();
+  }
+  names.insert(name);
+  names_[impl] = name;
+  roles_[impl] = role_of_group(a.g);
+  groups_[impl] = a.g;
 }
 
 void HybridOptimizer::set_matrix_view(const at::Tensor& param, std::vector<int64_t> view) {
@@ -381,11 +414,14 @@ void HybridOptimizer::set_matrix_view(const at::Tensor& param, std::vector<int64
   views_[param.unsafeGetTensorImpl()] = std::move(view);
 }
 
-HybridOptimizer::Settings HybridOptimizer::settings_of(size_t g) const {
-  const auto values = group_settings(param_groups_[g].options());
-  const auto momentum = values.find("momentum");  // Muon's; 0 for the others
+HybridOptimizer::Settings HybridOptimizer::scheduled(const SettingValues& values) {
+  const auto momentum = values.find("momentum");  // the matrices algorithms'; 0 for the others
   return {values.at("lr"), values.at("weight_decay"),
           momentum != values.end() ? momentum->second : 0.0};
+}
+
+HybridOptimizer::Settings HybridOptimizer::settings_now(size_t g) const {
+  return scheduled(group_settings(param_groups_[g].options()));
 }
 
 // Each group's settings that a schedule drives are the schedule's alone: one changed since the
@@ -399,8 +435,10 @@ void HybridOptimizer::apply_schedules() {
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     const auto& base = base_[g];
     const auto& schedule = base.schedule ? base.schedule : o.schedule;
-    const bool muon = role_of_group(g) == Role::muon;
-    const auto now = settings_of(g);
+    auto& options = param_groups_[g].options();
+    const auto& algorithm = algorithm_row(options);
+    const bool muon = algorithm.kind == ParamKind::matrices;
+    const auto now = scheduled(algorithm.settings(options));
     const struct {
       bool driven;
       const char* name;
@@ -413,19 +451,18 @@ void HybridOptimizer::apply_schedules() {
                  "momentum_schedule"}};
     for (const auto& key : keys) {
       check(!key.driven || key.now == key.set, "HybridOptimizer: param group ", g, " (",
-            to_string(role_of_group(g)), "): ", key.name, " was changed to ", key.now,
+            to_string(role_of_algorithm(algorithm)), "): ", key.name, " was changed to ", key.now,
             " outside the optimizer (a torch lr scheduler, set_lr, param_groups?), but the ",
             key.by, " of its configuration sets it at every step (", key.set,
             " last); remove that schedule to set ", key.name, " yourself, or leave it to it");
     }
-    auto& options = param_groups_[g].options();
     if (schedule) options.set_lr(base.lr * schedule->multiplier(step_count_, total, base.lr));
-    auto values = group_settings(options);
+    auto values = algorithm.settings(options);
     if (o.weight_decay_schedule) values["weight_decay"] = base.weight_decay * wd;
     if (o.momentum_schedule && muon)
       values["momentum"] = o.momentum_schedule->value(step_count_, total);
-    set_group_settings(options, values);
-    base_[g].last = settings_of(g);
+    algorithm.set_settings(options, values);
+    base_[g].last = scheduled(values);
   }
 }
 
@@ -453,7 +490,7 @@ const char* HybridOptimizer::algorithm_of(const at::Tensor& param) const {
 void HybridOptimizer::restore_counters(int64_t step_count, int64_t skipped_steps) {
   step_count_ = step_count;
   stats_.skipped_steps = skipped_steps;
-  for (size_t g = 0; g < base_.size(); ++g) base_[g].last = settings_of(g);
+  for (size_t g = 0; g < base_.size(); ++g) base_[g].last = settings_now(g);
 }
 
 void HybridOptimizer::save(torch::serialize::OutputArchive& archive) const {

@@ -24,9 +24,9 @@ namespace {
 void check_half(const char* field, const OptimizerOptions& options, ParamKind kind,
                 const char* otherwise) {
   with_context(field, [&] {
-    check_group_options(options);
-    check(algorithm_kind(options) == kind, "'", algorithm_name(options), "' ", otherwise,
-          algorithm_names_text(kind));
+    const auto& algorithm = algorithm_row(options);
+    algorithm.validate(options);
+    check(algorithm.kind == kind, "'", algorithm.name, "' ", otherwise, algorithm_names_text(kind));
   });
 }
 
@@ -69,13 +69,14 @@ void check_hybrid_options(const HybridOptions& options) {
 std::unique_ptr<OptimizerOptions> others_group_options(const OptimizerOptions& others,
                                                        const ParamGroupSpec& spec, double lr,
                                                        double weight_decay) {
+  const auto& algorithm = algorithm_row(others);
   auto options = others.clone();
-  auto values = group_settings(*options);
+  auto values = algorithm.settings(*options);
   values["lr"] = lr;
   values["weight_decay"] = weight_decay;
   auto set = [&](const char* key, const char* setting, double value) {
     check(values.count(setting) != 0, "param group '", spec.name, "': ", key, " is set, but ",
-          algorithm_name(others), " (the algorithm of its non-Muon parameters) has no ", key);
+          algorithm.name, " (the algorithm of its non-Muon parameters) has no ", key);
     values[setting] = value;
   };
   if (spec.betas) {
@@ -83,31 +84,36 @@ std::unique_ptr<OptimizerOptions> others_group_options(const OptimizerOptions& o
     set("betas", "beta2", std::get<1>(*spec.betas));
   }
   if (spec.eps) set("eps", "eps", *spec.eps);
-  set_group_settings(*options, values);
+  algorithm.set_settings(*options, values);
   return options;
 }
 
 std::unique_ptr<OptimizerOptions> matrices_group_options(const OptimizerOptions& matrices,
                                                          const ParamGroupSpec& spec, double lr,
                                                          double weight_decay, int64_t heads) {
-  auto options = matrices.clone();
-  auto values = group_settings(*options);
-  values["lr"] = lr;
-  values["weight_decay"] = weight_decay;
-  set_group_settings(*options, values);
-  const auto set = [&](const char* key, const auto& value) {
-    check(set_option(*options, key, value), "param group '", spec.name, "': ", key, " is set, but ",
-          algorithm_name(matrices), " (the algorithm of its matrices) has no ", key);
-  };
-  if (spec.momentum) set("momentum", *spec.momentum);
-  if (spec.num_heads) set("num_heads", std::optional<int64_t>(spec.num_heads));
-  if (spec.split_sizes) set("split_sizes", std::optional<std::vector<int64_t>>(spec.split_sizes));
-  if (heads > 0) {
-    check(set_option(*options, "num_heads", std::optional<int64_t>(heads)), "routing split ",
-          "the heads of a matrix of param group '", spec.name, "', but ", algorithm_name(matrices),
-          " (the algorithm of its matrices) updates whole matrices; set routing.split_heads false");
-  }
-  return options;
+  return visit_algorithm(matrices, [&](const auto& typed) -> std::unique_ptr<OptimizerOptions> {
+    using Options = std::decay_t<decltype(typed)>;
+    const char* name = Algorithm<Options>::name;
+    auto options = std::make_unique<Options>(typed);
+    auto values = settings_of(*options);
+    values["lr"] = lr;
+    values["weight_decay"] = weight_decay;
+    set_settings_of(*options, values);
+    const auto set = [&](const char* key, const auto& value) {
+      check(set_option_of(*options, key, value), "param group '", spec.name, "': ", key,
+            " is set, but ", name, " (the algorithm of its matrices) has no ", key);
+    };
+    if (spec.momentum) set("momentum", *spec.momentum);
+    if (spec.num_heads) set("num_heads", std::optional<int64_t>(spec.num_heads));
+    if (spec.split_sizes) set("split_sizes", std::optional<std::vector<int64_t>>(spec.split_sizes));
+    if (heads > 0) {
+      check(set_option_of(*options, "num_heads", std::optional<int64_t>(heads)), "routing split ",
+            "the heads of a matrix of param group '", spec.name, "', but ", name,
+            " (the algorithm of its matrices) updates whole matrices; set routing.split_heads "
+            "false");
+    }
+    return options;
+  });
 }
 
 }  // namespace muon::detail

@@ -17,6 +17,23 @@ std::string names_text(std::optional<ParamKind> kind) {
   return text;
 }
 
+// The row of `Options`' entry, made on first use; its functions cast the base class back to
+// `Options`, which algorithm_row's dispatch or the caller's options guarantee.
+template <class Options>
+const AlgorithmRow& row_of() {
+  using Entry = Algorithm<Options>;
+  using Base = torch::optim::OptimizerOptions;
+  static const AlgorithmRow row{
+      Entry::name,
+      algorithm_title(Entry::name),
+      Entry::kind,
+      [](const Base& o) { return settings_of(static_cast<const Options&>(o)); },
+      [](Base& o, const SettingValues& v) { set_settings_of(static_cast<Options&>(o), v); },
+      [](const Base& o) { Entry::validate(static_cast<const Options&>(o)); },
+      []() -> std::unique_ptr<Base> { return std::make_unique<Options>(); }};
+  return row;
+}
+
 }  // namespace
 
 std::string algorithm_title(const std::string& name) {
@@ -33,43 +50,48 @@ std::string algorithm_names_text(ParamKind kind) {
   return names_text(kind);
 }
 
+const AlgorithmRow& algorithm_row(const torch::optim::OptimizerOptions& options) {
+  return visit_algorithm(options, [](const auto& o) -> const AlgorithmRow& {
+    return row_of<std::decay_t<decltype(o)>>();
+  });
+}
+
+const AlgorithmRow& algorithm_row(const std::string& name, std::optional<ParamKind> kind,
+                                  const char* what) {
+  const AlgorithmRow* found = nullptr;
+  for_each_algorithm([&](auto* tag) {
+    const auto& row = row_of<std::remove_pointer_t<decltype(tag)>>();
+    if (name == row.name && (!kind || row.kind == *kind)) found = &row;
+  });
+  check(found != nullptr, what, *what ? ": " : "", "'", name,
+        "' is not an algorithm that can run here; valid are ", names_text(kind));
+  return *found;
+}
+
 std::unique_ptr<torch::optim::OptimizerOptions> default_options_of(const std::string& name,
                                                                    std::optional<ParamKind> kind,
                                                                    const char* what) {
-  std::unique_ptr<torch::optim::OptimizerOptions> options;
-  for_each_algorithm([&](auto* tag) {
-    using Options = std::remove_pointer_t<decltype(tag)>;
-    using Entry = Algorithm<Options>;
-    if (name == Entry::name && (!kind || Entry::kind == *kind)) {
-      options = std::make_unique<Options>();
-    }
-  });
-  check(options != nullptr, what, *what ? ": " : "", "'", name,
-        "' is not an algorithm that can run here; valid are ", names_text(kind));
-  return options;
+  return algorithm_row(name, kind, what).defaults();
 }
 
 const char* algorithm_name(const torch::optim::OptimizerOptions& options) {
-  return visit_algorithm(options,
-                         [](const auto& o) { return Algorithm<std::decay_t<decltype(o)>>::name; });
+  return algorithm_row(options).name;
 }
 
 ParamKind algorithm_kind(const torch::optim::OptimizerOptions& options) {
-  return visit_algorithm(options,
-                         [](const auto& o) { return Algorithm<std::decay_t<decltype(o)>>::kind; });
+  return algorithm_row(options).kind;
 }
 
 SettingValues group_settings(const torch::optim::OptimizerOptions& options) {
-  return visit_algorithm(options, [](const auto& o) { return settings_of(o); });
+  return algorithm_row(options).settings(options);
 }
 
 void set_group_settings(torch::optim::OptimizerOptions& options, const SettingValues& values) {
-  visit_algorithm(options, [&](auto& o) { set_settings_of(o, values); });
+  algorithm_row(options).set_settings(options, values);
 }
 
 void check_group_options(const torch::optim::OptimizerOptions& options) {
-  visit_algorithm(options,
-                  [](const auto& o) { Algorithm<std::decay_t<decltype(o)>>::validate(o); });
+  algorithm_row(options).validate(options);
 }
 
 }  // namespace muon
