@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "helpers.h"
 #include "muon/config.h"
 #include "muon/error.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <map>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "helpers.h"
 #include "muon/error.h"
 #include "muon/presets.h"

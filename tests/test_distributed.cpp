@@ -15,15 +15,15 @@
 #include <sstream>
 #include <thread>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "helpers.h"
-#include "launch.h"
 #include "muon/checkpoint.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
 #include "muon/param_state.h"
-#include "train.h"
+#include "system/launch.h"
+#include "training/train.h"
 
 namespace muon {
 namespace {

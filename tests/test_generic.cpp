@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "helpers.h"
 #include "muon/adam.h"
 #include "muon/checkpoint.h"

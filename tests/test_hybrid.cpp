@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "helpers.h"
 #include "muon/compat.h"
 #include "muon/error.h"

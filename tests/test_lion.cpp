@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "demo/gpt.h"
 #include "golden/scenarios.h"
-#include "gpt.h"
 #include "helpers.h"
 #include "muon/algorithms.h"
 #include "muon/compat.h"

@@ -8,7 +8,7 @@
 #include <functional>
 #include <map>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "helpers.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "helpers.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"

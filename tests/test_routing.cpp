@@ -10,7 +10,7 @@
 
 #include <map>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "helpers.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"

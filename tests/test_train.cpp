@@ -1,5 +1,5 @@
 // End to end: the demo GPT trained by the hybrid optimizer on the Genesis fixture learns.
-#include "train.h"
+#include "training/train.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -12,12 +12,12 @@
 #include <map>
 #include <sstream>
 
-#include "compare.h"
-#include "data.h"
+#include "demo/data.h"
 #include "helpers.h"
 #include "muon/config.h"
 #include "muon/error.h"
-#include "run_flags.h"
+#include "training/compare.h"
+#include "training/run_flags.h"
 
 namespace muon::cli {
 namespace {

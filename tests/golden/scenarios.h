@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gpt.h"
+#include "demo/gpt.h"
 #include "muon/adam.h"
 #include "muon/config.h"
 #include "muon/hybrid.h"

@@ -1,6 +1,6 @@
 """The bounds `muon bench --json` must keep: every AdamW step's rate is at most its bandwidth bound
 (the better of an in-place update and the step's own bytes streamed over the same tensors, measured
-in the same run: tools/muon/bench_optim.cpp), and positive; the bound itself is a rate.
+in the same run: tools/muon/bench/bench_optim.cpp), and positive; the bound itself is a rate.
 
     bench_bounds.py MUON_CLI JSON_PATH [bench arguments...]
 

@@ -9,7 +9,7 @@
 #include "commands/command.h"
 #include "muon/distributed.h"
 #include "muon/error.h"
-#include "run_flags.h"
+#include "training/run_flags.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// The subcommands of `muon`, one file each (train.cpp, route.cpp, compare.cpp, schedule.cpp,
-// bench.cpp here): each registers its options on the program's CLI11 app when it is made and does
+// The subcommands of `muon`, one file each here (<name>_command.cpp: train, route, compare,
+// schedule, bench): each registers its options on the program's CLI11 app when it is made and does
 // its work in run() once the command line is parsed. main.cpp lists them and reports failures.
 #pragma once
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "gpt.h"
-#include "run_flags.h"
+#include "demo/gpt.h"
+#include "training/run_flags.h"
 
 namespace muon::cli {
 
