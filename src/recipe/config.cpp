@@ -79,27 +79,18 @@ void read_partition(Section& s, OptimConfig& config) {
   }
 }
 
-// The `dion` key — true, false or null, or Dion's settings {rank_fraction, ...} — at the top of
-// the optimizer section or in its muon section: a configuration written when Dion was a Muon
-// setting turns Dion on with it. Dion's options start from Muon's shared ones (lr, momentum, weight
-// decay, ...) as the configuration has them so far; its settings are read with the sections.
+// `dion` — Dion's settings, a mapping (earlier spellings are rewritten to it: config_legacy.cpp)
+// — under name muon turns Dion on for the matrices, as when Dion was a Muon setting. Dion's options
+// start from Muon's shared ones (lr, momentum, weight decay, ...) as the configuration has them so
+// far; its settings are read with the sections (read_option_sections).
 void read_dion_switch(Section& s, OptimConfig& config) {
+  if (const auto n = s.find("dion"); !n || n.IsNull()) return;
   auto& h = config.hybrid;
-  const auto muon_section = s.find("muon");
-  for (auto [key, node] :
-       {std::pair{std::string("dion"), s.find("dion")},
-        std::pair{std::string("muon.dion"),
-                  muon_section && muon_section.IsMap() ? muon_section["dion"] : YAML::Node()}}) {
-    if (!node || node.IsNull()) continue;
-    if (h.all_adamw) refuse_unused_under_adamw(s, key, "Dion's settings");
-    const bool on = !node.IsScalar() || Section::as_bool(node, s.key_path(key));
-    check(on || config.name != "dion", s.key_path(key),
-          ": false turns Dion off, but name dion runs it; choose name muon");
-    if (on && muon_of(h) != nullptr) {
-      DionOptions dion;
-      copy_shared_options(*muon_of(h), dion);
-      h.matrices = dion;
-    }
+  if (h.all_adamw) refuse_unused_under_adamw(s, s.as_written("dion"), "Dion's settings");
+  if (const auto* muon = muon_of(h)) {
+    DionOptions dion;
+    copy_shared_options(*muon, dion);
+    h.matrices = dion;
   }
 }
 
@@ -125,22 +116,21 @@ void read_rates(Section& s, OptimConfig& config) {
 
 // ns_steps: in its option's range, checked on the number read (before it becomes an integer).
 void read_ns_steps(Section& s, HybridOptions& h) {
-  for (const char* key : {"ns_steps", "muon_ns_steps"}) {
-    if (h.all_adamw && s.has(key)) refuse_unused_under_adamw(s, key, "Muon's ns_steps");
-  }
-  if (const auto v = s.number("ns_steps", {"muon_ns_steps"})) {
+  const auto written = s.as_written("ns_steps");
+  if (h.all_adamw && s.has("ns_steps")) refuse_unused_under_adamw(s, written, "Muon's ns_steps");
+  if (const auto v = s.number("ns_steps")) {
     require(in_range(Range::iteration_count, *v), s.key_path("ns_steps"),
             range_text(Range::iteration_count), *v);
     const auto steps = static_cast<int64_t>(*v);
     if (!set_option(h.matrices_options(), "ns_steps", steps) &&
         steps != MuonOptions().ns_steps()) {  // Muon's default says what Dion does
-      refuse_for_matrices(s, s.has("ns_steps") ? "ns_steps" : "muon_ns_steps", h, "ns_steps");
+      refuse_for_matrices(s, written, h, "ns_steps");
     }
   }
 }
 
-// muon_plus: true/false or {mode, eps}; the root-level scalar form must agree.
-void read_muon_plus(Section& s, OptimConfig& config, const std::optional<bool>& root_muon_plus) {
+// muon_plus: true/false or {mode, eps}.
+void read_muon_plus(Section& s, OptimConfig& config) {
   const bool muon_family = config.name != "adamw";
   auto& h = config.hybrid;
   // Muon+ normalizes Muon's orthogonalized update: under Dion the keys may only say it is off.
@@ -154,44 +144,29 @@ void read_muon_plus(Section& s, OptimConfig& config, const std::optional<bool>& 
     if (const auto mode = p.text("mode")) {
       muon.post_norm(one_of<PostNorm>(p.key_path("mode"), *mode, post_norm_from_string));
     }
-    if (const auto eps = p.number("eps")) muon.post_norm_eps(*eps);
+    if (const auto eps = p.number("eps")) {
+      muon.post_norm_eps(*eps);
+      require(*eps > 0, s.key_path(s.as_written("muon_plus.eps")), "> 0", *eps);
+    }
     p.finish();
     plus_on = muon.post_norm() != PostNorm::none;
   } else if (plus && !plus.IsNull()) {
     plus_on = Section::as_bool(plus, s.key_path("muon_plus"));
     if (*plus_on) muon.post_norm(PostNorm::row_col);
   }
-  if (const auto eps = s.number("muon_norm_eps")) muon.post_norm_eps(*eps);
-  require(muon.post_norm_eps() > 0, s.key_path("muon_norm_eps"), "> 0", muon.post_norm_eps());
-  if (root_muon_plus) {
-    check(!plus_on || *plus_on == *root_muon_plus, "muon_plus: the root value ",
-          *root_muon_plus ? "true" : "false", " conflicts with optimizer.muon_plus ",
-          plus_on.value_or(false) ? "true" : "false", "; set it in one place");
-    if (*root_muon_plus && !plus_on) muon.post_norm(PostNorm::row_col);
-    plus_on = *root_muon_plus;
-  }
   check(!plus_on.value_or(false) || muon_family, s.key_path("muon_plus"),
         ": Muon+ needs name muon or muonclip, not '", config.name, "'");
   for (const char* option : {"post_norm", "post_norm_eps"}) {
     if (&muon == &unused && !detail::says_what_dion_does(unused, option)) {
-      refuse_for_matrices(s, s.has("muon_plus") ? "muon_plus" : "muon_norm_eps", h,
-                          "Muon+ (post_norm)");
+      refuse_for_matrices(s, s.as_written("muon_plus"), h, "Muon+ (post_norm)");
     }
   }
 }
 
-// Cautious masking (nested or at the root: they must agree) and the state dtype of both.
-void read_masking_and_storage(Section& s, OptimConfig& config,
-                              const std::optional<bool>& root_cautious) {
+// Cautious masking and the state dtype, of both algorithms.
+void read_masking_and_storage(Section& s, OptimConfig& config) {
   auto& h = config.hybrid;
-  std::optional<bool> cautious = s.boolean("cautious");
-  if (root_cautious) {
-    check(!cautious || *cautious == *root_cautious, "cautious: the root value ",
-          *root_cautious ? "true" : "false", " conflicts with optimizer.cautious ",
-          cautious.value_or(false) ? "true" : "false", "; set it in one place");
-    cautious = root_cautious;
-  }
-  config.cautious = cautious.value_or(false);
+  config.cautious = s.boolean("cautious").value_or(false);
   set_option(h.matrices_options(), "cautious", config.cautious);  // Muon and Dion have it
   const bool others_cautious = set_option(h.others_options(), "cautious", config.cautious);
   check(others_cautious || !config.cautious, s.key_path("cautious"), ": ",
@@ -247,26 +222,31 @@ void refuse_muon_sections_under_adamw(const Section& s, const HybridOptions& h) 
   }
 }
 
-// Reads the `optimizer` mapping into `config`.
-void read_optimizer(Section& s, OptimConfig& config, const std::optional<bool>& root_muon_plus,
-                    const std::optional<bool>& root_cautious) {
+// Reads the `optimizer` mapping, its keys in their current spelling, into `config`. The order is
+// what precedence needs, in four steps: (1) what the matrices and the others run — the name, the
+// partition, the dion switch, a preset — since every later key writes into those algorithms'
+// options and overrides the preset's; (2) the flat keys, each read once and setting options of
+// its own, so in any order among themselves; (3) the algorithms' sections, whose settings override
+// the flat keys' (muon: {lr} over lr); (4) the scaling rules, which multiply the rates and decay as
+// they stand at the end.
+void read_optimizer(Section& s, OptimConfig& config) {
   if (const auto name = s.text("name")) config.name = *name;
-  auto& h = config.hybrid;  // the name's and the preset's settings first: the keys override them
-  read_partition(s, config);
+  auto& h = config.hybrid;
+  read_partition(s, config);  // before the name's settings: `matrices` says the name
   with_context(s.key_path("name"), [&] { apply_optimizer_name(config.name, h); });
-  read_dion_switch(s, config);
+  read_dion_switch(s, config);  // before the preset, which may set Dion from its own defaults
   read_groups_or_preset(s, config);
-  read_rates(s, config);
+  read_rates(s, config);  // (2)
   detail::read_shorthands(s, h);
   read_ns_steps(s, h);
-  read_muon_plus(s, config, root_muon_plus);
-  read_masking_and_storage(s, config, root_cautious);
+  read_muon_plus(s, config);
+  read_masking_and_storage(s, config);
   read_qk_clip(s, config);
   detail::read_hybrid_fields(s, h);
   refuse_muon_sections_under_adamw(s, h);
   read_routing(s, config);
-  detail::read_option_sections(s, h);
-  read_scaling(s, config);
+  detail::read_option_sections(s, h);  // (3)
+  read_scaling(s, config);             // (4)
   s.finish();
   check_group_options(h.matrices_options());
   with_context(s.key_path(algorithm_name(h.others_options())),
@@ -378,10 +358,13 @@ YAML::Node optimizer_mapping(const YAML::Node& given) {
 OptimConfig read_config(const YAML::Node& root) {
   Section top(root, "");
   OptimConfig config;
-  const auto root_muon_plus = top.boolean("muon_plus");
-  const auto root_cautious = top.boolean("cautious");
-  Section optimizer(optimizer_mapping(top.find("optimizer")), "optimizer");
-  read_optimizer(optimizer, config, root_muon_plus, root_cautious);
+  const auto mapping = optimizer_mapping(top.find("optimizer"));
+  // Before any reader: the keys earlier versions wrote, in their current spelling.
+  auto written = detail::rewrite_earlier_spellings(root, mapping);
+  Section optimizer(mapping, "optimizer");
+  optimizer.set_written(std::move(written));
+  detail::know_earlier_spellings(top, optimizer);
+  read_optimizer(optimizer, config);
   refuse_misplaced_keys(root, top, optimizer);
   top.finish();
   return config;

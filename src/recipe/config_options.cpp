@@ -12,7 +12,8 @@ namespace {
 
 // The root-level shorthands of the optimizer section: `key` (or `alias`) sets the option
 // `option` of the matrices' algorithm (Muon unless Dion) and/or of the others' (AdamW unless
-// `others` says), with that option's type and range.
+// `others` says), with that option's type and range. (An earlier spelling of a key is rewritten
+// before reading: config_legacy.cpp.)
 struct Shorthand {
   const char* key;
   const char* alias;
@@ -25,7 +26,7 @@ constexpr Shorthand kShorthands[] = {
     {"weight_decay_method", "", "weight_decay_method", true, true},
     {"betas", "", "betas", false, true},
     {"eps", "", "eps", false, true},
-    {"momentum", "muon_momentum", "momentum", true, false},
+    {"momentum", "", "momentum", true, false},
     {"nesterov", "", "nesterov", true, false},
     {"momentum_form", "", "momentum_form", true, false},
     {"ns_coefficients", "coefficients", "coefficients", true, false},
@@ -114,11 +115,13 @@ void read_shorthands(Section& s, HybridOptions& h) {
   const std::string matrices = algorithm_name(h.matrices_options());
   const std::string matrices_title = algorithm_title(matrices);
   for (const auto& sh : kShorthands) {
-    const char* given = s.has(sh.key) ? sh.key : *sh.alias && s.has(sh.alias) ? sh.alias : "";
+    const std::string given = s.has(sh.key)                  ? s.as_written(sh.key)
+                              : *sh.alias && s.has(sh.alias) ? sh.alias
+                                                             : "";
     if (h.all_adamw && !sh.others) {
       // No parameter is Muon's under name adamw: a Muon key sets AdamW's option of that name
       // where AdamW has one (nesterov), and is refused where nothing would read it.
-      if (!read_others(sh) && *given) {
+      if (!read_others(sh) && !given.empty()) {
         refuse_unused_under_adamw(s, given, std::string("Muon's ") + sh.option);
       }
       continue;
@@ -127,13 +130,13 @@ void read_shorthands(Section& s, HybridOptions& h) {
     if (sh.muon && !sh.others && !by_muon) {  // a Muon setting the matrices' algorithm lacks
       MuonOptions read;
       read_shorthand(s, sh, read);
-      if (*given && !says_what_dion_does(read, sh.option)) {
+      if (!given.empty() && !says_what_dion_does(read, sh.option)) {
         refuse_for_matrices(s, given, h, sh.option);
       }
     }
     const bool by_others = sh.others && read_others(sh);
     // Meant for both, read by one, would silently miss the other: refused.
-    check(!*given || !sh.others || by_others, s.key_path(given), ": ",
+    check(given.empty() || !sh.others || by_others, s.key_path(given), ": ",
           algorithm_name(h.others_options()), " (the others' algorithm) has no ", sh.option,
           by_muon ? "; set " + matrices_title + "'s alone in the " + matrices + " section (" +
                         matrices + ": {" + sh.option + ": ...})"
@@ -155,22 +158,15 @@ namespace {
 template <class Options>
 void read_section(Section& s, const char* key, Options& options) {
   if (const auto n = s.find(key); n && !n.IsNull()) {
-    Section section(n, s.key_path(key));
+    Section section(n, s.key_path(s.as_written(key)));
     read_fields(section, options);
     section.finish();
   }
 }
 
-// The section `key` when it is a mapping — `dion: {rank_fraction: 0.25}` — and nothing when it is
-// true or false (`dion: true` switches Dion on: read_dion_switch).
-template <class Options>
-void read_settings_map(Section& s, const char* key, Options& options) {
-  if (const auto n = s.find(key); n && n.IsMap()) read_section(s, key, options);
-}
-
 // The muon section under Dion, as configurations and runs written when Dion was a Muon setting
-// have it: Dion's settings, its `dion` key Dion's too; a Muon setting Dion lacks is accepted when
-// it says what Dion does (says_what_dion_does), refused otherwise.
+// have it: Dion's settings; a Muon setting Dion lacks is accepted when it says what Dion does
+// (says_what_dion_does), refused otherwise.
 void read_muon_section_as_dion(Section& s, HybridOptions& h) {
   const auto n = s.find("muon");
   if (!n || n.IsNull()) return;
@@ -178,7 +174,6 @@ void read_muon_section_as_dion(Section& s, HybridOptions& h) {
   std::set<std::string> own;
   visit_algorithm(h.matrices_options(), [&](auto& options) {
     read_fields(section, options);
-    read_settings_map(section, "dion", options);
     visit_options(options, [&](const OptionInfo& info, const auto&) { own.insert(info.name); });
   });
   MuonOptions read;
@@ -192,28 +187,16 @@ void read_muon_section_as_dion(Section& s, HybridOptions& h) {
   section.finish();
 }
 
-// The muon section under Muon; its `dion` key, which earlier versions wrote there, is null or
-// false (true switched to Dion: read_dion_switch).
-void read_muon_section(Section& s, MuonOptions& muon) {
-  if (const auto n = s.find("muon"); n && !n.IsNull()) {
-    Section section(n, s.key_path("muon"));
-    read_fields(section, muon);
-    section.find("dion");
-    section.finish();
-  }
-}
-
 }  // namespace
 
 void read_option_sections(Section& s, HybridOptions& h) {
   if (auto* muon = muon_of(h)) {
-    read_muon_section(s, *muon);
+    read_section(s, "muon", *muon);
   } else {
     read_muon_section_as_dion(s, h);
+    visit_algorithm(h.matrices_options(),
+                    [&](auto& options) { read_section(s, algorithm_name(options), options); });
   }
-  visit_algorithm(h.matrices_options(), [&](auto& options) {
-    if (muon_of(h) == nullptr) read_settings_map(s, algorithm_name(options), options);
-  });
   const std::string others = algorithm_name(h.others_options());
   for_each_algorithm([&](auto* tag) {
     using Options = std::remove_pointer_t<decltype(tag)>;
@@ -282,7 +265,8 @@ std::vector<ConfigKey> config_schema(const std::string& section) {
     const std::string sets = sh.muon && sh.others ? muon + " and " + others
                              : sh.muon            ? muon
                                                   : others;
-    rows.push_back({sh.key, sh.alias, "", "sets " + sets, "", ""});
+    const std::string alias = *sh.alias != '\0' ? sh.alias : detail::earlier_spelling(sh.key);
+    rows.push_back({sh.key, alias, "", "sets " + sets, "", ""});
   }
   return rows;
 }

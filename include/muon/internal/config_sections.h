@@ -3,12 +3,24 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 
 #include "muon/config.h"
 #include "muon/internal/yaml_section.h"
 
 namespace muon::detail {
+
+// Rewrites the keys earlier versions wrote into their current spelling, in the document `root`
+// and its optimizer section `optimizer` (a mapping), before any reader sees them
+// (docs/config.md, "Earlier spellings"); both spellings of one key given is an error. Returns the
+// rewritten keys of the optimizer section, current → as written (Section::set_written).
+std::map<std::string, std::string> rewrite_earlier_spellings(YAML::Node root, YAML::Node optimizer);
+// The earlier spelling of the optimizer section's key `key` (muon_momentum for momentum), or "".
+std::string earlier_spelling(const std::string& key);
+// Counts the earlier spellings as known keys of the document (`top`) and of its optimizer section:
+// still valid, an unknown key's message lists them and suggests them.
+void know_earlier_spellings(Section& top, Section& optimizer);
 
 // Throws "<path> must be <rule>, got <value>" unless `ok`.
 void require(bool ok, const std::string& path, const std::string& rule, double value);

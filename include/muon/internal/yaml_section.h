@@ -60,6 +60,9 @@ class Section {
     return path_.empty() ? key : path_ + "." + key;
   }
 
+  // Counts `key` as known without reading it: a valid key that another step reads.
+  void know(const std::string& key) { known_.insert(key); }
+
   // Whether a reader asked for `key` (or has it as an alias).
   bool knows(const std::string& key) const { return known_.count(key) != 0; }
 
@@ -192,10 +195,21 @@ class Section {
   const YAML::Node& node() const { return node_; }
   const std::string& path() const { return path_; }
 
+  // The keys below this section that the configuration wrote in an earlier spelling, rewritten
+  // before reading (src/recipe/config_legacy.cpp): current key → the key as written.
+  void set_written(std::map<std::string, std::string> written) { written_ = std::move(written); }
+  // `key` as the configuration wrote it — its earlier spelling where it had one — for a message
+  // that quotes the file.
+  std::string as_written(const std::string& key) const {
+    const auto found = written_.find(key);
+    return found == written_.end() ? key : found->second;
+  }
+
  private:
   YAML::Node node_;
   std::string path_;
   std::set<std::string> known_;
+  std::map<std::string, std::string> written_;
 };
 
 }  // namespace muon::detail
