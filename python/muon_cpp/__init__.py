@@ -29,7 +29,6 @@ from ._aux_adam import MuonWithAuxAdam, SingleDeviceMuonWithAuxAdam
 from ._dion import Dion
 from ._engine import AMSGRAD as _AMSGRAD, USE_ADDMM as _USE_ADDMM, _EngineOptimizer
 from ._hybrid import HybridOptimizer, build_optimizer
-from ._schema import init_from_schema as _init_from_schema
 
 _torch_muon.count_steps_through_torch_muon()
 
@@ -65,7 +64,8 @@ _PRESETS_ELSEWHERE = {name: f"muon_cpp.{algorithm.capitalize()}"
                       for name, _origin, algorithm, _ in _core.muon_presets() if algorithm != "muon"}
 
 
-class Muon(_EngineOptimizer):
+class Muon(_EngineOptimizer, algorithm="muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
+           presets=_MUON_PRESETS, presets_elsewhere=_PRESETS_ELSEWHERE, own_flags=_USE_ADDMM):
     """Muon (docs/design.md §Muon update): momentum, then Newton–Schulz orthogonalization, for
     parameters of rank ≥ 2 (each matrix of a (batch..., rows, cols) tensor separately).
 
@@ -84,14 +84,8 @@ class Muon(_EngineOptimizer):
     an algorithm of its own: ``Dion``.
     """
 
-    _make_engine = staticmethod(_core.Engine.muon)
-    _algorithm = "muon"
     _updates_matrices = True
     _updates_whole_tensors = True
-    _own_torch_flags = _USE_ADDMM
-    __init__ = _init_from_schema("muon", positional=4, aliases=_TORCH_MUON_KEYWORDS,
-                                 presets=_MUON_PRESETS, presets_elsewhere=_PRESETS_ELSEWHERE,
-                                 own_flags=_USE_ADDMM)
 
     def _own_keys(self):
         return tuple(_TORCH_MUON_KEYWORDS) + _torch_muon.TORCH_ONLY_KEYS
@@ -125,49 +119,32 @@ class Muon(_EngineOptimizer):
             saved, _torch_muon.torch_view(saved, _core.coefficient_table), keep="ours")
 
 
-class AdamW(_EngineOptimizer):
+class AdamW(_EngineOptimizer, algorithm="adamw", positional=4, own_flags=_AMSGRAD):
     """AdamW with decoupled weight decay, as torch.optim.AdamW; ``nesterov=True`` gives NAdam
     (optax's form), ``state_dtype=torch.bfloat16`` stores both moments in bf16 with stochastic
     rounding, ``cautious=True`` masks the update (arXiv 2411.16085).
 
     ``AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *, ...)``."""
 
-    _make_engine = staticmethod(_core.Engine.adamw)
-    _algorithm = "adamw"
-    _own_torch_flags = _AMSGRAD
-    __init__ = _init_from_schema("adamw", positional=4, own_flags=_AMSGRAD)
 
-
-class Adam(_EngineOptimizer):
+class Adam(_EngineOptimizer, algorithm="adam", positional=4, own_flags=_AMSGRAD):
     """Adam with coupled (L2) weight decay, as torch.optim.Adam; options as AdamW's."""
 
-    _make_engine = staticmethod(_core.Engine.adam)
-    _algorithm = "adam"
-    _own_torch_flags = _AMSGRAD
-    __init__ = _init_from_schema("adam", positional=4, own_flags=_AMSGRAD)
 
-
-class Lamb(_EngineOptimizer):
+class Lamb(_EngineOptimizer, algorithm="lamb", positional=4):
     """LAMB: the Adam direction plus weight decay, scaled by the trust ratio ‖W‖/‖r‖ (float32
     state; nesterov, cautious and bfloat16 state are refused)."""
 
-    _make_engine = staticmethod(_core.Engine.lamb)
-    _algorithm = "lamb"
     _updates_whole_tensors = True  # the trust ratio's norms are over the whole tensor
-    __init__ = _init_from_schema("lamb", positional=4)
 
 
-class Lion(_EngineOptimizer):
+class Lion(_EngineOptimizer, algorithm="lion", positional=3):
     """Lion (Chen et al., arXiv 2302.06675): W ← W·(1 − lr·λ) − lr·sign(β1·m + (1−β1)·g), then
     m ← β2·m + (1−β2)·g. One state tensor, ``exp_avg`` (``state_dtype=torch.bfloat16`` stores it
     in bf16 with stochastic rounding).
 
     ``Lion(params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, *, ...)``: lion-pytorch's
     keywords and defaults; Lion wants a rate 3–10× smaller than AdamW's and a decay 3–10× larger."""
-
-    _make_engine = staticmethod(_core.Engine.lion)
-    _algorithm = "lion"
-    __init__ = _init_from_schema("lion", positional=3)
 
 
 def orthogonalize(x, coefficients="quintic", steps=5, *, method="automatic", dtype=None,

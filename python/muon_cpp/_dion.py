@@ -16,7 +16,7 @@ _DIONS_MOMENTUM = {"nesterov": False, "momentum_form": "sum"}
 _DION_INIT = init_from_schema("dion", positional=0)
 
 
-class Dion(_EngineOptimizer):
+class Dion(_EngineOptimizer, algorithm="dion"):
     """Dion (Ahn et al., arXiv 2504.05295; docs/design.md §Dion): a rank-r orthonormal update
     from one power iteration per step with error feedback, in microsoft/dion's keywords:
 
@@ -38,8 +38,6 @@ class Dion(_EngineOptimizer):
     give the rest to ``AdamW`` or use ``build_optimizer`` with ``name: dion``).
     """
 
-    _make_engine = staticmethod(_core.Engine.dion)
-    _algorithm = "dion"
     _updates_matrices = True
     _updates_whole_tensors = True
 

@@ -32,6 +32,26 @@ class _EngineOptimizer(Optimizer):
     _updates_matrices = False  # Muon and Dion: parameters are owned by orthogonalization cost
     _updates_whole_tensors = False  # Muon, Dion, Lamb: a shard alone cannot be updated
 
+    def __init_subclass__(cls, algorithm=None, **schema):
+        """A class that runs one registered algorithm names it in its first line,
+        ``class Lion(_EngineOptimizer, algorithm="lion", positional=3)``: its engine, its name
+        and (unless it writes its own) an __init__ from the C++ option schema follow;
+        ``schema`` are _schema.init_from_schema's keywords (``positional``, ``aliases``, ...)."""
+        super().__init_subclass__()
+        if algorithm is None:
+            return
+        from ._schema import init_from_schema  # not above: _schema imports this module
+
+        registered = [name for name, _matrices in _core.algorithms()]
+        if algorithm not in registered:
+            raise ValueError(f"{cls.__name__}: algorithm {algorithm!r} is not registered; "
+                             f"registered are {', '.join(registered)}")
+        cls._algorithm = algorithm
+        cls._make_engine = staticmethod(getattr(_core.Engine, algorithm))
+        cls._own_torch_flags = schema.get("own_flags") or {}
+        if "__init__" not in cls.__dict__:
+            cls.__init__ = init_from_schema(algorithm, **schema)
+
     def __init__(self, params, defaults, engine=None, process_group=None, shards=None):
         self._engine = None
         self._plan = None

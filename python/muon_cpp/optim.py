@@ -21,7 +21,7 @@ _QUINTIC = _torch_muon.QUINTIC
 _TORCH = {name: settings for name, _origin, _algorithm, settings in _core.muon_presets()}["torch"]
 
 
-class Muon(_EngineOptimizer):
+class Muon(_EngineOptimizer, algorithm="muon"):
     """torch.optim.Muon's interface on muon-cpp's Muon: momentum (EMA, Nesterov by default),
     Newton–Schulz orthogonalization and decoupled weight decay, for parameters of rank >= 2.
 
@@ -33,8 +33,6 @@ class Muon(_EngineOptimizer):
     param-group dict under its own name (ns_method, normuon, ...) is applied too.
     """
 
-    _make_engine = staticmethod(_core.Engine.muon)
-    _algorithm = "muon"
     _updates_matrices = True
     _updates_whole_tensors = True
 

@@ -45,6 +45,35 @@ def test_keywords_and_param_groups_are_the_schema(algorithm):
     assert all(doc for _, _, doc, _ in schema)
 
 
+def test_a_class_line_naming_an_algorithm_makes_the_whole_optimizer():
+    """A class naming a registered algorithm in its first line gets its engine, name and schema
+    __init__ (docs/design.md §Adding an algorithm): a second Lion made so steps as muon_cpp.Lion."""
+    from muon_cpp._engine import _EngineOptimizer
+
+    class OneLineLion(_EngineOptimizer, algorithm="lion", positional=3):
+        pass
+
+    assert OneLineLion._algorithm == "lion"
+    assert ([(p.name, p.default, p.kind) for p in keywords(OneLineLion)]
+            == [(p.name, p.default, p.kind) for p in keywords(muon_cpp.Lion)])
+    torch.manual_seed(0)
+    a = torch.nn.Parameter(torch.randn(5, 3))
+    b = torch.nn.Parameter(a.detach().clone())
+    ours = OneLineLion([a], 1e-2, (0.9, 0.99), 0.1)
+    reference = muon_cpp.Lion([b], lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    for _ in range(3):
+        g = torch.randn(5, 3)
+        a.grad, b.grad = g.clone(), g.clone()
+        ours.step()
+        reference.step()
+    assert not torch.equal(a, torch.zeros(5, 3)) and torch.equal(a, b)
+    assert torch.equal(ours.state[a]["exp_avg"], reference.state[b]["exp_avg"])
+    with pytest.raises(ValueError, match="Nope: algorithm 'signum' is not registered; "
+                                         "registered are muon, dion, adamw, adam, lamb, lion"):
+        class Nope(_EngineOptimizer, algorithm="signum", positional=3):
+            pass
+
+
 @pytest.mark.parametrize("ours,theirs", [(muon_cpp.AdamW, torch.optim.AdamW),
                                          (muon_cpp.Adam, torch.optim.Adam)])
 def test_adam_family_defaults_are_torch_optims(ours, theirs):
