@@ -99,9 +99,11 @@ def cases():
     classes = registered_classes()
     for algorithm, matrices_only in _core.algorithms():
         if algorithm in classes:
+            # OneCycleLR cycles a group's momentum or betas; an algorithm with neither it refuses.
+            momentum = {n for n, *_ in _core.option_schema(algorithm)} & {"momentum", "betas"}
             out.append(Case(classes[algorithm].__name__, (algorithm,),
                             single(classes[algorithm], algorithm, matrices_only),
-                            matrices_only=matrices_only))
+                            cycles_momentum=bool(momentum), matrices_only=matrices_only))
     out.append(Case("NAdam", ("adamw",), single(muon_cpp.AdamW, "adamw", False, nesterov=True)))
     out.append(Case("optim.Muon", ("muon",), single(muon_cpp.optim.Muon, "muon", True),
                     matrices_only=True))
