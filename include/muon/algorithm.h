@@ -60,8 +60,8 @@ struct StateSlot {
 // at random).
 enum class StateStart { zeros, by_update };
 
-// Whether `param`'s updates go through a mantissa (docs/algorithms.md, "Mantissa tracking"): the
-// option is on and the parameter is bf16.
+// Whether `param`'s updates go through a mantissa (docs/algorithms.md, "bf16 parameters at fp32
+// precision"): the option is on and the parameter is bf16.
 inline bool tracks_mantissa(bool option, const at::Tensor& param) {
   return option && param.scalar_type() == at::kBFloat16;
 }
