@@ -94,7 +94,6 @@ void MatrixOptimizer<Options>::check_step() const {
 
 template <class Options>
 at::Tensor MatrixOptimizer<Options>::step(LossClosure closure) {
-  using Entry = Algorithm<Options>;
   const auto loss = run_closure(closure);
   at::NoGradGuard no_grad;
   check_step();
