@@ -25,11 +25,11 @@ void expect_same(const std::string& earlier, const std::string& current) {
   EXPECT_EQ(a.cautious, b.cautious);
   EXPECT_EQ(a.preset, b.preset);
   EXPECT_EQ(a.notes, b.notes);
-  EXPECT_EQ(a.hybrid.all_adamw, b.hybrid.all_adamw);
-  EXPECT_EQ(algorithm_name(a.hybrid.matrices_options()),
-            algorithm_name(b.hybrid.matrices_options()));
-  EXPECT_EQ(group_settings(a.hybrid.matrices_options()),
-            group_settings(b.hybrid.matrices_options()));
+  ASSERT_EQ(static_cast<bool>(a.hybrid.matrices), static_cast<bool>(b.hybrid.matrices));
+  if (a.hybrid.matrices) {
+    EXPECT_EQ(algorithm_name(*a.hybrid.matrices), algorithm_name(*b.hybrid.matrices));
+    EXPECT_EQ(group_settings(*a.hybrid.matrices), group_settings(*b.hybrid.matrices));
+  }
 }
 
 void expect_refused(const std::string& yaml, const std::string& message) {
@@ -39,8 +39,12 @@ void expect_refused(const std::string& yaml, const std::string& message) {
 
 TEST(ConfigLegacy, MuonNsStepsIsNsSteps) {
   expect_same("optimizer: {muon_ns_steps: 7}\n", "optimizer: {ns_steps: 7}\n");
-  EXPECT_EQ(OptimConfig::from_yaml("optimizer: {muon_ns_steps: 7}\n").hybrid.muon.ns_steps(),
-            OptimConfig::from_yaml("optimizer: {ns_steps: 7}\n").hybrid.muon.ns_steps());
+  EXPECT_EQ(OptimConfig::from_yaml("optimizer: {muon_ns_steps: 7}\n")
+                .hybrid.matrices.get<MuonOptions>()
+                .ns_steps(),
+            OptimConfig::from_yaml("optimizer: {ns_steps: 7}\n")
+                .hybrid.matrices.get<MuonOptions>()
+                .ns_steps());
   // Under Dion, Muon's default says what Dion does (configurations of earlier versions).
   expect_same("optimizer: {name: dion, muon_ns_steps: 5}\n", "optimizer: {name: dion}\n");
   expect_refused("optimizer: {muon_ns_steps: 4, ns_steps: 5}\n",
@@ -55,8 +59,12 @@ TEST(ConfigLegacy, MuonNsStepsIsNsSteps) {
 
 TEST(ConfigLegacy, MuonMomentumIsMomentum) {
   expect_same("optimizer: {muon_momentum: 0.9}\n", "optimizer: {momentum: 0.9}\n");
-  EXPECT_EQ(OptimConfig::from_yaml("optimizer: {muon_momentum: 0.9}\n").hybrid.muon.momentum(),
-            OptimConfig::from_yaml("optimizer: {momentum: 0.9}\n").hybrid.muon.momentum());
+  EXPECT_EQ(OptimConfig::from_yaml("optimizer: {muon_momentum: 0.9}\n")
+                .hybrid.matrices.get<MuonOptions>()
+                .momentum(),
+            OptimConfig::from_yaml("optimizer: {momentum: 0.9}\n")
+                .hybrid.matrices.get<MuonOptions>()
+                .momentum());
   expect_same("optimizer: {name: dion, muon_momentum: 0.8}\n",
               "optimizer: {name: dion, momentum: 0.8}\n");
   expect_refused("optimizer: {muon_momentum: 0.9, momentum: 0.8}\n",
@@ -78,8 +86,10 @@ TEST(ConfigLegacy, MuonNormEpsIsMuonPlusEps) {
               "optimizer: {muon_plus: {mode: col, eps: 1.0e-5}}\n");
   const auto earlier = OptimConfig::from_yaml("optimizer: {muon_norm_eps: 1.0e-5}\n");
   const auto current = OptimConfig::from_yaml("optimizer: {muon: {post_norm_eps: 1.0e-5}}\n");
-  EXPECT_EQ(earlier.hybrid.muon.post_norm_eps(), current.hybrid.muon.post_norm_eps());
-  EXPECT_EQ(earlier.hybrid.muon.post_norm(), current.hybrid.muon.post_norm());
+  EXPECT_EQ(earlier.hybrid.matrices.get<MuonOptions>().post_norm_eps(),
+            current.hybrid.matrices.get<MuonOptions>().post_norm_eps());
+  EXPECT_EQ(earlier.hybrid.matrices.get<MuonOptions>().post_norm(),
+            current.hybrid.matrices.get<MuonOptions>().post_norm());
   // Under Dion, at Muon's default (what to_yaml wrote when Dion was a Muon setting).
   expect_same("optimizer: {name: dion, muon_plus: false, muon_norm_eps: 1.0e-8}\n",
               "optimizer: {name: dion}\n");
@@ -117,8 +127,10 @@ TEST(ConfigLegacy, RootCautiousIsTheOptimizerSections) {
   expect_same("optimizer: {cautious: true}\ncautious: true\n", "optimizer: {cautious: true}\n");
   const auto earlier = OptimConfig::from_yaml("optimizer: muon\ncautious: true\n");
   const auto current = OptimConfig::from_yaml("optimizer: {name: muon, cautious: true}\n");
-  EXPECT_EQ(earlier.hybrid.muon.cautious(), current.hybrid.muon.cautious());
-  EXPECT_EQ(earlier.hybrid.adamw.cautious(), current.hybrid.adamw.cautious());
+  EXPECT_EQ(earlier.hybrid.matrices.get<MuonOptions>().cautious(),
+            current.hybrid.matrices.get<MuonOptions>().cautious());
+  EXPECT_EQ(earlier.hybrid.others.get<AdamWOptions>().cautious(),
+            current.hybrid.others.get<AdamWOptions>().cautious());
   expect_refused("optimizer: {cautious: true}\ncautious: false\n",
                  "cautious: the root value false conflicts with optimizer.cautious true; set it "
                  "in one place");

@@ -180,8 +180,8 @@ struct Replica {
                                   torch::nn::Linear(40, 24), torch::nn::Linear(24, 24),
                                   torch::nn::Linear(24, 40));
     HybridOptions options;
-    options.muon = MuonOptions(0.02).weight_decay(0.1);
-    options.adamw = AdamWOptions(0.01);
+    options.matrices = MuonOptions(0.02).weight_decay(0.1);
+    options.others = AdamWOptions(0.01);
     options.max_grad_norm = max_grad_norm;  // of the averaged gradients, reduced across ranks
     optimizer = std::make_unique<HybridOptimizer>(route(*model), options);
   }

@@ -56,8 +56,8 @@ const ParameterReport& row_of(const HybridOptimizer& opt, const std::string& nam
   throw std::runtime_error("no report row " + name);
 }
 
-// The hybrid with `others` (empty: AdamW with options.adamw) against the same steps by hand: the
-// matrices' own optimizer (Muon with options.muon, or `matrices`'), the others' own optimizer with
+// The hybrid against the same steps by hand: the matrices' own optimizer (`matrices`: Muon unless
+// the options say), the others' own optimizer (`others`) with
 // decay on the embedding and none on the norm weights (the hybrid's no-decay group). Returns the
 // hybrid, for its report.
 template <class Options, class Matrices>
@@ -102,7 +102,7 @@ std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options, co
 template <class Options>
 std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options,
                                                 const Options& others) {
-  return expect_by_hand(options, others, options.muon);
+  return expect_by_hand(options, others, options.matrices.get<MuonOptions>());
 }
 
 TEST(Hybrid, StepEqualsBothBranchesByHand) {
@@ -139,7 +139,7 @@ TEST(Hybrid, MatricesRunDion) {
     HybridOptions options;
     options.matrices = dion;
     const auto adamw = AdamWOptions(0.01).weight_decay(0.05).fused(fused);
-    options.adamw = adamw;
+    options.others = adamw;
     const auto hybrid = expect_by_hand(options, adamw, dion);
     EXPECT_EQ(row_of(*hybrid, "blocks.0.attn.q_proj.weight").algorithm, "dion");
     options.others = LionOptions(1e-3);
@@ -159,11 +159,6 @@ TEST(Hybrid, MatricesErrors) {
   expect_error<Error>([&] { HybridOptimizer(routes, options); },
                       {"HybridOptions::matrices: ", "rank_fraction must be in (0, 1]"});
   options.matrices = DionOptions();
-  options.all_adamw = true;
-  expect_error<Error>([&] { HybridOptimizer(routes, options); },
-                      {"all_adamw trains every parameter with AdamW (options.adamw), but matrices "
-                       "holds the options of dion; set one of them"});
-  options.all_adamw = false;
   options.groups = {ParamGroupSpec{"all", {"*"}}};
   options.groups[0].num_heads = 2;
   expect_error<Error>([&] { HybridOptimizer(routes, options); },
@@ -191,6 +186,15 @@ TEST(Hybrid, AlgorithmOptionsHoldTheirTypeByValue) {
   copy->set_lr(1.0);
   EXPECT_DOUBLE_EQ(held->get_lr(), 2e-4);  // copies are deep
   EXPECT_FALSE(AlgorithmOptions());
+  EXPECT_DOUBLE_EQ(held.get<LionOptions>().lr(), 2e-4);
+  expect_error<Error>([&] { held.get<MuonOptions>(); },
+                      {"AlgorithmOptions: holds lion, not muon's"});
+  expect_error<Error>([] { AlgorithmOptions().get<AdamWOptions>(); },
+                      {"AlgorithmOptions: holds no options, not adamw's"});
+  // The two slots start as Muon's and AdamW's defaults.
+  const HybridOptions defaults;
+  EXPECT_DOUBLE_EQ(defaults.matrices.get<MuonOptions>().lr(), MuonOptions().lr());
+  EXPECT_DOUBLE_EQ(defaults.others.get<AdamWOptions>().lr(), AdamWOptions().lr());
 }
 
 TEST(Hybrid, OthersErrors) {
@@ -204,13 +208,11 @@ TEST(Hybrid, OthersErrors) {
        "one of adamw, adam, lamb, lion"});
   options.others = LionOptions(-1.0);
   expect_error<Error>([&] { HybridOptimizer(routes, options); }, {"HybridOptions::others: ", "lr"});
+  options.others = AlgorithmOptions();
+  expect_error<Error>([&] { HybridOptimizer(routes, options); },
+                      {"HybridOptions::others is empty; the parameters outside the matrices slot "
+                       "need one of adamw, adam, lamb, lion"});
   options.others = LionOptions();
-  options.all_adamw = true;
-  expect_error<Error>(
-      [&] { HybridOptimizer(routes, options); },
-      {"HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but "
-       "others holds the options of lion; set one of them"});
-  options.all_adamw = false;
   options.groups = {ParamGroupSpec{"all", {"*"}}};
   options.groups[0].eps = 1e-6;
   expect_error<Error>([&] { HybridOptimizer(routes, options); },
@@ -297,8 +299,8 @@ TEST(Hybrid, ClosureRunsOnceAndSchedulersReachEveryGroup) {
 TEST(Hybrid, GroupsFirstMatchWinsAndTheReportShowsTheirSettings) {
   cli::Gpt model(tiny());
   HybridOptions options;
-  options.muon = MuonOptions(0.02).weight_decay(0.1);
-  options.adamw = AdamWOptions(0.004).weight_decay(0.01);
+  options.matrices = MuonOptions(0.02).weight_decay(0.1);
+  options.others = AdamWOptions(0.004).weight_decay(0.01);
   ParamGroupSpec attention{"attention", {"*.attn.*"}, 0.5};
   attention.momentum = 0.9;
   ParamGroupSpec norms{"norms", {"*norm*"}};
@@ -354,8 +356,8 @@ TEST(Hybrid, GroupErrors) {
 TEST(Hybrid, MupAndNanochatPresets) {
   cli::Gpt model(tiny());
   HybridOptions options;
-  options.muon = MuonOptions(0.02);
-  options.adamw = AdamWOptions(0.004).weight_decay(0.1);
+  options.matrices = MuonOptions(0.02);
+  options.others = AdamWOptions(0.004).weight_decay(0.1);
   options.groups = mup_groups(4.0);
   HybridOptimizer mup(route(*model), options);
   EXPECT_EQ(row_of(mup, "norm.weight").group, "no_weight_decay");
@@ -371,8 +373,8 @@ TEST(Hybrid, MupAndNanochatPresets) {
   const auto preset = nanochat_preset(settings);
   HybridOptions nano;
   nano.groups = preset.groups;
-  nano.muon = preset.muon;
-  nano.adamw = preset.adamw;
+  nano.matrices = preset.muon;
+  nano.others = preset.adamw;
   HybridOptimizer opt(route(*untied), nano);
   const auto& head = row_of(opt, "lm_head.weight");
   EXPECT_EQ(head.group, "lm_head");
@@ -521,8 +523,8 @@ TEST(Hybrid, SparseGradientChangesNothingAndResetStateClearsBothAlgorithms) {
 TEST(Hybrid, SchedulesDriveRatesMomentumAndDecayFromTheStepCount) {
   cli::Gpt model(tiny());
   HybridOptions options;
-  options.muon = MuonOptions(0.02).weight_decay(0.1);
-  options.adamw = AdamWOptions(0.004).weight_decay(0.1);
+  options.matrices = MuonOptions(0.02).weight_decay(0.1);
+  options.others = AdamWOptions(0.004).weight_decay(0.1);
   LrSchedule cosine;
   cosine.kind = ScheduleKind::cosine;
   cosine.warmup_steps = 2;
@@ -566,8 +568,8 @@ TEST(Hybrid, SchedulesDriveRatesMomentumAndDecayFromTheStepCount) {
 TEST(Hybrid, WhatAScheduleSetsIsNotChangedBehindItsBackAndTheRestIsTheCallers) {
   cli::Gpt model(tiny());
   HybridOptions options;
-  options.muon = MuonOptions(0.02);
-  options.adamw = AdamWOptions(0.004);
+  options.matrices = MuonOptions(0.02);
+  options.others = AdamWOptions(0.004);
   LrSchedule cosine;
   cosine.kind = ScheduleKind::cosine;
   options.schedule = cosine;
@@ -611,18 +613,19 @@ TEST(Hybrid, WhatAScheduleSetsIsNotChangedBehindItsBackAndTheRestIsTheCallers) {
   expect_error<Error>([&] { mine.step(); }, {"momentum was changed to 0.5", "momentum_schedule"});
 }
 
-TEST(Hybrid, FrozenParametersNeverMoveAndAdamWModeTakesEverything) {
+TEST(Hybrid, FrozenParametersNeverMoveAndNoMatricesSlotSendsEverythingToTheOthers) {
   cli::Gpt model(tiny());
   model->norm->weight.set_requires_grad(false);
   HybridOptions options;
-  options.all_adamw = true;
+  options.matrices = AlgorithmOptions();
+  options.others = LionOptions(1e-3);
   HybridOptimizer opt(route(*model), options);
   for (const auto& g : opt.param_groups()) {  // no Muon group
-    EXPECT_NE(dynamic_cast<const AdamWOptions*>(&g.options()), nullptr);
+    EXPECT_NE(dynamic_cast<const LionOptions*>(&g.options()), nullptr);
   }
   EXPECT_EQ(row_of(opt, "blocks.0.attn.q_proj.weight").role, Role::adamw);
   EXPECT_EQ(row_of(opt, "blocks.0.attn.q_proj.weight").reason,
-            "optimizer adamw: every trainable parameter in AdamW");
+            "no matrices algorithm: every trainable parameter runs lion");
   EXPECT_EQ(row_of(opt, "norm.weight").role, Role::frozen);
   set_gradients(*model, 1);
   const auto before = model->norm->weight.detach().clone();

@@ -106,8 +106,8 @@ void expect_round_trip(Make make, const std::string& name, bool scheduled = fals
 
 TEST(Ownership, TorchSaveAndLoadRoundTripTheHybrid) {
   HybridOptions options;
-  options.muon = MuonOptions(0.02).normuon(NorMuonOptions{}).state_dtype(at::kBFloat16);
-  options.adamw = AdamWOptions(3e-3).state_dtype(at::kBFloat16);
+  options.matrices = MuonOptions(0.02).normuon(NorMuonOptions{}).state_dtype(at::kBFloat16);
+  options.others = AdamWOptions(3e-3).state_dtype(at::kBFloat16);
   LrSchedule schedule;
   schedule.kind = ScheduleKind::cosine;
   schedule.warmup_steps = 1;
@@ -207,7 +207,7 @@ TEST(Ownership, AddParamGroupRunsTheAlgorithmItsOptionsName) {
   auto matrix_ref = matrix.detach().clone().requires_grad_(true);
   auto vector_ref = vector.detach().clone().requires_grad_(true);
   Muon muon({matrix_ref}, MuonOptions(0.05));
-  AdamW adamw({vector_ref}, HybridOptions{}.adamw);
+  AdamW adamw({vector_ref}, AdamWOptions());
   for (uint64_t s = 0; s < 3; ++s) {
     set_gradients(model->parameters(), s);
     set_gradients({matrix, vector}, 100 + s);
@@ -267,7 +267,7 @@ TEST(Ownership, AddParamGroupRefusesWhatTheHybridCannotRun) {
     EXPECT_TRUE(at::equal(model->parameters()[0], before));
   } else {
     const auto& o = dynamic_cast<const AdamWOptions&>(opt.param_groups().back().options());
-    EXPECT_EQ(o.lr(), HybridOptions{}.adamw.lr());
+    EXPECT_EQ(o.lr(), AdamWOptions().lr());
     opt.step();
     EXPECT_EQ(opt.role_of(vector), Role::adamw);
   }

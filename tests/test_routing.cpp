@@ -481,7 +481,7 @@ TEST(Routing, AHybridThatGivesMuonNothingSaysSo) {
   RoutingRules flatten;
   flatten.higher_rank = HigherRankPolicy::flatten;
   HybridOptions all_adamw;
-  all_adamw.all_adamw = true;
+  all_adamw.matrices = AlgorithmOptions();
   ::testing::internal::CaptureStderr();
   HybridOptimizer flattened(route(*conv, flatten), HybridOptions{});
   HybridOptimizer asked(route(*conv), all_adamw);

@@ -48,10 +48,12 @@ TEST(Schema, YamlDefaultsAreTheCppDefaults) {
             from_cpp.to_yaml());
   // AdamW decays by torch.optim.AdamW's 1e-2 unless weight_decay is set; Muon by 0.
   const auto c = OptimConfig::from_yaml("optimizer: {name: muon}");
-  EXPECT_DOUBLE_EQ(c.hybrid.adamw.weight_decay(), 1e-2);
-  EXPECT_DOUBLE_EQ(c.hybrid.muon.weight_decay(), 0.0);
-  EXPECT_DOUBLE_EQ(
-      OptimConfig::from_yaml("optimizer: {weight_decay: 0.1}").hybrid.adamw.weight_decay(), 0.1);
+  EXPECT_DOUBLE_EQ(c.hybrid.others.get<AdamWOptions>().weight_decay(), 1e-2);
+  EXPECT_DOUBLE_EQ(c.hybrid.matrices.get<MuonOptions>().weight_decay(), 0.0);
+  EXPECT_DOUBLE_EQ(OptimConfig::from_yaml("optimizer: {weight_decay: 0.1}")
+                       .hybrid.others.get<AdamWOptions>()
+                       .weight_decay(),
+                   0.1);
 }
 
 TEST(Schema, TheNestedSectionsReachEveryOptionAndWinOverTheShorthand) {
@@ -83,7 +85,7 @@ optimizer:
     weight_decay_method: independent
     fused: true
 )");
-  const auto& m = c.hybrid.muon;
+  const auto& m = c.hybrid.matrices.get<MuonOptions>();
   EXPECT_EQ(m.ns_steps(), 6);
   EXPECT_EQ(m.ns_method(), NsMethod::gram);
   EXPECT_EQ(*m.gram_restarts(), (std::vector<int64_t>{2, 4}));
@@ -100,7 +102,7 @@ optimizer:
   EXPECT_EQ(m.momentum_form(), MomentumForm::sum);
   EXPECT_EQ(m.state_dtype(), at::kBFloat16);
   EXPECT_EQ(m.fused(), false);
-  const auto& a = c.hybrid.adamw;
+  const auto& a = c.hybrid.others.get<AdamWOptions>();
   EXPECT_TRUE(a.nesterov());
   EXPECT_EQ(a.betas(), Betas(0.8, 0.9));
   EXPECT_DOUBLE_EQ(a.eps(), 1e-10);
@@ -120,7 +122,7 @@ optimizer:
 TEST(Schema, TheShorthandAcceptsTheCppNames) {
   const auto c = OptimConfig::from_yaml("optimizer: {max_grad_norm: 1.5, coefficients: dion}");
   EXPECT_DOUBLE_EQ(*c.hybrid.max_grad_norm, 1.5);
-  EXPECT_EQ(c.hybrid.muon.coefficients().name, "dion");
+  EXPECT_EQ(c.hybrid.matrices.get<MuonOptions>().coefficients().name, "dion");
   expect_error<Error>(
       [] { OptimConfig::from_yaml("optimizer: {max_grad_norm: 1.5, grad_clip: 1.0}"); },
       {"both 'grad_clip' and its alias 'max_grad_norm' are set"});

@@ -126,9 +126,9 @@ TEST(Train, Bf16StateAdamWTrainsLikeFp32State) {
   double fp32 = 0, bf16 = 0;
   for (uint64_t seed : {1, 2, 3, 4}) {
     config.seed = seed;
-    config.optimizer.hybrid.adamw.state_dtype(at::kFloat);
+    config.optimizer.hybrid.others.get<AdamWOptions>().state_dtype(at::kFloat);
     const double a = train(config, log).final_val_loss;
-    config.optimizer.hybrid.adamw.state_dtype(at::kBFloat16);
+    config.optimizer.hybrid.others.get<AdamWOptions>().state_dtype(at::kBFloat16);
     const double b = train(config, log).final_val_loss;
     EXPECT_NEAR(b, a, 0.05 * a) << "seed " << seed;
     fp32 += a / 4;
@@ -270,7 +270,7 @@ TEST(Train, TheCommandThatStartedARunContinuesItWithResume) {
   config.stop_after = 10;
   auto on_file = config;  // the config file: another width and rate, which the flags override
   on_file.model.d_model = 48;
-  on_file.optimizer.hybrid.muon.lr(0.05);
+  on_file.optimizer.hybrid.matrices.get<MuonOptions>().lr(0.05);
   std::ofstream(yaml) << on_file.to_yaml();
   std::ostringstream log;
   train(config, log);
@@ -282,7 +282,7 @@ TEST(Train, TheCommandThatStartedARunContinuesItWithResume) {
   EXPECT_EQ(resumed.steps, 60);
   EXPECT_EQ(resumed.eval_every, 5);
   EXPECT_EQ(resumed.model.d_model, config.model.d_model);
-  EXPECT_EQ(resumed.optimizer.hybrid.muon.lr(), 0.02);
+  EXPECT_EQ(resumed.optimizer.hybrid.matrices.get<MuonOptions>().lr(), 0.02);
   EXPECT_EQ(resumed.out_dir, dir);
   // Without the rate flag the file's rate 0.05 contradicts the run's 0.02.
   testing::expect_error<Error>(
@@ -329,7 +329,7 @@ TEST(Train, DataAndConfigErrors) {
 TEST(Train, AdamwRunsStoreNoMuonSettingsAndOlderOnesStillRead) {
   auto config = fixture_config("/tmp/muon_test_unused");
   config.optimizer.name = "adamw";
-  config.optimizer.hybrid.all_adamw = true;
+  apply_optimizer_name("adamw", config.optimizer.hybrid);
   const auto text = config.to_yaml();
   EXPECT_EQ(text.find("  muon:"), std::string::npos) << text;
   // What earlier versions stored under name adamw: Muon's section and the routing as well.
@@ -388,7 +388,7 @@ cautious: true
   EXPECT_EQ(c.batch_size, 5);
   EXPECT_EQ(c.checkpoint_every, 10);
   EXPECT_EQ(c.seed, 9);
-  EXPECT_DOUBLE_EQ(c.optimizer.hybrid.muon.lr(), 0.01);
+  EXPECT_DOUBLE_EQ(c.optimizer.hybrid.matrices.get<MuonOptions>().lr(), 0.01);
   EXPECT_TRUE(c.optimizer.cautious);
   testing::expect_error<Error>([] { train_config_from_yaml("model: {layers: 3}"); },
                                {"model.layers: unknown key; did you mean 'n_layers'?"});

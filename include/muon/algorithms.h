@@ -249,6 +249,16 @@ class AlgorithmOptions {
   Options* as() const {
     return dynamic_cast<Options*>(options_.get());
   }
+  // The options as `Options`; throws muon::Error naming what they are when empty or another
+  // algorithm's (`h.matrices.get<MuonOptions>().ns_steps(6)`).
+  template <class Options>
+  Options& get() const {
+    Options* typed = as<Options>();
+    check(typed != nullptr, "AlgorithmOptions: holds ",
+          options_ ? algorithm_name(*options_) : "no options", ", not ", Algorithm<Options>::name,
+          "'s");
+    return *typed;
+  }
   torch::optim::OptimizerOptions& operator*() const { return *options_; }
   torch::optim::OptimizerOptions* operator->() const { return options_.get(); }
 

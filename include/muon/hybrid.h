@@ -71,42 +71,18 @@ struct EnumNames<NonfinitePolicy> {
     std::nullopt, any, "", "constant or cosine (to 0 at the run's end)")
 // clang-format on
 //
-// The partition: the matrices routing picks run Muon with `muon` unless `matrices` holds the
-// options of another matrices algorithm (`h.matrices = muon::DionOptions(0.01)`); every other
-// trainable parameter runs one elementwise algorithm of the registry — AdamW with `adamw` unless
-// `others` holds the options of another (LionOptions, AdamOptions, LambOptions):
-// `h.others = muon::LionOptions(3e-5)`.
+// The partition: two slots, each the options of any registered algorithm of its kind. The matrices
+// routing picks run `matrices` (Muon by default; `h.matrices = muon::DionOptions(0.01)`); every
+// other trainable parameter runs `others` (AdamW by default; `h.others = muon::LionOptions(3e-5)`).
+// An empty `matrices` slot (the configuration's `optimizer: adamw`) sends every trainable parameter
+// to `others`.
 struct HybridOptions {
-  MuonOptions muon;    // base settings of the routed matrices when `matrices` is empty; lr is the
-                       // base rate
-  AdamWOptions adamw;  // base settings of the other parameters when `others` is empty
+  AlgorithmOptions matrices = MuonOptions();  // lr is the base rate of the routed matrices
+  AlgorithmOptions others = AdamWOptions();
   std::vector<ParamGroupSpec> groups;  // empty: one catch-all group "default"
   MUON_HYBRID_FIELDS(MUON_FIELD_MEMBER)
-  bool all_adamw = false;             // optimizer `adamw`: every trainable parameter in AdamW
   std::optional<double> qk_clip_tau;  // MuonClip after each step (needs set_qk_clip_source)
   int64_t total_steps = 0;            // the run's length; needed by the schedules
-  AlgorithmOptions matrices;          // the routed matrices' algorithm when not Muon
-  AlgorithmOptions others;            // the other parameters' algorithm when not AdamW
-
-  // The options the routed matrices run: `matrices` when set, else `muon`.
-  const torch::optim::OptimizerOptions& matrices_options() const {
-    if (matrices) return *matrices;
-    return muon;
-  }
-  torch::optim::OptimizerOptions& matrices_options() {
-    if (matrices) return *matrices;
-    return muon;
-  }
-
-  // The options the other parameters run: `others` when set, else `adamw`.
-  const torch::optim::OptimizerOptions& others_options() const {
-    if (others) return *others;
-    return adamw;
-  }
-  torch::optim::OptimizerOptions& others_options() {
-    if (others) return *others;
-    return adamw;
-  }
 };
 MUON_DEFINE_VISIT(HybridOptions, MUON_HYBRID_FIELDS)
 

@@ -43,8 +43,8 @@ namespace {
 
 HybridOptions with_algorithms(MuonOptions muon, AdamWOptions adamw) {
   HybridOptions options;
-  options.muon = std::move(muon);
-  options.adamw = std::move(adamw);
+  options.matrices = muon;
+  options.others = adamw;
   return options;
 }
 
@@ -58,6 +58,11 @@ struct Half {
 Half half_of(const torch::optim::OptimizerOptions& options) {
   const auto& algorithm = algorithm_row(options);
   return {options, algorithm, options.get_lr(), algorithm.settings(options).at("weight_decay")};
+}
+
+// Routing's reason for a matrix trained by the others' algorithm when the matrices slot is empty.
+std::string every_parameter_in(const AlgorithmRow& others) {
+  return std::string("no matrices algorithm: every trainable parameter runs ") + others.name;
 }
 
 // The role of a group running `algorithm`: matrices algorithms hold the routed matrices.
@@ -78,21 +83,21 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
   check_hybrid_options(options);
   const auto specs = groups_or_default(options);
   check_groups(specs);
-  const auto matrices = half_of(options.matrices_options());
-  const auto others = half_of(options.others_options());
+  const auto others = half_of(*options.others);
+  // No matrices slot: the routed matrices train with the others.
+  const auto matrices = options.matrices ? half_of(*options.matrices) : others;
   // (group, decayed or not, role, routing's head split) → hybrid group index, in order of first
   // appearance.
   std::map<std::tuple<size_t, bool, Role, int64_t>, size_t> index;
   Plan plan;
   for (const auto& r : routes) {
-    const Role role = (options.all_adamw && r.role == Role::muon) ? Role::adamw : r.role;
+    const Role role = (!options.matrices && r.role == Role::muon) ? Role::adamw : r.role;
     const Half& h = role == Role::muon ? matrices : others;
     ParameterReport row{r.name,
                         r.tensor.sizes().vec(),
                         r.tensor.scalar_type(),
                         role,
-                        role != r.role ? "optimizer adamw: every trainable parameter in AdamW"
-                                       : r.reason,
+                        role != r.role ? every_parameter_in(others.algorithm) : r.reason,
                         role == Role::frozen ? "" : h.algorithm.name,
                         "",
                         0,
@@ -135,7 +140,7 @@ HybridOptimizer::HybridOptimizer(const std::vector<RoutedParameter>& routes,
     : HybridOptimizer(make_plan(routes, options), options) {}
 
 HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
-    : Optimizer(plan.groups, options.others_options().clone()),
+    : Optimizer(plan.groups, options.others->clone()),
       options_(options),
       report_(std::move(plan.report)),
       names_(std::move(plan.names)) {
@@ -152,7 +157,7 @@ HybridOptimizer::HybridOptimizer(Plan plan, const HybridOptions& options)
 // often than a choice (a CNN's rank-4 kernels under higher_rank 'adamw'): said on stderr, as the
 // library's other warnings.
 void HybridOptimizer::warn_when_muon_gets_nothing() const {
-  if (options_.all_adamw) return;
+  if (!options_.matrices) return;
   const ParameterReport* higher_rank = nullptr;
   bool trainable = false;
   for (const auto& r : report_) {
@@ -162,8 +167,8 @@ void HybridOptimizer::warn_when_muon_gets_nothing() const {
   }
   if (!trainable) return;
   std::cerr << "muon: warning: no parameter is routed to "
-            << algorithm_title(algorithm_name(options_.matrices_options()))
-            << "; every trainable one goes to " << algorithm_name(options_.others_options());
+            << algorithm_title(algorithm_name(*options_.matrices))
+            << "; every trainable one goes to " << algorithm_name(*options_.others);
   if (higher_rank != nullptr) {
     std::cerr << " (" << higher_rank->name << " " << at::IntArrayRef(higher_rank->shape)
               << " and any other tensor of rank > 2 under routing higher_rank 'adamw'; "

@@ -33,20 +33,15 @@ void check_half(const char* field, const OptimizerOptions& options, ParamKind ki
 }  // namespace
 
 void check_hybrid_options(const HybridOptions& options) {
-  check_half(options.matrices ? "HybridOptions::matrices" : "HybridOptions::muon",
-             options.matrices_options(), ParamKind::matrices,
-             "does not update matrices as matrices; the routed matrices need one of ");
-  check_half(options.others ? "HybridOptions::others" : "HybridOptions::adamw",
-             options.others_options(), ParamKind::any,
+  check(static_cast<bool>(options.others),
+        "HybridOptions::others is empty; the parameters outside the matrices slot need one of ",
+        algorithm_names_text(ParamKind::any));
+  if (options.matrices) {
+    check_half("HybridOptions::matrices", *options.matrices, ParamKind::matrices,
+               "does not update matrices as matrices; the routed matrices need one of ");
+  }
+  check_half("HybridOptions::others", *options.others, ParamKind::any,
              "updates matrices only; the other parameters need one of ");
-  check(!options.all_adamw || !options.matrices,
-        "HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but matrices "
-        "holds the options of ",
-        options.matrices ? algorithm_name(*options.matrices) : "", "; set one of them");
-  check(!options.all_adamw || !options.others,
-        "HybridOptions: all_adamw trains every parameter with AdamW (options.adamw), but others "
-        "holds the options of ",
-        options.others ? algorithm_name(*options.others) : "", "; set one of them");
   if (options.qk_clip_tau) {
     check(std::isfinite(*options.qk_clip_tau) && *options.qk_clip_tau > 0,
           "qk_clip: tau must be > 0, got ", *options.qk_clip_tau);

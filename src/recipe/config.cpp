@@ -37,10 +37,14 @@ void apply_optimizer_name(const std::string& name, HybridOptions& h) {
   const auto& names = optimizer_names();
   check(std::any_of(names.begin(), names.end(), [&](const auto& n) { return name == n.name; }),
         "unknown optimizer '", name, "'; valid optimizers are ", optimizer_name_list());
-  const bool dion = h.matrices.as<DionOptions>() != nullptr;
-  if (name == "dion" && !dion) h.matrices = muon_preset("dion").options;
-  if (name != "dion") h.matrices = AlgorithmOptions();
-  h.all_adamw = name == "adamw";
+  // The matrices slot: kept where it already runs the named algorithm.
+  if (name == "adamw") {
+    h.matrices = AlgorithmOptions();
+  } else if (name == "dion") {
+    if (!h.matrices.as<DionOptions>()) h.matrices = muon_preset("dion").options;
+  } else if (!h.matrices.as<MuonOptions>()) {
+    h.matrices = MuonOptions();
+  }
   if (name == "muonclip" && !h.qk_clip_tau) h.qk_clip_tau = 100.0;
 }
 
@@ -74,7 +78,8 @@ void read_partition(Section& s, OptimConfig& config) {
   if (!others) return;
   if (config.name == "adamw") refuse_unused_under_adamw(s, "others", "the others' algorithm");
   auto options = default_options_of(*others, ParamKind::any, s.key_path("others").c_str());
-  if (algorithm_name(*options) != std::string("adamw")) {
+  // The others keep their settings so far when the name is the one they run.
+  if (algorithm_name(*options) != algorithm_name(*config.hybrid.others)) {
     config.hybrid.others = AlgorithmOptions(std::move(options));
   }
 }
@@ -86,7 +91,7 @@ void read_partition(Section& s, OptimConfig& config) {
 void read_dion_switch(Section& s, OptimConfig& config) {
   if (const auto n = s.find("dion"); !n || n.IsNull()) return;
   auto& h = config.hybrid;
-  if (h.all_adamw) refuse_unused_under_adamw(s, s.as_written("dion"), "Dion's settings");
+  if (!h.matrices) refuse_unused_under_adamw(s, s.as_written("dion"), "Dion's settings");
   if (const auto* muon = muon_of(h)) {
     DionOptions dion;
     copy_shared_options(*muon, dion);
@@ -97,11 +102,10 @@ void read_dion_switch(Section& s, OptimConfig& config) {
 void read_rates(Section& s, OptimConfig& config) {
   const bool muon_family = config.name != "adamw";
   auto& h = config.hybrid;
-  auto& others = h.others_options();
+  auto& others = *h.others;
   // Unset keys keep the options' own defaults (muon/option_schema.h); `lr` is AdamW's under
   // name adamw.
-  auto& matrices = h.matrices_options();
-  const double lr = s.number("lr").value_or(muon_family ? matrices.get_lr() : others.get_lr());
+  const double lr = s.number("lr").value_or(muon_family ? h.matrices->get_lr() : others.get_lr());
   require(lr > 0, s.key_path("lr"), "> 0", lr);
   if (!muon_family && s.has("lr") && s.has("adamw_lr")) {
     refuse_unused_under_adamw(s, "lr",
@@ -110,19 +114,19 @@ void read_rates(Section& s, OptimConfig& config) {
   }
   const double adamw_lr = s.number("adamw_lr").value_or(muon_family ? others.get_lr() : lr);
   require(adamw_lr > 0, s.key_path("adamw_lr"), "> 0", adamw_lr);
-  matrices.set_lr(lr);
+  if (h.matrices) h.matrices->set_lr(lr);
   others.set_lr(adamw_lr);
 }
 
 // ns_steps: in its option's range, checked on the number read (before it becomes an integer).
 void read_ns_steps(Section& s, HybridOptions& h) {
   const auto written = s.as_written("ns_steps");
-  if (h.all_adamw && s.has("ns_steps")) refuse_unused_under_adamw(s, written, "Muon's ns_steps");
+  if (!h.matrices && s.has("ns_steps")) refuse_unused_under_adamw(s, written, "Muon's ns_steps");
   if (const auto v = s.number("ns_steps")) {
     require(in_range(Range::iteration_count, *v), s.key_path("ns_steps"),
             range_text(Range::iteration_count), *v);
     const auto steps = static_cast<int64_t>(*v);
-    if (!set_option(h.matrices_options(), "ns_steps", steps) &&
+    if (!set_option(*h.matrices, "ns_steps", steps) &&
         steps != MuonOptions().ns_steps()) {  // Muon's default says what Dion does
       refuse_for_matrices(s, written, h, "ns_steps");
     }
@@ -167,10 +171,10 @@ void read_muon_plus(Section& s, OptimConfig& config) {
 void read_masking_and_storage(Section& s, OptimConfig& config) {
   auto& h = config.hybrid;
   config.cautious = s.boolean("cautious").value_or(false);
-  set_option(h.matrices_options(), "cautious", config.cautious);  // Muon and Dion have it
-  const bool others_cautious = set_option(h.others_options(), "cautious", config.cautious);
+  if (h.matrices) set_option(*h.matrices, "cautious", config.cautious);  // Muon and Dion have it
+  const bool others_cautious = set_option(*h.others, "cautious", config.cautious);
   check(others_cautious || !config.cautious, s.key_path("cautious"), ": ",
-        algorithm_name(h.others_options()),
+        algorithm_name(*h.others),
         " (the others' algorithm) has no cautious masking; remove it, or choose others adamw");
 
   if (const auto v = s.text("state_dtype")) {
@@ -178,10 +182,10 @@ void read_masking_and_storage(Section& s, OptimConfig& config) {
           ": expected float32 or bfloat16, got '", *v, "'");
     const auto dtype = *v == "bfloat16" ? at::kBFloat16 : at::kFloat;
     // Dion keeps its momentum in full precision: float32 is what it does, bfloat16 refused.
-    if (!set_option(h.matrices_options(), "state_dtype", dtype) && dtype != at::kFloat) {
+    if (h.matrices && !set_option(*h.matrices, "state_dtype", dtype) && dtype != at::kFloat) {
       refuse_for_matrices(s, "state_dtype", h, "bfloat16 state (its momentum is float32)");
     }
-    set_option(h.others_options(), "state_dtype", dtype);  // every elementwise algorithm has one
+    set_option(*h.others, "state_dtype", dtype);  // every elementwise algorithm has one
   }
 }
 
@@ -203,7 +207,7 @@ void read_qk_clip(Section& s, OptimConfig& config) {
 // Under name adamw Muon's section, its momentum schedule, the routing between Muon and AdamW and
 // the groups' Muon settings have nothing to act on: refused, never dropped.
 void refuse_muon_sections_under_adamw(const Section& s, const HybridOptions& h) {
-  if (!h.all_adamw) return;
+  if (h.matrices) return;
   for (const auto& [key, what] : {std::pair{"muon", "Muon's section"},
                                   {"momentum_schedule", "Muon's momentum schedule"},
                                   {"routing", "routing between Muon and AdamW"}}) {
@@ -248,9 +252,8 @@ void read_optimizer(Section& s, OptimConfig& config) {
   detail::read_option_sections(s, h);  // (3)
   read_scaling(s, config);             // (4)
   s.finish();
-  check_group_options(h.matrices_options());
-  with_context(s.key_path(algorithm_name(h.others_options())),
-               [&] { check_group_options(h.others_options()); });
+  if (h.matrices) check_group_options(*h.matrices);
+  with_context(s.key_path(algorithm_name(*h.others)), [&] { check_group_options(*h.others); });
 }
 
 OptimConfig read_config(const YAML::Node& root);

@@ -94,31 +94,32 @@ bool says_what_dion_does(const MuonOptions& read, const std::string& option) {
 }
 
 MuonOptions* muon_of(HybridOptions& h) {
-  return h.matrices ? h.matrices.as<MuonOptions>() : &h.muon;
+  return h.matrices.as<MuonOptions>();
 }
 
 void refuse_for_matrices(const Section& s, const std::string& key, const HybridOptions& h,
                          const std::string& option) {
-  throw Error(s.key_path(key) + ": " + algorithm_name(h.matrices_options()) +
+  if (!h.matrices) refuse_unused_under_adamw(s, key, "Muon's " + option);
+  throw Error(s.key_path(key) + ": " + algorithm_name(*h.matrices) +
               " (the matrices' algorithm) has no " + option + "; remove it, or choose name muon");
 }
 
 void read_shorthands(Section& s, HybridOptions& h) {
   auto read_others = [&](const Shorthand& sh) {
-    return visit_algorithm(h.others_options(),
+    return visit_algorithm(*h.others,
                            [&](auto& options) { return read_shorthand(s, sh, options); });
   };
   auto read_matrices = [&](const Shorthand& sh) {
-    return visit_algorithm(h.matrices_options(),
+    return visit_algorithm(*h.matrices,
                            [&](auto& options) { return read_shorthand(s, sh, options); });
   };
-  const std::string matrices = algorithm_name(h.matrices_options());
+  const std::string matrices = h.matrices ? algorithm_name(*h.matrices) : "";
   const std::string matrices_title = algorithm_title(matrices);
   for (const auto& sh : kShorthands) {
     const std::string given = s.has(sh.key)                  ? s.as_written(sh.key)
                               : *sh.alias && s.has(sh.alias) ? sh.alias
                                                              : "";
-    if (h.all_adamw && !sh.others) {
+    if (!h.matrices && !sh.others) {
       // No parameter is Muon's under name adamw: a Muon key sets AdamW's option of that name
       // where AdamW has one (nesterov), and is refused where nothing would read it.
       if (!read_others(sh) && !given.empty()) {
@@ -126,7 +127,7 @@ void read_shorthands(Section& s, HybridOptions& h) {
       }
       continue;
     }
-    const bool by_muon = sh.muon && read_matrices(sh);
+    const bool by_muon = sh.muon && h.matrices && read_matrices(sh);
     if (sh.muon && !sh.others && !by_muon) {  // a Muon setting the matrices' algorithm lacks
       MuonOptions read;
       read_shorthand(s, sh, read);
@@ -137,7 +138,7 @@ void read_shorthands(Section& s, HybridOptions& h) {
     const bool by_others = sh.others && read_others(sh);
     // Meant for both, read by one, would silently miss the other: refused.
     check(given.empty() || !sh.others || by_others, s.key_path(given), ": ",
-          algorithm_name(h.others_options()), " (the others' algorithm) has no ", sh.option,
+          algorithm_name(*h.others), " (the others' algorithm) has no ", sh.option,
           by_muon ? "; set " + matrices_title + "'s alone in the " + matrices + " section (" +
                         matrices + ": {" + sh.option + ": ...})"
                   : std::string("; remove it"));
@@ -172,7 +173,7 @@ void read_muon_section_as_dion(Section& s, HybridOptions& h) {
   if (!n || n.IsNull()) return;
   Section section(n, s.key_path("muon"));
   std::set<std::string> own;
-  visit_algorithm(h.matrices_options(), [&](auto& options) {
+  visit_algorithm(*h.matrices, [&](auto& options) {
     read_fields(section, options);
     visit_options(options, [&](const OptionInfo& info, const auto&) { own.insert(info.name); });
   });
@@ -192,12 +193,12 @@ void read_muon_section_as_dion(Section& s, HybridOptions& h) {
 void read_option_sections(Section& s, HybridOptions& h) {
   if (auto* muon = muon_of(h)) {
     read_section(s, "muon", *muon);
-  } else {
+  } else if (h.matrices) {
     read_muon_section_as_dion(s, h);
-    visit_algorithm(h.matrices_options(),
+    visit_algorithm(*h.matrices,
                     [&](auto& options) { read_section(s, algorithm_name(options), options); });
-  }
-  const std::string others = algorithm_name(h.others_options());
+  }  // (no matrices slot: their sections were refused with the name)
+  const std::string others = algorithm_name(*h.others);
   for_each_algorithm([&](auto* tag) {
     using Options = std::remove_pointer_t<decltype(tag)>;
     const std::string name = Algorithm<Options>::name;
@@ -206,8 +207,7 @@ void read_option_sections(Section& s, HybridOptions& h) {
                 "does not take run " + others + "; set others: " + name + " to train them with " +
                 name + " (docs/config.md, \"The partition\")");
   });
-  visit_algorithm(h.others_options(),
-                  [&](auto& options) { read_section(s, others.c_str(), options); });
+  visit_algorithm(*h.others, [&](auto& options) { read_section(s, others.c_str(), options); });
 }
 
 ParamGroupSpec read_group(const YAML::Node& n, const std::string& path) {
@@ -217,15 +217,14 @@ ParamGroupSpec read_group(const YAML::Node& n, const std::string& path) {
 }
 
 void emit_hybrid(YAML::Emitter& out, const HybridOptions& h) {
-  if (!h.all_adamw) {  // under name adamw no parameter is Muon's
-    const std::string matrices = algorithm_name(h.matrices_options());
-    out << YAML::Key << matrices << YAML::Value;
-    visit_algorithm(h.matrices_options(), [&](const auto& options) { emit_fields(out, options); });
+  if (h.matrices) {  // under name adamw no parameter is Muon's
+    out << YAML::Key << algorithm_name(*h.matrices) << YAML::Value;
+    visit_algorithm(*h.matrices, [&](const auto& options) { emit_fields(out, options); });
   }
-  const std::string others = algorithm_name(h.others_options());
-  if (h.others) out << YAML::Key << "others" << YAML::Value << others;
+  const std::string others = algorithm_name(*h.others);
+  if (others != "adamw") out << YAML::Key << "others" << YAML::Value << others;
   out << YAML::Key << others << YAML::Value;
-  visit_algorithm(h.others_options(), [&](const auto& options) { emit_fields(out, options); });
+  visit_algorithm(*h.others, [&](const auto& options) { emit_fields(out, options); });
   emit_pairs(out, h);
   if (!h.groups.empty()) {
     out << YAML::Key << "param_groups" << YAML::Value << YAML::BeginSeq;

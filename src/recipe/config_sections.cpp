@@ -68,7 +68,8 @@ void read_nanochat_preset(Section& p, HybridOptions& h, MuonOptions& muon) {
       .normuon(built.muon.normuon())
       .cautious_weight_decay(built.muon.cautious_weight_decay())
       .weight_decay(built.muon.weight_decay());
-  h.adamw.lr(built.adamw.lr()).eps(built.adamw.eps());  // AdamW's recipe: refused with others
+  // AdamW's recipe (refused with other others)
+  h.others.as<AdamWOptions>()->lr(built.adamw.lr()).eps(built.adamw.eps());
 }
 
 }  // namespace
@@ -102,7 +103,7 @@ void read_groups_or_preset(Section& s, OptimConfig& config) {
                                     [&](const MuonPreset& m) { return config.preset == m.name; });
     check(entry != presets.end(), p.key_path("name"), ": unknown preset '", config.preset,
           "'; valid presets are mup, ", muon_preset_names());
-    if (h.all_adamw) {
+    if (!h.matrices) {
       refuse_unused_under_adamw(s, "preset",
                                 config.preset == "nanochat"
                                     ? "the nanochat preset (Muon's recipe for the matrices, "
@@ -112,13 +113,13 @@ void read_groups_or_preset(Section& s, OptimConfig& config) {
     auto* muon = muon_of(h);
     const bool sets_muon = config.preset == "nanochat" || entry->options.as<MuonOptions>();
     check(!sets_muon || muon != nullptr, s.key_path("preset"), ": the preset ", config.preset,
-          " sets Muon's settings, but the matrices run ", algorithm_name(h.matrices_options()),
+          " sets Muon's settings, but the matrices run ", algorithm_name(*h.matrices),
           "; choose name muon, or remove the preset");
     if (config.preset == "nanochat") {
-      check(!h.others, s.key_path("preset"),
+      check(h.others.as<AdamWOptions>() != nullptr, s.key_path("preset"),
             ": the nanochat preset is AdamW's recipe for the "
             "parameters Muon does not take (its groups' rates, betas and eps), not ",
-            algorithm_name(h.others_options()),
+            algorithm_name(*h.others),
             "'s; remove others, or give param_groups of your "
             "own");
       read_nanochat_preset(p, h, *muon);
@@ -159,20 +160,29 @@ void read_scaling(Section& s, OptimConfig& config) {
     sc.finish();
     require(rules.batch_tokens > 0, sc.key_path("batch_tokens"), "> 0", rules.batch_tokens);
     require(rules.d_model > 0, sc.key_path("d_model"), "> 0", static_cast<double>(rules.d_model));
-    auto matrices = group_settings(h.matrices_options());
-    matrices["lr"] *= rules.lr_multiplier();
-    matrices["weight_decay"] *= rules.weight_decay_multiplier();
-    set_group_settings(h.matrices_options(), matrices);
-    auto others = group_settings(h.others_options());
-    others["lr"] *= rules.adamw_lr_multiplier();
-    others["weight_decay"] *= rules.weight_decay_multiplier();
-    set_group_settings(h.others_options(), others);
+    auto scale = [](torch::optim::OptimizerOptions& options, double lr, double weight_decay) {
+      auto settings = group_settings(options);
+      settings["lr"] *= lr;
+      settings["weight_decay"] *= weight_decay;
+      set_group_settings(options, settings);
+      return settings;
+    };
+    const double decay = rules.weight_decay_multiplier();
+    const auto others = scale(*h.others, rules.adamw_lr_multiplier(), decay);
+    // (under name adamw the others' alone)
+    const auto matrices =
+        h.matrices ? scale(*h.matrices, rules.lr_multiplier(), decay) : SettingValues{};
     std::ostringstream note;
-    note << "scaling: " << algorithm_name(h.matrices_options()) << " lr x " << rules.lr_multiplier()
-         << " (sqrt(B/2^19)), " << algorithm_name(h.others_options()) << " lr x "
-         << rules.adamw_lr_multiplier() << " (also (d_model/768)^-0.5), weight decay x "
-         << rules.weight_decay_multiplier() << " -> lr " << matrices["lr"] << ", adamw_lr "
-         << others["lr"] << ", weight_decay " << matrices["weight_decay"];
+    note << "scaling: ";
+    if (h.matrices) {
+      note << algorithm_name(*h.matrices) << " lr x " << rules.lr_multiplier()
+           << " (sqrt(B/2^19)), ";
+    }
+    note << algorithm_name(*h.others) << " lr x " << rules.adamw_lr_multiplier()
+         << " (also (d_model/768)^-0.5), weight decay x " << decay << " -> ";
+    if (h.matrices) note << "lr " << matrices.at("lr") << ", ";
+    note << "adamw_lr " << others.at("lr") << ", weight_decay "
+         << (h.matrices ? matrices : others).at("weight_decay");
     config.notes.push_back(note.str());
   }
 }

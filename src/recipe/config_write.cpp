@@ -23,7 +23,7 @@ std::string OptimConfig::to_yaml() const {
     out << YAML::Key << "qk_clip" << YAML::Value << YAML::BeginMap << YAML::Key << "tau"
         << YAML::Value << detail::shortest_text(*h.qk_clip_tau) << YAML::EndMap;
   }
-  if (!h.all_adamw) {
+  if (h.matrices) {
     out << YAML::Key << "routing" << YAML::Value << YAML::BeginMap << YAML::Key << "muon"
         << YAML::Value << YAML::Flow << routing.muon_patterns << YAML::Key << "adamw" << YAML::Value
         << YAML::Flow << routing.adamw_patterns << YAML::Key << "higher_rank" << YAML::Value

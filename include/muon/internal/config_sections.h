@@ -40,8 +40,9 @@ ParamGroupSpec read_group(const YAML::Node& n, const std::string& path);
 // nanochat, excludes param_groups). Read before the other keys, which override a preset's settings.
 void read_groups_or_preset(Section& s, OptimConfig& config);
 // The root-level shorthands of `s` (weight_decay, betas, momentum, ...): each sets its option of
-// the matrices' algorithm (Muon, Dion) and/or the others' (AdamW unless `others` says). Under name adamw (h.all_adamw) a Muon key sets AdamW's option
-// of the same name, or is refused when AdamW has none.
+// the matrices' algorithm (Muon, Dion) and/or the others' (AdamW unless `others` says). Under name
+// adamw (no matrices slot) a Muon key sets AdamW's option of the same name, or is refused when
+// AdamW has none.
 void read_shorthands(Section& s, HybridOptions& h);
 // The matrices' Muon options, or null when they run another algorithm (Dion).
 MuonOptions* muon_of(HybridOptions& h);

@@ -208,8 +208,8 @@ void bench_distributed(const BenchConfig& config, BenchReport& report, std::ostr
   };
   const auto options = [] {
     HybridOptions o;
-    o.muon = MuonOptions(0.02).weight_decay(0.01);
-    o.adamw = AdamWOptions(0.004).weight_decay(0.01);
+    o.matrices = MuonOptions(0.02).weight_decay(0.01);
+    o.others = AdamWOptions(0.004).weight_decay(0.01);
     o.max_grad_norm = 1.0;
     return o;
   }();

@@ -1,5 +1,6 @@
 // muon schedule: the multipliers a configuration's schedules give, step by step.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "commands/command.h"
@@ -18,9 +19,11 @@ void print_schedule(const OptimConfig& c, int64_t steps, int64_t every,
                     const std::string& svg_path) {
   const auto& h = c.hybrid;
   if (h.schedule) h.schedule->check(steps);
-  const auto& matrices = h.matrices_options();  // Muon's, or Dion's
-  const double peak = matrices.get_lr();
-  const double base_momentum = group_settings(matrices).at("momentum");
+  // The matrices' base rate and momentum (Muon's, Dion's); under name adamw AdamW's rate and no
+  // momentum.
+  const double peak = (h.matrices ? *h.matrices : *h.others).get_lr();
+  const double base_momentum =
+      h.matrices ? group_settings(*h.matrices).at("momentum") : std::nan("");
   const auto lr = [&](int64_t t) {
     return h.schedule ? h.schedule->multiplier(t, steps, peak) : 1.0;
   };
@@ -38,12 +41,15 @@ void print_schedule(const OptimConfig& c, int64_t steps, int64_t every,
       momenta.points.emplace_back(x, momentum(t));
       wds.points.emplace_back(x, wd(t));
     }
-    cli::write_atomically(
-        svg_path, cli::svg_line_chart({lrs, momenta, wds}, "schedules", "step", "value"));
+    std::vector<cli::Series> curves{lrs, wds};
+    if (h.matrices) curves.insert(curves.begin() + 1, momenta);  // (no NaN curve under adamw)
+    cli::write_atomically(svg_path, cli::svg_line_chart(curves, "schedules", "step", "value"));
   }
   std::printf("%8s  %12s  %10s  %10s\n", "step", "lr_multiplier", "momentum", "wd_multiplier");
   for (int64_t t = 0; t < steps; t += every) {
-    std::printf("%8lld  %12.6f  %10.4f  %10.4f\n", static_cast<long long>(t), lr(t), momentum(t),
+    char momentum_text[32] = "-";  // no momentum column under adamw: nothing runs Muon
+    if (h.matrices) std::snprintf(momentum_text, sizeof momentum_text, "%.4f", momentum(t));
+    std::printf("%8lld  %12.6f  %10s  %10.4f\n", static_cast<long long>(t), lr(t), momentum_text,
                 wd(t));
   }
 }

@@ -40,8 +40,8 @@ namespace {
 // groups' absolute ones.
 OptimConfig scaled(OptimConfig config, double m) {
   auto& h = config.hybrid;
-  h.matrices_options().set_lr(h.matrices_options().get_lr() * m);
-  h.others_options().set_lr(h.others_options().get_lr() * m);
+  if (h.matrices) h.matrices->set_lr(h.matrices->get_lr() * m);
+  h.others->set_lr(h.others->get_lr() * m);
   for (auto& g : h.groups) {
     if (g.lr) *g.lr *= m;
   }

@@ -15,7 +15,7 @@ namespace {
 
 // The run's state storage: the matrices' (Dion's is float32), or under adamw the others'.
 at::ScalarType state_dtype_of(const HybridOptions& h) {
-  const auto& options = h.all_adamw ? h.others_options() : h.matrices_options();
+  const auto& options = h.matrices ? *h.matrices : *h.others;
   return get_option<at::ScalarType>(options, "state_dtype").value_or(at::kFloat);
 }
 
@@ -31,35 +31,37 @@ RunFlag optimizer_flag(CLI::App& train, std::string& optimizer) {
   auto* option = train.add_option("--optimizer", optimizer, names_doc)
                      ->check(CLI::IsMember(names))
                      ->capture_default_str();
-  return {"--optimizer",
-          "optimizer.name",
-          false,
-          option,
-          [&optimizer](TrainConfig& c) {
-            const auto& others = c.optimizer.hybrid.others;
-            check(optimizer != "adamw" || !others,
-                  "train: --optimizer adamw trains every parameter with AdamW, but the "
-                  "configuration's others is ",
-                  others ? algorithm_name(*others) : "",
-                  "; choose --optimizer muon or dion, or remove others from the configuration");
-            auto& h = c.optimizer.hybrid;
-            const std::string before = algorithm_name(h.matrices_options());
-            const auto run = group_settings(h.matrices_options());
-            const auto dtype = get_option<at::ScalarType>(h.matrices_options(), "state_dtype");
-            apply_optimizer_name(optimizer, h);
-            if (algorithm_name(h.matrices_options()) != before) {  // the run's rates and storage
-              auto settings = group_settings(h.matrices_options());
-              settings["lr"] = run.at("lr");
-              settings["weight_decay"] = run.at("weight_decay");
-              set_group_settings(h.matrices_options(), settings);
-              check(!dtype || set_option(h.matrices_options(), "state_dtype", *dtype) ||
-                        *dtype == at::kFloat,
-                    "train: --optimizer ", optimizer, " keeps its momentum in float32; drop "
-                    "--state-dtype bfloat16 (or the configuration's state_dtype)");
-            }
-            c.optimizer.name = optimizer;
-          },
-          [](const TrainConfig& c) { return c.optimizer.name; }};
+  return {
+      "--optimizer",
+      "optimizer.name",
+      false,
+      option,
+      [&optimizer](TrainConfig& c) {
+        auto& h = c.optimizer.hybrid;
+        const std::string others = algorithm_name(*h.others);
+        check(optimizer != "adamw" || others == "adamw",
+              "train: --optimizer adamw trains every parameter with AdamW, but the "
+              "configuration's others is ",
+              others, "; choose --optimizer muon or dion, or remove others from the configuration");
+        // The matrices' rates and storage so far (under adamw the others' own: AdamW's).
+        const auto& was = h.matrices ? *h.matrices : *h.others;
+        const std::string before = algorithm_name(was);
+        const auto run = group_settings(was);
+        const auto dtype = get_option<at::ScalarType>(was, "state_dtype");
+        apply_optimizer_name(optimizer, h);
+        if (h.matrices && algorithm_name(*h.matrices) != before) {  // the run's rates, storage
+          auto settings = group_settings(*h.matrices);
+          settings["lr"] = run.at("lr");
+          settings["weight_decay"] = run.at("weight_decay");
+          set_group_settings(*h.matrices, settings);
+          check(!dtype || set_option(*h.matrices, "state_dtype", *dtype) || *dtype == at::kFloat,
+                "train: --optimizer ", optimizer,
+                " keeps its momentum in float32; drop "
+                "--state-dtype bfloat16 (or the configuration's state_dtype)");
+        }
+        c.optimizer.name = optimizer;
+      },
+      [](const TrainConfig& c) { return c.optimizer.name; }};
 }
 
 // --others: the partition's other half (docs/config.md, "The partition") on another elementwise
@@ -78,24 +80,22 @@ RunFlag others_flag(CLI::App& train, std::string& others) {
                                      " (its own defaults; --adamw-lr sets its rate)")
                      ->check(CLI::IsMember(names))
                      ->capture_default_str();
-  return {"--others",
-          "optimizer.others",
-          false,
-          option,
-          [&others](TrainConfig& c) {
-            auto& h = c.optimizer.hybrid;
-            check(!h.all_adamw,
-                  "train: --others would do nothing: optimizer adamw trains every "
-                  "parameter with AdamW; choose --optimizer muon or dion");
-            if (algorithm_name(h.others_options()) == others) return;  // keeps its settings
-            const auto dtype = state_dtype_of(h);
-            h.others = AlgorithmOptions();
-            if (others != "adamw") h.others = AlgorithmOptions(default_options_of(others));
-            set_option(h.others_options(), "state_dtype", dtype);
-          },
-          [](const TrainConfig& c) {
-            return std::string(algorithm_name(c.optimizer.hybrid.others_options()));
-          }};
+  return {
+      "--others",
+      "optimizer.others",
+      false,
+      option,
+      [&others](TrainConfig& c) {
+        auto& h = c.optimizer.hybrid;
+        check(static_cast<bool>(h.matrices),
+              "train: --others would do nothing: optimizer adamw trains every "
+              "parameter with AdamW; choose --optimizer muon or dion");
+        if (algorithm_name(*h.others) == others) return;  // keeps its settings
+        const auto dtype = state_dtype_of(h);
+        h.others = AlgorithmOptions(default_options_of(others));
+        set_option(*h.others, "state_dtype", dtype);
+      },
+      [](const TrainConfig& c) { return std::string(algorithm_name(*c.optimizer.hybrid.others)); }};
 }
 
 }  // namespace
@@ -117,12 +117,12 @@ std::vector<RunFlag> optimizer_flags(CLI::App& train, ParsedFlags& values) {
                    [&state_dtype](TrainConfig& c) {
                      const auto t = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
                      auto& h = c.optimizer.hybrid;
-                     check(set_option(h.matrices_options(), "state_dtype", t) ||
-                               t == at::kFloat || h.all_adamw,
-                           "train: ", algorithm_name(h.matrices_options()),
+                     check(!h.matrices || set_option(*h.matrices, "state_dtype", t) ||
+                               t == at::kFloat,
+                           "train: ", h.matrices ? algorithm_name(*h.matrices) : "",
                            " keeps its momentum in float32; --state-dtype bfloat16 stores "
                            "the other tensors' state only with --optimizer muon or adamw");
-                     set_option(h.others_options(), "state_dtype", t);
+                     set_option(*h.others, "state_dtype", t);
                    },
                    [](const TrainConfig& c) {
                      return std::string(state_dtype_of(c.optimizer.hybrid) == at::kBFloat16
@@ -134,13 +134,14 @@ std::vector<RunFlag> optimizer_flags(CLI::App& train, ParsedFlags& values) {
                   ->capture_default_str();
   flags.push_back({"--muon-lr", "optimizer.muon.lr", false, mlr,
                    [&muon_lr](TrainConfig& c) {
-                     check(!c.optimizer.hybrid.all_adamw,
+                     check(static_cast<bool>(c.optimizer.hybrid.matrices),
                            "train: --muon-lr would do nothing: optimizer adamw trains every "
                            "parameter with AdamW, at --adamw-lr");
-                     c.optimizer.hybrid.matrices_options().set_lr(muon_lr);
+                     c.optimizer.hybrid.matrices->set_lr(muon_lr);
                    },
                    [](const TrainConfig& c) {
-                     return detail::shortest_text(c.optimizer.hybrid.matrices_options().get_lr());
+                     const auto& h = c.optimizer.hybrid;  // under adamw: the others' lr
+                     return detail::shortest_text((h.matrices ? *h.matrices : *h.others).get_lr());
                    }});
   auto* alr = train
                   .add_option("--adamw-lr", adamw_lr,
@@ -148,10 +149,11 @@ std::vector<RunFlag> optimizer_flags(CLI::App& train, ParsedFlags& values) {
                               "algorithm optimizer.others names)")
                   ->check(positive_number())
                   ->capture_default_str();
-  flags.push_back(
-      {"--adamw-lr", "optimizer.adamw.lr", false, alr,
-       [&adamw_lr](TrainConfig& c) { c.optimizer.hybrid.others_options().set_lr(adamw_lr); },
-       [](const TrainConfig& c) { return detail::shortest_text(c.optimizer.hybrid.others_options().get_lr()); }});
+  flags.push_back({"--adamw-lr", "optimizer.adamw.lr", false, alr,
+                   [&adamw_lr](TrainConfig& c) { c.optimizer.hybrid.others->set_lr(adamw_lr); },
+                   [](const TrainConfig& c) {
+                     return detail::shortest_text(c.optimizer.hybrid.others->get_lr());
+                   }});
   return flags;
 }
 

@@ -34,14 +34,17 @@ OptimConfig demo_optimizer(const std::string& name, at::ScalarType state, double
   c.name = name;
   auto& h = c.hybrid;
   apply_optimizer_name(name, h);
-  auto matrices = group_settings(h.matrices_options());  // Muon's, or Dion's from its preset
-  matrices["lr"] = muon_lr;
-  matrices["weight_decay"] = 0.0;
-  set_group_settings(h.matrices_options(), matrices);
-  check(set_option(h.matrices_options(), "state_dtype", state) || state == at::kFloat, "train: ",
-        algorithm_name(h.matrices_options()), " keeps its momentum in float32; --state-dtype "
-        "bfloat16 stores the other tensors' state only with --optimizer muon or adamw");
-  h.adamw.lr(adamw_lr).betas({0.9, 0.95}).weight_decay(0.0).state_dtype(state);
+  if (h.matrices) {
+    auto matrices = group_settings(*h.matrices);  // Muon's, or Dion's from its preset
+    matrices["lr"] = muon_lr;
+    matrices["weight_decay"] = 0.0;
+    set_group_settings(*h.matrices, matrices);
+    check(set_option(*h.matrices, "state_dtype", state) || state == at::kFloat,
+          "train: ", algorithm_name(*h.matrices),
+          " keeps its momentum in float32; --state-dtype "
+          "bfloat16 stores the other tensors' state only with --optimizer muon or adamw");
+  }
+  h.others = AdamWOptions(adamw_lr).betas({0.9, 0.95}).weight_decay(0.0).state_dtype(state);
   LrSchedule s;
   s.kind = ScheduleKind::warmdown;
   s.warmup_steps = 20;

@@ -140,7 +140,8 @@ void check_describes(const TrainConfig& stored, const TrainConfig& described,
                      const std::vector<RunFlag>& flags, const std::string& config_path,
                      const std::string& dir) {
   // A flag of the matrices' settings (optimizer.muon.*) sets the section of the algorithm they run.
-  const std::string matrices = algorithm_name(described.optimizer.hybrid.matrices_options());
+  const auto& slot = described.optimizer.hybrid.matrices;
+  const std::string matrices = slot ? algorithm_name(*slot) : "muon";
   const auto key_of = [&](const RunFlag& flag) {
     const std::string muon = "optimizer.muon.";
     return flag.key.rfind(muon, 0) == 0
@@ -217,7 +218,7 @@ void check_same_batch(const TrainConfig& stored, const TrainConfig& described,
 // The base rate at update `step` of a run of `steps` under `config`'s schedule.
 double rate_at(const OptimConfig& config, int64_t step, int64_t steps) {
   const auto& h = config.hybrid;
-  const double peak = h.all_adamw ? h.others_options().get_lr() : h.matrices_options().get_lr();
+  const double peak = (h.matrices ? *h.matrices : *h.others).get_lr();
   return h.schedule ? peak * h.schedule->multiplier(step, steps, peak) : peak;
 }
 

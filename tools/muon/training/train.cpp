@@ -275,9 +275,10 @@ void TrainingRun::log_start() {
     muon_tensors += row.role == Role::muon;
     other_tensors += row.role == Role::adamw;
   }
+  const auto& matrices = optimizer_->options().matrices;  // empty under name adamw
   log_ << "muon train: " << config_.model.n_layers << " layers, d_model " << config_.model.d_model
-       << ", " << muon_tensors << " " << algorithm_name(optimizer_->options().matrices_options()) << " matrices, "
-       << other_tensors << " " << algorithm_name(optimizer_->options().others_options())
+       << ", " << muon_tensors << " " << (matrices ? algorithm_name(*matrices) : "muon")
+       << " matrices, " << other_tensors << " " << algorithm_name(*optimizer_->options().others)
        << " tensors; " << data_.train_bytes() << " training bytes, " << at::get_num_threads()
        << (at::get_num_threads() == 1 ? " thread" : " threads")
        << (config_.threads_reason.empty() ? "" : " (" + config_.threads_reason + ")")
@@ -340,7 +341,7 @@ void TrainingRun::log_row(bool evaluate_now) {
   row.elapsed_s = elapsed();
   log_ << line_start()
        << progress_line(row, config_.steps, done_ - first_step_, seconds_since(start_),
-                        algorithm_name(optimizer_->options().others_options()))
+                        algorithm_name(*optimizer_->options().others))
        << std::endl;
   if (writer_) {
     metrics_->append(row);
