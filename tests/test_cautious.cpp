@@ -70,7 +70,7 @@ TEST(Cautious, ComposesWithOurAdamWAndMuonAndMatchesTheirFusedMask) {
 TEST(Cautious, KeepsNoStateAndWrapsTheHybrid) {
   auto W = at::randn({8, 8}).requires_grad_(true);
   auto v = at::randn({8}).requires_grad_(true);
-  HybridOptimizer hybrid({{"w", W, Role::muon, "", "", {}}, {"v", v, Role::adamw, "", "", {}}},
+  HybridOptimizer hybrid({{"w", W, Role::matrices, "", "", {}}, {"v", v, Role::others, "", "", {}}},
                          MuonOptions(), AdamWOptions());
   Cautious cautious(hybrid);
   W.mutable_grad() = at::randn({8, 8});

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "demo/gpt.h"
 #include "helpers.h"
@@ -277,6 +278,97 @@ TEST(Checkpoint, KillingTheWriterLeavesThePreviousCheckpointLoadable) {
     auto fresh_opt = build_optimizer(*fresh, config, 10);
     EXPECT_NO_THROW(load_checkpoint(path, *fresh_opt, fresh.get())) << "attempt " << attempt;
   }
+}
+
+}  // namespace
+}  // namespace muon
+
+namespace muon {
+namespace {
+
+c10::impl::GenericDict pickled_dict(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  return torch::jit::pickle_load(bytes).toGenericDict();
+}
+
+// Files of version 1, whose roles say muon and adamw, as that version's trained() runs wrote them
+// (seed 11, two of four steps; tests/data/checkpoint_*.pt): each loads, and the optimizer and
+// model then hold exactly the file's tensors — what saving them again writes, role names aside.
+TEST(Checkpoint, FilesOfVersionOneLoadUnchanged) {
+  const std::pair<const char*, const char*> files[] = {
+      {"checkpoint_muon_adamw.pt",
+       "optimizer:\n  name: muon\n  normuon: true\n  state_dtype: bfloat16\n"
+       "  schedule: {name: cosine, warmup_steps: 2}\n  grad_clip: 1.0\n"},
+      {"checkpoint_dion_lion.pt",
+       "optimizer: {name: dion, others: lion, dion: {rank_fraction: 0.5}}\n"}};
+  for (const auto& [name, yaml] : files) {
+    SCOPED_TRACE(name);
+    const std::string path = std::string(MUON_TEST_DATA_DIR) + "/" + name;
+    const auto old = pickled_dict(path);
+    ASSERT_EQ(old.at("version").toInt(), 1);
+    const auto config = OptimConfig::from_yaml(yaml);
+    auto fresh = trained(config, 12, 0, 4);
+    EXPECT_EQ(load_checkpoint(path, *fresh.opt, fresh.model.get()).step_count, 2);
+    const auto again = temp_path("muon_ckpt_version_one_again.pt");
+    save_checkpoint(again, *fresh.opt, fresh.model.get());
+    const auto now = pickled_dict(again);
+    EXPECT_EQ(now.at("version").toInt(), 2);
+    const auto old_state = old.at("state").toGenericDict();
+    const auto new_state = now.at("state").toGenericDict();
+    ASSERT_EQ(old_state.size(), new_state.size());
+    std::set<std::string> roles;
+    for (const auto& item : old_state) {
+      const auto key = item.key().toStringRef();
+      SCOPED_TRACE(key);
+      const auto was = item.value().toGenericDict();
+      const auto is = new_state.at(key).toGenericDict();
+      roles.insert(was.at("role").toStringRef());
+      EXPECT_EQ(is.at("role").toStringRef(), current_role_name(was.at("role").toStringRef()));
+      ASSERT_EQ(was.size(), is.size());
+      for (const auto& field : was) {
+        if (field.key().toStringRef() == "role") continue;
+        const auto& mine = is.at(field.key());
+        if (field.value().isTensor()) {
+          EXPECT_TRUE(at::equal(field.value().toTensor(), mine.toTensor()))
+              << field.key().toStringRef();
+        } else {
+          EXPECT_EQ(field.value(), mine) << field.key().toStringRef();
+        }
+      }
+    }
+    EXPECT_EQ(roles, (std::set<std::string>{"adamw", "muon"}));
+    const auto old_model = old.at("model").toGenericDict();
+    const auto new_model = now.at("model").toGenericDict();
+    ASSERT_EQ(old_model.size(), new_model.size());
+    for (const auto& item : old_model) {
+      EXPECT_TRUE(at::equal(item.value().toTensor(), new_model.at(item.key()).toTensor()))
+          << item.key().toStringRef();
+    }
+    train_step(fresh.model, *fresh.opt, 2);  // and the run goes on
+  }
+}
+
+// A role that differs from this optimizer's routing, and a version this build does not know, are
+// refused by name.
+TEST(Checkpoint, RolesAndVersionsAreChecked) {
+  const std::string path = std::string(MUON_TEST_DATA_DIR) + "/checkpoint_muon_adamw.pt";
+  auto rerouted = trained(OptimConfig::from_yaml("optimizer: {normuon: true, state_dtype: "
+                                                 "bfloat16, routing: {adamw: ['*q_proj*']}}\n"),
+                          12, 0, 4);
+  expect_error<Error>([&] { load_checkpoint(path, *rerouted.opt, rerouted.model.get()); },
+                      {"checkpoint: state['blocks.0.attn.q_proj.weight'] was routed to the "
+                       "matrices, this optimizer routes it to the others"});
+  auto root = pickled_dict(path);
+  root.insert_or_assign("version", int64_t{3});
+  const auto future = temp_path("muon_ckpt_future.pt");
+  const auto out = torch::jit::pickle_save(c10::IValue(root));
+  std::ofstream(future, std::ios::binary)
+      .write(out.data(), static_cast<std::streamsize>(out.size()));
+  auto fresh = trained(config_with("bfloat16"), 12, 0, 4);
+  expect_error<Error>([&] { load_checkpoint(future, *fresh.opt, fresh.model.get()); },
+                      {"muon_ckpt_future.pt' has version 3; this build reads versions 1 to 2"});
 }
 
 }  // namespace

@@ -344,7 +344,7 @@ optimizer:
   auto opt = build_optimizer(*model, config, 20);
   for (const auto& row : opt->report()) {
     if (row.name == "blocks.0.mlp.up_proj.weight") {
-      EXPECT_EQ(row.role, Role::adamw);
+      EXPECT_EQ(row.role, Role::others);
       EXPECT_EQ(row.group, "mup");
       EXPECT_DOUBLE_EQ(row.lr, 0.002);
     }

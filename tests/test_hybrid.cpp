@@ -74,10 +74,10 @@ std::unique_ptr<HybridOptimizer> expect_by_hand(const HybridOptions& options, co
   }
   auto hybrid = std::make_unique<HybridOptimizer>(route(*ours), options);
   const auto routes = route(*theirs);
-  OwnerOf<Matrices> muon(tensors_with_role(routes, Role::muon), matrices);
+  OwnerOf<Matrices> muon(tensors_with_role(routes, Role::matrices), matrices);
   std::vector<at::Tensor> decayed, not_decayed;
   for (const auto& r : routes) {
-    if (r.role == Role::adamw) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
+    if (r.role == Role::others) (is_no_decay(r) ? not_decayed : decayed).push_back(r.tensor);
   }
   EXPECT_EQ(decayed.size(), 1u);      // wte
   EXPECT_EQ(not_decayed.size(), 3u);  // two block norms and the final norm
@@ -623,7 +623,7 @@ TEST(Hybrid, FrozenParametersNeverMoveAndNoMatricesSlotSendsEverythingToTheOther
   for (const auto& g : opt.param_groups()) {  // no Muon group
     EXPECT_NE(dynamic_cast<const LionOptions*>(&g.options()), nullptr);
   }
-  EXPECT_EQ(row_of(opt, "blocks.0.attn.q_proj.weight").role, Role::adamw);
+  EXPECT_EQ(row_of(opt, "blocks.0.attn.q_proj.weight").role, Role::others);
   EXPECT_EQ(row_of(opt, "blocks.0.attn.q_proj.weight").reason,
             "no matrices algorithm: every trainable parameter runs lion");
   EXPECT_EQ(row_of(opt, "norm.weight").role, Role::frozen);
@@ -641,7 +641,7 @@ TEST(Hybrid, ReplacedParametersTakeTheirPlaceAndLeftOnesAreForgotten) {
   std::vector<std::vector<at::Tensor>> params;
   for (const auto& group : opt.param_groups()) params.push_back(group.params());
   size_t g = 0;  // a Muon group
-  while (opt.role_of(params[g][0]) != Role::muon) ++g;
+  while (opt.role_of(params[g][0]) != Role::matrices) ++g;
   const auto old = params[g][0];
   const auto old_name = [&] {
     for (const auto& [n, p] : opt.named_trainable()) {
@@ -682,7 +682,7 @@ TEST(Hybrid, ReplacedParametersTakeTheirPlaceAndLeftOnesAreForgotten) {
   }
   EXPECT_TRUE(named && appended_named);
   const auto& row = row_of(opt, old_name);
-  EXPECT_EQ(row.role, Role::muon);
+  EXPECT_EQ(row.role, Role::matrices);
   set_gradients(*model, 2);
   stand_in.mutable_grad() = at::ones_like(stand_in);
   appended.mutable_grad() = at::ones({6, 16});

@@ -39,26 +39,26 @@ TEST(Routing, TiedGptSendsSevenMatricesPerLayerToMuonAndTheRestToAdamW) {
   for (int64_t layers : {1, 3}) {
     cli::Gpt model(small_gpt(layers, /*tied=*/true));
     const auto routes = route(*model);
-    const auto muon = tensors_with_role(routes, Role::muon);
-    const auto adamw = tensors_with_role(routes, Role::adamw);
+    const auto muon = tensors_with_role(routes, Role::matrices);
+    const auto adamw = tensors_with_role(routes, Role::others);
     EXPECT_EQ(muon.size(), static_cast<size_t>(7 * layers));
     EXPECT_EQ(adamw.size(), static_cast<size_t>(2 * layers + 2));
     // The tied tensor appears once, under the embedding's name.
     const auto named = by_name(routes);
     ASSERT_EQ(named.count("wte.weight"), 1u);
     EXPECT_EQ(named.count("lm_head.weight"), 0u);
-    EXPECT_EQ(named.at("wte.weight")->role, Role::adamw);
+    EXPECT_EQ(named.at("wte.weight")->role, Role::others);
     EXPECT_EQ(named.at("wte.weight")->reason,
               "owned by an embedding module (torch::nn::EmbeddingImpl)");
     EXPECT_TRUE(named.at("wte.weight")->tensor.is_same(model->lm_head->weight));
     for (const char* proj : {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj",
                              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
       const auto& r = *named.at(std::string("blocks.0.") + proj + ".weight");
-      EXPECT_EQ(r.role, Role::muon) << proj;
+      EXPECT_EQ(r.role, Role::matrices) << proj;
       EXPECT_EQ(r.reason, "hidden 2-D matrix");
     }
     const auto& norm = *named.at("blocks.0.attn_norm.weight");
-    EXPECT_EQ(norm.role, Role::adamw);
+    EXPECT_EQ(norm.role, Role::others);
     EXPECT_EQ(norm.reason, "rank-1 tensor");
     // Every trainable tensor of the model is in exactly one optimizer.
     EXPECT_EQ(muon.size() + adamw.size(), routes.size());
@@ -68,10 +68,10 @@ TEST(Routing, TiedGptSendsSevenMatricesPerLayerToMuonAndTheRestToAdamW) {
 TEST(Routing, UntiedHeadIsAdamWByItsRows) {
   cli::Gpt model(small_gpt(2, /*tied=*/false));
   const auto routes = route(*model);
-  EXPECT_EQ(tensors_with_role(routes, Role::muon).size(), 14u);
-  EXPECT_EQ(tensors_with_role(routes, Role::adamw).size(), 2u * 2 + 3);
+  EXPECT_EQ(tensors_with_role(routes, Role::matrices).size(), 14u);
+  EXPECT_EQ(tensors_with_role(routes, Role::others).size(), 2u * 2 + 3);
   const auto named = by_name(routes);
-  EXPECT_EQ(named.at("lm_head.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("lm_head.weight")->role, Role::others);
   EXPECT_EQ(named.at("lm_head.weight")->reason,
             "an output head: its " + std::to_string(model->wte->weight.size(0)) +
                 " rows match the embedding 'wte.weight'");
@@ -86,8 +86,8 @@ TEST(Routing, FrozenParametersAreInNeitherOptimizer) {
   const auto named = by_name(routes);
   EXPECT_EQ(named.at("blocks.0.attn.q_proj.weight")->role, Role::frozen);
   EXPECT_EQ(named.at("norm.weight")->reason, "requires_grad is false");
-  EXPECT_EQ(tensors_with_role(routes, Role::muon).size(), 6u);
-  EXPECT_EQ(tensors_with_role(routes, Role::adamw).size(), 3u);
+  EXPECT_EQ(tensors_with_role(routes, Role::matrices).size(), 6u);
+  EXPECT_EQ(tensors_with_role(routes, Role::others).size(), 3u);
   EXPECT_EQ(tensors_with_role(routes, Role::frozen).size(), 2u);
 }
 
@@ -113,21 +113,21 @@ TEST(Routing, NameTypeAndRankHeuristics) {
     EXPECT_EQ(named.at(name)->role, role) << name;
     EXPECT_EQ(named.at(name)->reason, reason) << name;
   };
-  expect("layers.0.custom_mixer", Role::muon, "hidden 2-D matrix");
-  expect("layers.0.proj.bias", Role::adamw, "rank-1 tensor");
-  expect("layers.0.gate.bias_matrix_bias", Role::adamw, "a bias");
-  expect("ln_f.weight", Role::adamw, "owned by a norm module (torch::nn::LayerNormImpl)");
-  expect("tok.weight", Role::adamw, "owned by an embedding module (torch::nn::EmbeddingImpl)");
-  expect("Classifier.weight", Role::adamw, "name part 'classifier' marks an input/output layer");
-  expect("model.value_embeds.0", Role::adamw,
+  expect("layers.0.custom_mixer", Role::matrices, "hidden 2-D matrix");
+  expect("layers.0.proj.bias", Role::others, "rank-1 tensor");
+  expect("layers.0.gate.bias_matrix_bias", Role::others, "a bias");
+  expect("ln_f.weight", Role::others, "owned by a norm module (torch::nn::LayerNormImpl)");
+  expect("tok.weight", Role::others, "owned by an embedding module (torch::nn::EmbeddingImpl)");
+  expect("Classifier.weight", Role::others, "name part 'classifier' marks an input/output layer");
+  expect("model.value_embeds.0", Role::others,
          "name part 'value_embeds' marks an input/output layer");
-  expect("attn.out_proj.weight", Role::muon, "hidden 2-D matrix");
-  expect("conv.weight", Role::adamw,
+  expect("attn.out_proj.weight", Role::matrices, "hidden 2-D matrix");
+  expect("conv.weight", Role::others,
          "rank-4 tensor without declared matrix axes (higher_rank policy 'adamw')");
-  expect("scale", Role::adamw, "rank-0 tensor");
+  expect("scale", Role::others, "rank-0 tensor");
   expect("counts", Role::frozen, "requires_grad is false");
   // "heads" is not "head": whole parts only.
-  expect("heads.weight", Role::muon, "hidden 2-D matrix");
+  expect("heads.weight", Role::matrices, "hidden 2-D matrix");
 }
 
 TEST(Routing, WithoutNamesRankAndDtypeDecideAlone) {
@@ -145,17 +145,17 @@ TEST(Routing, WithoutNamesRankAndDtypeDecideAlone) {
   const auto named = by_name(routes);
   const std::string by_shape = "2-D matrix (routed by shape: given without a name)";
   for (const char* name : {"0.bias_matrix_bias", "1.lm_head", "4.out"}) {
-    EXPECT_EQ(named.at(name)->role, Role::muon) << name;
+    EXPECT_EQ(named.at(name)->role, Role::matrices) << name;
     EXPECT_EQ(named.at(name)->reason, by_shape) << name;
   }
   EXPECT_EQ(named.at("2.bias")->reason, "rank-1 tensor");
-  EXPECT_EQ(named.at("3.conv")->role, Role::adamw);  // the higher_rank policy still applies
+  EXPECT_EQ(named.at("3.conv")->role, Role::others);  // the higher_rank policy still applies
   // With names, the same parameters go as their names say.
   const auto routes_by_name = route(params);
   const auto with_names = by_name(routes_by_name);
-  EXPECT_EQ(with_names.at("0.bias_matrix_bias")->role, Role::adamw);
-  EXPECT_EQ(with_names.at("1.lm_head")->role, Role::adamw);
-  EXPECT_EQ(with_names.at("4.out")->role, Role::adamw);
+  EXPECT_EQ(with_names.at("0.bias_matrix_bias")->role, Role::others);
+  EXPECT_EQ(with_names.at("1.lm_head")->role, Role::others);
+  EXPECT_EQ(with_names.at("4.out")->role, Role::others);
 }
 
 TEST(Routing, OutputLayersOfCommonModelsGoToAdamW) {
@@ -163,8 +163,8 @@ TEST(Routing, OutputLayersOfCommonModelsGoToAdamW) {
   torch::nn::Sequential mlp(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 4));
   const auto sequential = route(*mlp);
   auto named = by_name(sequential);
-  EXPECT_EQ(named.at("0.weight")->role, Role::muon);
-  EXPECT_EQ(named.at("2.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("0.weight")->role, Role::matrices);
+  EXPECT_EQ(named.at("2.weight")->role, Role::others);
   EXPECT_EQ(named.at("2.weight")->reason,
             "the last layer of a sequential model (it produces the output)");
   // Output layers and positional tables by name; a tensor of a model without one is a guess.
@@ -175,13 +175,13 @@ TEST(Routing, OutputLayersOfCommonModelsGoToAdamW) {
                                                         {"logits.weight", t({4, 16}), ""}});
   named = by_name(routes);
   EXPECT_EQ(named.at("pos")->reason, "name part 'pos' marks an input/output layer");
-  EXPECT_EQ(named.at("out.weight")->role, Role::adamw);
-  EXPECT_EQ(named.at("logits.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("out.weight")->role, Role::others);
+  EXPECT_EQ(named.at("logits.weight")->role, Role::others);
   EXPECT_EQ(named.at("fc1.weight")->reason, "hidden 2-D matrix");  // io layers were seen
   const auto guessed = route(
       std::vector<NamedParameter>{{"fc1.weight", t({16, 8}), ""}, {"fc2.weight", t({4, 16}), ""}});
   EXPECT_EQ(guessed[0].reason, "hidden 2-D matrix");
-  EXPECT_EQ(guessed[1].role, Role::muon);
+  EXPECT_EQ(guessed[1].role, Role::matrices);
   EXPECT_NE(guessed[1].reason.find("a guess: the model's last matrix"), std::string::npos);
 }
 
@@ -199,7 +199,7 @@ TEST(Routing, MatricesInsideRepeatedBlocksAreHiddenWhateverTheirNames) {
   const auto named = by_name(routes);
   for (const char* name : {"blocks.0.mlp.out.weight", "blocks.1.mlp.output_proj.weight",
                            "layers.3.ffn.head.weight", "h.0.attn.c_proj.weight"}) {
-    EXPECT_EQ(named.at(name)->role, Role::muon) << name;
+    EXPECT_EQ(named.at(name)->role, Role::matrices) << name;
     EXPECT_EQ(named.at(name)->reason, "hidden 2-D matrix") << name;
     EXPECT_FALSE(named.at(name)->guessed) << name;
   }
@@ -218,8 +218,8 @@ TEST(Routing, TheLogitsHeadOfASequentialModelWithAnEmbeddingIsAdamW) {
                               torch::nn::ReLU(), torch::nn::Linear(64, 256));
   const auto logits = route(*model);
   auto named = by_name(logits);
-  EXPECT_EQ(named.at("1.weight")->role, Role::muon);
-  EXPECT_EQ(named.at("3.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("1.weight")->role, Role::matrices);
+  EXPECT_EQ(named.at("3.weight")->role, Role::others);
   EXPECT_EQ(named.at("3.weight")->reason,
             "an output head: its 256 rows match the embedding '0.weight'");
   // A classifier over the sequence: its rows match nothing; it is still the last layer.
@@ -227,8 +227,8 @@ TEST(Routing, TheLogitsHeadOfASequentialModelWithAnEmbeddingIsAdamW) {
                                    torch::nn::ReLU(), torch::nn::Linear(64, 10));
   const auto routes = route(*classifier);
   named = by_name(routes);
-  EXPECT_EQ(named.at("1.weight")->role, Role::muon);
-  EXPECT_EQ(named.at("3.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("1.weight")->role, Role::matrices);
+  EXPECT_EQ(named.at("3.weight")->role, Role::others);
   EXPECT_EQ(named.at("3.weight")->reason,
             "the last layer of a sequential model (it produces the output)");
   EXPECT_EQ(routing_warning(routes), "");
@@ -241,8 +241,8 @@ TEST(Routing, AHeadWithTheVocabularysRowsOrTiedToTheEmbeddingIsAnOutputLayerWhat
                                         {"blocks.0.proj.weight", t({16, 16}), ""},
                                         {"proj.weight", t({100, 16}), "Linear"}});
   auto named = by_name(routes);
-  EXPECT_EQ(named.at("blocks.0.proj.weight")->role, Role::muon);
-  EXPECT_EQ(named.at("proj.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("blocks.0.proj.weight")->role, Role::matrices);
+  EXPECT_EQ(named.at("proj.weight")->role, Role::others);
   EXPECT_EQ(named.at("proj.weight")->reason,
             "an output head: its 100 rows match the embedding 'tok.weight'");
   // The tied tensor met first under the head's name: the embedding's own name comes later.
@@ -252,9 +252,9 @@ TEST(Routing, AHeadWithTheVocabularysRowsOrTiedToTheEmbeddingIsAnOutputLayerWhat
                                                        {"encoder.weight", shared, "Embedding"}});
   named = by_name(tied);
   ASSERT_EQ(named.count("encoder.weight"), 0u);
-  EXPECT_EQ(named.at("decoder.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("decoder.weight")->role, Role::others);
   EXPECT_EQ(named.at("decoder.weight")->reason, "tied to the embedding 'encoder.weight'");
-  EXPECT_EQ(named.at("fc.weight")->role, Role::muon);
+  EXPECT_EQ(named.at("fc.weight")->role, Role::matrices);
 }
 
 TEST(Routing, RolesThatRestOnANameOrAGuessAreMarkedAndWarnedOnce) {
@@ -266,7 +266,7 @@ TEST(Routing, RolesThatRestOnANameOrAGuessAreMarkedAndWarnedOnce) {
   EXPECT_FALSE(routes[0].guessed);
   const std::string warning =
       "routing: 1 parameter's role rests on a name or a guess, not on the model's structure: "
-      "'score.weight' → adamw (name part 'score' marks an input/output layer). If one is wrong, "
+      "'score.weight' → others (name part 'score' marks an input/output layer). If one is wrong, "
       "route it with a routing.adamw or routing.muon pattern (or a tag in C++); from Python, "
       "example_inputs= finds the output layer by a traced forward";
   EXPECT_EQ(routing_warning(routes), warning);
@@ -278,7 +278,7 @@ TEST(Routing, RolesThatRestOnANameOrAGuessAreMarkedAndWarnedOnce) {
   RoutingRules rules;
   rules.output_names = {"score.weight"};
   const auto known = route(params, rules);
-  EXPECT_EQ(known[1].role, Role::adamw);
+  EXPECT_EQ(known[1].role, Role::others);
   EXPECT_EQ(known[1].reason, "produces the model's output (routing.outputs)");
   EXPECT_EQ(routing_warning(known), "");
   // A model whose ends nothing shows: its last matrix stays hidden, a guess, listed.
@@ -287,7 +287,7 @@ TEST(Routing, RolesThatRestOnANameOrAGuessAreMarkedAndWarnedOnce) {
   EXPECT_TRUE(guessed[1].guessed);
   EXPECT_EQ(routing_warning(guessed).rfind(
                 "routing: 1 parameter's role rests on a name or a guess, not on the model's "
-                "structure: 'fc2.weight' → muon (hidden 2-D matrix (a guess: the model's last "
+                "structure: 'fc2.weight' → matrices (hidden 2-D matrix (a guess: the model's last "
                 "matrix;",
                 0),
             0u);
@@ -323,8 +323,8 @@ TEST(Routing, NanoGptNanochatAndHfGpt2RouteTheirHiddenMatricesToMuonAndNothingIs
         std::pair{"nanochat", route(gpt("Linear", nanochat, false))}}) {
     const bool untied = std::string(model) == "nanochat";
     const size_t per_layer = untied ? nanochat.size() : nanogpt.size();
-    EXPECT_EQ(tensors_with_role(routes, Role::muon).size(), 2 * per_layer) << model;
-    EXPECT_EQ(tensors_with_role(routes, Role::adamw).size(), 2u + 5 + (untied ? 1 : 0)) << model;
+    EXPECT_EQ(tensors_with_role(routes, Role::matrices).size(), 2 * per_layer) << model;
+    EXPECT_EQ(tensors_with_role(routes, Role::others).size(), 2u + 5 + (untied ? 1 : 0)) << model;
     EXPECT_EQ(routing_warning(routes), "") << model;
   }
 }
@@ -334,19 +334,26 @@ TEST(Routing, OverridesByPatternAndByTagWithClearErrors) {
   RoutingRules rules;
   rules.adamw_patterns = {"*.mlp.*"};
   rules.muon_patterns = {"*.up_proj.weight"};  // muon patterns are checked before adamw ones
-  rules.tag_module(*model->blocks[0]->as<cli::BlockImpl>()->attn->v_proj, Role::adamw);
+  rules.tag_module(*model->blocks[0]->as<cli::BlockImpl>()->attn->v_proj, Role::others);
   const auto routes = route(*model, rules);
   const auto named = by_name(routes);
-  EXPECT_EQ(named.at("blocks.0.mlp.gate_proj.weight")->role, Role::adamw);
+  EXPECT_EQ(named.at("blocks.0.mlp.gate_proj.weight")->role, Role::others);
   EXPECT_EQ(named.at("blocks.0.mlp.gate_proj.weight")->reason, "routing.adamw pattern '*.mlp.*'");
-  EXPECT_EQ(named.at("blocks.0.mlp.up_proj.weight")->role, Role::muon);
+  EXPECT_EQ(named.at("blocks.0.mlp.up_proj.weight")->role, Role::matrices);
   EXPECT_EQ(named.at("blocks.0.mlp.up_proj.weight")->reason,
             "routing.muon pattern '*.up_proj.weight'");
-  EXPECT_EQ(named.at("blocks.0.attn.v_proj.weight")->role, Role::adamw);
-  EXPECT_EQ(named.at("blocks.0.attn.v_proj.weight")->reason, "tagged 'adamw' in code");
+  EXPECT_EQ(named.at("blocks.0.attn.v_proj.weight")->role, Role::others);
+  EXPECT_EQ(named.at("blocks.0.attn.v_proj.weight")->reason, "tagged 'others' in code");
   EXPECT_EQ(role_from_string("frozen"), Role::frozen);
+  EXPECT_EQ(role_from_string(current_role_name("muon")), Role::matrices);  // files of version 1
+  EXPECT_EQ(role_from_string(current_role_name("adamw")), Role::others);
+  // Code written before the roles were named after the slots still compiles, with a warning.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  static_assert(Role::muon == Role::matrices && Role::adamw == Role::others);
+#pragma GCC diagnostic pop
   testing::expect_error<Error>([] { role_from_string("sgd"); },
-                               {"unknown optimizer role 'sgd'", "muon, adamw, frozen"});
+                               {"unknown optimizer role 'sgd'", "matrices, others, frozen"});
   RoutingRules bad;
   bad.muon_patterns = {"*norm*"};
   testing::expect_error<Error>([&] { route(*model, bad); },
@@ -359,13 +366,13 @@ TEST(Routing, ConvKernelUnderEachHigherRankPolicy) {
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 8, 3));
   RoutingRules rules;
   auto routed = route(*conv, rules);
-  EXPECT_EQ(routed[0].role, Role::adamw);
+  EXPECT_EQ(routed[0].role, Role::others);
   EXPECT_EQ(routed[0].reason,
             "rank-4 tensor without declared matrix axes (higher_rank policy 'adamw')");
   EXPECT_EQ(routed[1].reason, "rank-1 tensor");  // the bias
   rules.higher_rank = HigherRankPolicy::flatten;
   routed = route(*conv, rules);
-  EXPECT_EQ(routed[0].role, Role::muon);
+  EXPECT_EQ(routed[0].role, Role::matrices);
   EXPECT_EQ(routed[0].view, (std::vector<int64_t>{8, 27}));
   EXPECT_EQ(routed[0].reason, "rank-4 tensor flattened to [8, 27] (higher_rank policy 'flatten')");
   rules.higher_rank = HigherRankPolicy::error;
@@ -404,16 +411,17 @@ TEST(Routing, DeclaredAxesFollowDewsRules) {
     EXPECT_EQ(named.at(name)->view, view) << name;
     EXPECT_EQ(named.at(name)->reason, reason) << name;
   };
-  expect("attn.q", Role::muon, {64, 64},
+  expect("attn.q", Role::matrices, {64, 64},
          "declared axes (embed, heads, head_dim): matrix (embed) x (heads, head_dim)");
-  expect("attn.o", Role::muon, {64, 64},
+  expect("attn.o", Role::matrices, {64, 64},
          "declared axes (heads, head_dim, embed): matrix (heads, head_dim) x (embed)");
-  expect("moe.up", Role::muon, {8, 64, 128},
+  expect("moe.up", Role::matrices, {8, 64, 128},
          "declared axes (exp, embed, mlp): matrix (embed) x (mlp)");
-  expect("moe.router", Role::adamw, {}, "declared axes (embed, exp): a router (last axis 'exp')");
-  expect("tok", Role::adamw, {}, "declared axes (vocab, embed): selection axis 'vocab'");
-  expect("lm_head_like", Role::adamw, {}, "declared axes (embed, output): selection axis 'output'");
-  expect("norm_scale", Role::adamw, {}, "rank-1 tensor");
+  expect("moe.router", Role::others, {}, "declared axes (embed, exp): a router (last axis 'exp')");
+  expect("tok", Role::others, {}, "declared axes (vocab, embed): selection axis 'vocab'");
+  expect("lm_head_like", Role::others, {},
+         "declared axes (embed, output): selection axis 'output'");
+  expect("norm_scale", Role::others, {}, "rank-1 tensor");
 
   RoutingRules undeclarable;
   undeclarable.declare_axes("w", {"heads", "embed", "head_dim"});

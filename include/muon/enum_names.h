@@ -5,7 +5,7 @@
 //     static constexpr const char* noun = "optimizer role";  // "unknown optimizer role 'sgd'"
 //     static constexpr const char* plural = "roles";          // "valid roles are ..."
 //     static constexpr std::array<std::pair<Role, const char*>, 3> table{
-//         {{Role::muon, "muon"}, {Role::adamw, "adamw"}, {Role::frozen, "frozen"}}};
+//         {{Role::matrices, "matrices"}, {Role::others, "others"}, {Role::frozen, "frozen"}}};
 //   };
 #pragma once
 

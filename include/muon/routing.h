@@ -18,10 +18,14 @@ class Module;
 
 namespace muon {
 
+// The hybrid's two slots name the roles (muon/hybrid.h, HybridOptions).
 enum class Role {
-  muon,    // a hidden matrix, orthogonalized
-  adamw,   // everything else that trains
-  frozen,  // requires_grad == false: in no optimizer
+  matrices,  // a hidden matrix: the matrices slot's algorithm (Muon, Dion) orthogonalizes it
+  others,    // everything else that trains: the others slot's algorithm (AdamW, Lion, ...)
+  frozen,    // requires_grad == false: in no optimizer
+  // Their names before the slots, kept for code written then.
+  muon [[deprecated("Role::matrices")]] = matrices,
+  adamw [[deprecated("Role::others")]] = others,
 };
 
 template <>
@@ -29,13 +33,20 @@ struct EnumNames<Role> {
   static constexpr const char* noun = "optimizer role";
   static constexpr const char* plural = "roles";
   static constexpr std::array<std::pair<Role, const char*>, 3> table{
-      {{Role::muon, "muon"}, {Role::adamw, "adamw"}, {Role::frozen, "frozen"}}};
+      {{Role::matrices, "matrices"}, {Role::others, "others"}, {Role::frozen, "frozen"}}};
 };
 inline std::string to_string(Role role) {
   return enum_name(role);
 }
+// The current names only: readers of earlier files rewrite "muon" and "adamw" first
+// (current_role_name).
 inline Role role_from_string(const std::string& name) {
   return enum_from_name<Role>(name);
+}
+// A role as files of earlier versions name it ("muon", "adamw"), in its current name; any other
+// name unchanged.
+inline std::string current_role_name(const std::string& name) {
+  return name == "muon" ? "matrices" : name == "adamw" ? "others" : name;
 }
 
 // What to do with an undeclared floating tensor of rank > 2 (a conv kernel, say).

@@ -230,7 +230,8 @@ class HybridOptimizer(_EngineOptimizer):
 
     def report(self):
         """The routing report: one dict per parameter (name, shape, dtype, role, algorithm, reason,
-        group, lr, weight_decay); role is routing's side ('muon' or 'adamw'), algorithm what
+        group, lr, weight_decay); role is the hybrid's slot routing chose ('matrices' or
+        'others'; 'muon' and 'adamw' before the slots), algorithm what
         updates it ('lion' under others: lion); frozen parameters have role 'frozen' and
         algorithm and group None."""
         return self._engine.report()

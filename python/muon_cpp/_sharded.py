@@ -278,7 +278,7 @@ def sharded_hybrid(named, config_text, total_steps, process_group, timeout_s):
     # Frozen parameters keep their stand-ins: nothing updates them, so no rank holds them whole
     # (a model with nothing to train still plans them all, for the mesh's checks and group).
     planned = [p for p in unique if role_of[id(p)] != "frozen"] or unique
-    shards = ShardedParams(planned, True, [role_of[id(p)] == "muon" for p in planned],
+    shards = ShardedParams(planned, True, [role_of[id(p)] == "matrices" for p in planned],
                            process_group, "build_optimizer")
     held = {id(p): shards.engine_tensor(p) for p in planned}
     engine = _core.Engine.hybrid(routed, config_text, total_steps,

@@ -18,18 +18,18 @@ def test_routing_of_a_gpt_with_tied_weights_and_a_frozen_table():
     rows = {row["name"]: row for row in optimizer.report()}
     # The tied head appears once, under the embedding's name; frozen tensors are reported.
     assert "lm_head.weight" not in rows
-    assert rows["wte.weight"]["role"] == "adamw"
+    assert rows["wte.weight"]["role"] == "others"
     assert "embedding" in rows["wte.weight"]["reason"]
     assert rows["pos"]["role"] == "frozen" and rows["pos"]["group"] is None
     for layer in range(2):
         for matrix in ("q_proj", "k_proj", "up_proj", "down_proj"):
             row = rows[f"blocks.{layer}.{matrix}.weight"]
-            assert row["role"] == "muon" and row["shape"] == tuple(
+            assert row["role"] == "matrices" and row["shape"] == tuple(
                 model.blocks[layer].get_submodule(matrix).weight.shape)
             assert row["dtype"] == torch.float32 and row["lr"] == 0.02
-        assert rows[f"blocks.{layer}.norm.weight"]["role"] == "adamw"
-        assert rows[f"blocks.{layer}.up_proj.bias"]["role"] == "adamw"
-    muon_count = sum(row["role"] == "muon" for row in rows.values())
+        assert rows[f"blocks.{layer}.norm.weight"]["role"] == "others"
+        assert rows[f"blocks.{layer}.up_proj.bias"]["role"] == "others"
+    muon_count = sum(row["role"] == "matrices" for row in rows.values())
     assert muon_count == 8
     # param_groups hold every trainable tensor once, the frozen one nowhere.
     listed = [p for g in optimizer.param_groups for p in g["params"]]
@@ -39,7 +39,7 @@ def test_routing_of_a_gpt_with_tied_weights_and_a_frozen_table():
     assert {g["algorithm"] for g in optimizer.param_groups} == {"muon", "adamw"}
     for group in optimizer.param_groups:
         if group["algorithm"] == "muon":
-            assert all(rows_for(rows, p, model)["role"] == "muon" for p in group["params"])
+            assert all(rows_for(rows, p, model)["role"] == "matrices" for p in group["params"])
     text = optimizer.report_text()
     assert "blocks.1.down_proj.weight" in text and "hidden 2-D matrix" in text
 
@@ -92,7 +92,7 @@ def test_named_parameters_and_config_forms_agree(tmp_path):
     assert sorted(set(lrs[0])) == [0.002, 0.03]
     # Bare (name, tensor) pairs have no module types: the embedding is found by its name part.
     pairs = muon_cpp.build_optimizer(list(model.named_parameters()), text, 10)
-    assert {r["name"]: r["role"] for r in pairs.report()}["wte.weight"] == "adamw"
+    assert {r["name"]: r["role"] for r in pairs.report()}["wte.weight"] == "others"
 
 
 def test_others_run_the_partitions_algorithm_lion_as_muon_cpp_lion_does():
@@ -105,7 +105,7 @@ def test_others_run_the_partitions_algorithm_lion_as_muon_cpp_lion_does():
     others = [p for p in model.parameters()
               if p.requires_grad and rows_for({r["name"]: r for r in rows}, p, model)["role"]
               == "adamw"]
-    assert {r["algorithm"] for r in rows if r["role"] == "adamw"} == {"lion"}
+    assert {r["algorithm"] for r in rows if r["role"] == "others"} == {"lion"}
     assert {g["algorithm"] for g in optimizer.param_groups} == {"muon", "lion"}
     assert "lion" in optimizer.report_text()
     copies = [p.detach().clone().requires_grad_(True) for p in others]
@@ -289,10 +289,10 @@ def test_plain_tensors_and_param_groups_are_routed_by_shape_keeping_each_groups_
     model = Mlp()
     optimizer = muon_cpp.HybridOptimizer(hf_groups(model, 0.1), lr=0.03, adamw_lr=2e-3)
     rows = {row["name"]: row for row in optimizer.report()}
-    assert rows["param_groups.0.0"]["role"] == rows["param_groups.0.1"]["role"] == "muon"
+    assert rows["param_groups.0.0"]["role"] == rows["param_groups.0.1"]["role"] == "matrices"
     assert rows["param_groups.0.1"]["reason"] == "2-D matrix (routed by shape: given without a name)"
     assert rows["param_groups.0.0"]["weight_decay"] == 0.1 and rows["param_groups.0.0"]["lr"] == 0.03
-    assert all(rows[f"param_groups.1.{i}"]["role"] == "adamw" for i in range(4))
+    assert all(rows[f"param_groups.1.{i}"]["role"] == "others" for i in range(4))
     assert all(rows[f"param_groups.1.{i}"]["weight_decay"] == 0.0 for i in range(4))
     assert {row["group"] for row in rows.values()} == {"param_groups.0", "param_groups.1"}
     twin = Mlp()
@@ -312,12 +312,12 @@ def test_plain_tensors_and_param_groups_are_routed_by_shape_keeping_each_groups_
         assert torch.allclose(p, q, rtol=0, atol=1e-7), name
     # Plain tensors: one group, the same split.
     plain = muon_cpp.build_optimizer(Mlp().parameters())
-    assert [r["role"] for r in plain.report()] == ["muon", "adamw", "adamw", "adamw", "muon",
+    assert [r["role"] for r in plain.report()] == ["matrices", "others", "others", "others", "matrices",
                                                    "adamw"]
     # Named tensors in groups keep their names, and routing reads them.
     named = muon_cpp.HybridOptimizer([{"params": list(Mlp().named_parameters()),
                                        "weight_decay": 0.05}])
-    assert {r["name"]: r["role"] for r in named.report()}["down.weight"] == "muon"
+    assert {r["name"]: r["role"] for r in named.report()}["down.weight"] == "matrices"
 
 
 def test_keywords_are_the_configurations_optimizer_keys():
@@ -380,7 +380,7 @@ def test_param_groups_changes_reach_the_hybrid_and_its_report():
         p.grad = torch.ones_like(p)
     optimizer.step()
     rows = {row["name"]: row for row in optimizer.report()}
-    assert rows["up.weight"]["role"] == "muon" and rows["up.weight"]["shape"] == (12, 6)
+    assert rows["up.weight"]["role"] == "matrices" and rows["up.weight"]["shape"] == (12, 6)
     assert rows[appended_name]["reason"] == "put into param_groups after construction"
     assert rows[appended_name]["algorithm"] == "muon" and rows[appended_name]["group"] == "default"
     assert float(optimizer.state[appended]["step"]) == 1

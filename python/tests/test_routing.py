@@ -99,11 +99,11 @@ def test_a_role_resting_on_a_name_or_a_guess_is_warned_once_per_build():
     [by_name] = build_warnings(Scorer("score"))
     assert by_name.startswith(
         "routing: 1 parameter's role rests on a name or a guess, not on the model's structure: "
-        "'score.weight' → adamw (name part 'score' marks an input/output layer). If one is "
+        "'score.weight' → others (name part 'score' marks an input/output layer). If one is "
         "wrong, route it with a routing.adamw or routing.muon pattern (or a tag in C++); from "
         "Python, example_inputs= finds the output layer by a traced forward")
     [guessed] = build_warnings(Scorer("final"))
-    assert "'final.weight' → muon (hidden 2-D matrix (a guess: the model's last matrix" in guessed
+    assert "'final.weight' → matrices (hidden 2-D matrix (a guess: the model's last matrix" in guessed
     assert build_warnings(Scorer("final"), config={"optimizer": {"routing": {
         "adamw": ["final.*"]}}}) == []
 
@@ -138,7 +138,7 @@ def test_example_inputs_needs_the_model():
 def test_common_gpt_naming_routes_as_before_without_a_warning():
     """nanoGPT / HF GPT-2 style (tied head): the hidden matrices to Muon, nothing guessed."""
     routed = roles(TinyGpt())
-    assert {name for name, (role, _) in routed.items() if role == "muon"} == {
+    assert {name for name, (role, _) in routed.items() if role == "matrices"} == {
         name for name, p in TinyGpt().named_parameters()
         if p.dim() == 2 and name.startswith("blocks.")}
     assert routed["wte.weight"][0] == "adamw"

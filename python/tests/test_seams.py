@@ -64,4 +64,4 @@ def test_hf_trainers_construction_builds_the_hybrid():
                                           {"params": others, "weight_decay": 0.0}],
                                          **{"lr": 0.02, "adamw_lr": 3e-4})
     roles = [(r["role"], r["weight_decay"]) for r in optimizer.report()]
-    assert roles == [("muon", 0.01), ("muon", 0.01)] + [("adamw", 0.0)] * 4
+    assert roles == [("matrices", 0.01), ("matrices", 0.01)] + [("others", 0.0)] * 4

@@ -105,10 +105,10 @@ def test_hf_trainer_trains_and_resumes_from_its_checkpoint_exactly(tmp_path, for
     if form == "optimizer_cls_and_kwargs":  # HF's two groups, their weight decay kept
         decays = {(r["role"], r["group"], r["weight_decay"]) for r in optimizer.report()}
         assert ("muon", "param_groups.0", 0.05) in decays and ("adamw", "param_groups.1", 0.0) in decays
-        assert roles["param_groups.0.0"] == "muon"  # the embedding: shape alone cannot tell
+        assert roles["param_groups.0.0"] == "matrices"  # the embedding: shape alone cannot tell
     else:  # routed by names and module types: the embeddings to AdamW
-        assert roles["transformer.wte.weight"] == roles["transformer.wpe.weight"] == "adamw"
-        assert roles["transformer.h.0.attn.c_attn.weight"] == "muon"
+        assert roles["transformer.wte.weight"] == roles["transformer.wpe.weight"] == "others"
+        assert roles["transformer.h.0.attn.c_attn.weight"] == "matrices"
     _, resumed, _ = hf_run(tmp_path / "resumed", HF_FORMS[form],
                            resume=str(tmp_path / "whole" / "checkpoint-4"))
     assert_same(resumed, whole)
@@ -328,13 +328,13 @@ def test_hf_models_route_by_structure_without_a_warning():
         report = muon_cpp.build_optimizer(model).report()
     roles = {row["name"]: row["role"] for row in report}
     assert "lm_head.weight" not in roles  # tied to transformer.wte.weight: routed once, as it
-    assert roles["transformer.wte.weight"] == roles["transformer.wpe.weight"] == "adamw"
-    assert {name for name, role in roles.items() if role == "muon"} == {
+    assert roles["transformer.wte.weight"] == roles["transformer.wpe.weight"] == "others"
+    assert {name for name, role in roles.items() if role == "matrices"} == {
         name for name, p in model.named_parameters() if p.dim() == 2 and ".h." in name}
     config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=VOCAB,
                                      n_positions=32, num_labels=3, pad_token_id=0)
     classifier = transformers.GPT2ForSequenceClassification(config)
-    with pytest.warns(UserWarning, match="'score.weight' → adamw \\(name part 'score'"):
+    with pytest.warns(UserWarning, match="'score.weight' → others \\(name part 'score'"):
         muon_cpp.build_optimizer(classifier)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

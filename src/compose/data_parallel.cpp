@@ -70,7 +70,7 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> communicator,
 void DataParallel::assign_owners(const std::vector<Param>& params) {
   std::vector<OwnedTensor> tensors;
   for (const auto& p : params) {
-    tensors.push_back({p.view.empty() ? p.tensor.sizes().vec() : p.view, p.role == Role::muon});
+    tensors.push_back({p.view.empty() ? p.tensor.sizes().vec() : p.view, p.role == Role::matrices});
   }
   const auto owners = owner_plan(tensors, communicator_->world_size());
   for (size_t i = 0; i < params.size(); ++i) {

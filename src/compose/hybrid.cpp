@@ -67,7 +67,7 @@ std::string every_parameter_in(const AlgorithmRow& others) {
 
 // The role of a group running `algorithm`: matrices algorithms hold the routed matrices.
 Role role_of_algorithm(const AlgorithmRow& algorithm) {
-  return algorithm.kind == ParamKind::matrices ? Role::muon : Role::adamw;
+  return algorithm.kind == ParamKind::matrices ? Role::matrices : Role::others;
 }
 
 }  // namespace
@@ -91,8 +91,8 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
   std::map<std::tuple<size_t, bool, Role, int64_t>, size_t> index;
   Plan plan;
   for (const auto& r : routes) {
-    const Role role = (!options.matrices && r.role == Role::muon) ? Role::adamw : r.role;
-    const Half& h = role == Role::muon ? matrices : others;
+    const Role role = (!options.matrices && r.role == Role::matrices) ? Role::others : r.role;
+    const Half& h = role == Role::matrices ? matrices : others;
     ParameterReport row{r.name,
                         r.tensor.sizes().vec(),
                         r.tensor.scalar_type(),
@@ -116,20 +116,20 @@ HybridOptimizer::Plan HybridOptimizer::make_plan(const std::vector<RoutedParamet
     // Parameters whose settings differ (no-decay defaults, a head split routing found where the
     // group sets no split of its own) get their own libtorch group.
     const bool group_splits = spec.num_heads || spec.split_sizes;
-    const int64_t heads = role == Role::muon && !group_splits ? r.num_heads.value_or(0) : 0;
+    const int64_t heads = role == Role::matrices && !group_splits ? r.num_heads.value_or(0) : 0;
     const auto key = std::make_tuple(g, row.weight_decay != h.weight_decay, role, heads);
     auto [it, fresh] = index.emplace(key, plan.groups.size());
     if (fresh) {
       plan.groups.emplace_back(
           std::vector<at::Tensor>{},
-          role == Role::muon
+          role == Role::matrices
               ? matrices_group_options(h.options, spec, row.lr, row.weight_decay, heads)
               : others_group_options(h.options, spec, row.lr, row.weight_decay));
       plan.group_schedules.push_back(spec.schedule);
     }
     plan.groups[it->second].params().push_back(r.tensor);
     plan.names[r.tensor.unsafeGetTensorImpl()] = r.name;
-    if (role == Role::muon && !r.view.empty()) plan.views.emplace_back(r.tensor, r.view);
+    if (role == Role::matrices && !r.view.empty()) plan.views.emplace_back(r.tensor, r.view);
     plan.report.push_back(row);
   }
   return plan;
@@ -161,9 +161,9 @@ void HybridOptimizer::warn_when_muon_gets_nothing() const {
   const ParameterReport* higher_rank = nullptr;
   bool trainable = false;
   for (const auto& r : report_) {
-    if (r.role == Role::muon) return;
+    if (r.role == Role::matrices) return;
     trainable = trainable || r.role != Role::frozen;
-    if (r.role == Role::adamw && r.shape.size() > 2 && higher_rank == nullptr) higher_rank = &r;
+    if (r.role == Role::others && r.shape.size() > 2 && higher_rank == nullptr) higher_rank = &r;
   }
   if (!trainable) return;
   std::cerr << "muon: warning: no parameter is routed to "
@@ -409,7 +409,7 @@ void HybridOptimizer::welcome(const Arrival& a, const at::Tensor& p,
 void HybridOptimizer::set_matrix_view(const at::Tensor& param, std::vector<int64_t> view) {
   const char* who = "HybridOptimizer::set_matrix_view";
   const auto it = groups_.find(param.unsafeGetTensorImpl());
-  check(it != groups_.end() && role_of_group(it->second) == Role::muon, who,
+  check(it != groups_.end() && role_of_group(it->second) == Role::matrices, who,
         ": the tensor of shape ", param.sizes(),
         " is not a parameter of one of this optimizer's matrices groups");
   check_matrix_view(param, view, who);

@@ -228,7 +228,7 @@ void HybridOptimizer::set_communicator(std::shared_ptr<Communicator> communicato
   std::vector<detail::DataParallel::Param> params;
   for (const auto& [name, p] : named_trainable()) {
     const auto role = role_of(p);
-    params.push_back({p, role, role == Role::muon ? matrix_view(p) : std::vector<int64_t>{}});
+    params.push_back({p, role, role == Role::matrices ? matrix_view(p) : std::vector<int64_t>{}});
   }
   auto parallel = communicator->world_size() > 1
                       ? std::make_unique<detail::DataParallel>(communicator, params, bucket_numel)

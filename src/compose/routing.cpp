@@ -112,11 +112,11 @@ Decision decide_declared(const NamedParameter& p, const std::vector<std::string>
   check(static_cast<int64_t>(axes.size()) == t.dim(), "routing: parameter '", p.name,
         "' has shape ", t.sizes(), " but ", axes.size(), " declared axes (", join(axes, ", "), ")");
   const auto described = "declared axes (" + join(axes, ", ") + ")";
-  if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor", {}};
+  if (t.dim() < 2) return {Role::others, "rank-" + std::to_string(t.dim()) + " tensor", {}};
   for (const auto& a : axes) {
-    if (is_selection_axis(a)) return {Role::adamw, described + ": selection axis '" + a + "'", {}};
+    if (is_selection_axis(a)) return {Role::others, described + ": selection axis '" + a + "'", {}};
   }
-  if (axes.back() == "exp") return {Role::adamw, described + ": a router (last axis 'exp')", {}};
+  if (axes.back() == "exp") return {Role::others, described + ": a router (last axis 'exp')", {}};
   // Leading `exp` axes are the batch; the rest must form exactly two sides.
   std::vector<int64_t> view;
   size_t i = 0;
@@ -150,10 +150,10 @@ Decision decide_declared(const NamedParameter& p, const std::vector<std::string>
   auto reason =
       described + ": matrix (" + join(sides[0], ", ") + ") x (" + join(sides[1], ", ") + ")";
   const bool heads = split_heads && sides[0].size() > 1 && sides[0].back() == "head_dim";
-  if (!heads) return {Role::muon, reason, view};
+  if (!heads) return {Role::matrices, reason, view};
   const int64_t count = sizes[0] / last_size;
-  return {Role::muon, reason + ", " + std::to_string(count) + " heads orthogonalized alone", view,
-          count};
+  return {Role::matrices, reason + ", " + std::to_string(count) + " heads orthogonalized alone",
+          view, count};
 }
 
 bool is_number(const std::string& s) {
@@ -242,7 +242,7 @@ struct Structure {
 };
 
 Decision end_layer(std::string reason) {
-  Decision d{Role::adamw, std::move(reason), {}};
+  Decision d{Role::others, std::move(reason), {}};
   d.end_layer = true;
   return d;
 }
@@ -252,12 +252,13 @@ Decision higher_rank_decision(const NamedParameter& p, HigherRankPolicy policy) 
   const auto rank = "rank-" + std::to_string(t.dim()) + " tensor";
   switch (policy) {
     case HigherRankPolicy::adamw:
-      return {Role::adamw, rank + " without declared matrix axes (higher_rank policy 'adamw')", {}};
+      return {
+          Role::others, rank + " without declared matrix axes (higher_rank policy 'adamw')", {}};
     case HigherRankPolicy::flatten: {
       const std::vector<int64_t> view{t.size(0), t.numel() / t.size(0)};
       std::ostringstream out;
       out << rank << " flattened to " << at::IntArrayRef(view) << " (higher_rank policy 'flatten')";
-      return {Role::muon, out.str(), view};
+      return {Role::matrices, out.str(), view};
     }
     case HigherRankPolicy::error:
       break;
@@ -275,22 +276,22 @@ Decision decide_heuristic(const NamedParameter& p, const RoutingRules& rules,
                           const Structure& structure) {
   const auto& t = p.tensor;
   if (!t.is_floating_point()) {
-    return {Role::adamw,
+    return {Role::others,
             "dtype " + std::string(c10::toString(t.scalar_type())) + " is not floating-point",
             {}};
   }
-  if (t.dim() < 2) return {Role::adamw, "rank-" + std::to_string(t.dim()) + " tensor", {}};
+  if (t.dim() < 2) return {Role::others, "rank-" + std::to_string(t.dim()) + " tensor", {}};
   if (!rules.use_names) {
     if (t.dim() > 2) return higher_rank_decision(p, rules.higher_rank);
-    return {Role::muon, "2-D matrix (routed by shape: given without a name)", {}};
+    return {Role::matrices, "2-D matrix (routed by shape: given without a name)", {}};
   }
-  if (ends_with(p.name, "bias")) return {Role::adamw, "a bias", {}};
+  if (ends_with(p.name, "bias")) return {Role::others, "a bias", {}};
   const auto type = lower(p.module_type);
   if (type.find("embedding") != std::string::npos) {
     return end_layer("owned by an embedding module (" + p.module_type + ")");
   }
   if (type.find("norm") != std::string::npos) {
-    return {Role::adamw, "owned by a norm module (" + p.module_type + ")", {}};
+    return {Role::others, "owned by a norm module (" + p.module_type + ")", {}};
   }
   const auto block = repeated_block(p.name);
   if (block.empty()) {
@@ -304,7 +305,7 @@ Decision decide_heuristic(const NamedParameter& p, const RoutingRules& rules,
     return d;
   }
   if (t.dim() > 2) return higher_rank_decision(p, rules.higher_rank);
-  return {Role::muon, "hidden 2-D matrix", {}};
+  return {Role::matrices, "hidden 2-D matrix", {}};
 }
 
 // The model's last matrix, when nothing was seen to map into or out of the model (no embedding,
@@ -334,8 +335,8 @@ std::optional<Decision> decide_override(const NamedParameter& p, const RoutingRu
     why = "tagged '" + to_string(*role) + "' in code";
   } else {
     for (const auto& [patterns, r, key] :
-         {std::tuple{&rules.muon_patterns, Role::muon, "routing.muon"},
-          std::tuple{&rules.adamw_patterns, Role::adamw, "routing.adamw"}}) {
+         {std::tuple{&rules.muon_patterns, Role::matrices, "routing.muon"},
+          std::tuple{&rules.adamw_patterns, Role::others, "routing.adamw"}}) {
       for (const auto& pattern : *patterns) {
         if (!role && fnmatch(pattern.c_str(), p.name.c_str(), 0) == 0) {
           role = r;
@@ -345,19 +346,19 @@ std::optional<Decision> decide_override(const NamedParameter& p, const RoutingRu
     }
   }
   if (!role) return std::nullopt;
-  if (*role != Role::muon) return Decision{*role, why, {}};
+  if (*role != Role::matrices) return Decision{*role, why, {}};
   const auto declared = rules.axes.find(p.name);
   if (declared != rules.axes.end()) {
     auto d = decide_declared(p, declared->second, rules.split_heads);
-    check(d.role == Role::muon, "routing: parameter '", p.name, "' is overridden to muon (", why,
-          ") but its ", d.reason, " cannot be orthogonalized");
-    return Decision{Role::muon, why + "; " + d.reason, d.view, d.num_heads};
+    check(d.role == Role::matrices, "routing: parameter '", p.name, "' is overridden to muon (",
+          why, ") but its ", d.reason, " cannot be orthogonalized");
+    return Decision{Role::matrices, why + "; " + d.reason, d.view, d.num_heads};
   }
   check(p.tensor.is_floating_point() && !p.tensor.is_complex() && p.tensor.dim() == 2,
         "routing: parameter '", p.name, "' of shape ", p.tensor.sizes(), " and dtype ",
         p.tensor.scalar_type(), " is overridden to muon (", why,
         ") but Muon needs a floating-point 2-D matrix or declared matrix axes");
-  return Decision{Role::muon, why, {}};
+  return Decision{Role::matrices, why, {}};
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 namespace muon::detail {
 
 inline constexpr const char* kFormat = "muon-cpp checkpoint";
-inline constexpr int64_t kVersion = 1;
+// Version 2 names the roles matrices and others; version 1 (still read) named them muon and adamw.
+inline constexpr int64_t kVersion = 2;
+inline constexpr int64_t kEarliestVersion = 1;
 
 // The model's parameters and buffers by name: what a checkpoint stores of the model.
 std::map<std::string, at::Tensor> model_tensors(const torch::nn::Module& model);

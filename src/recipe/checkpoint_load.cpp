@@ -127,9 +127,10 @@ std::optional<ParamStateEntry> saved_state(const Dict& entry, const std::string&
                                            const at::Tensor& p, const HybridOptimizer& optimizer) {
   const auto entry_name = "state['" + name + "']";
   const auto where = "checkpoint: " + entry_name;
-  const auto role = role_from_string(field(entry, "role", where).toStringRef());
-  check(role == optimizer.role_of(p), where, " was optimized by ", to_string(role),
-        ", this optimizer routes it to ", to_string(optimizer.role_of(p)));
+  // (Version 1 named the roles muon and adamw.)
+  const auto role = role_from_string(current_role_name(field(entry, "role", where).toStringRef()));
+  check(role == optimizer.role_of(p), where, " was routed to the ", to_string(role),
+        ", this optimizer routes it to the ", to_string(optimizer.role_of(p)));
   // AdamW, Adam and Lamb keep the same tensors: the name tells them apart (checkpoints written
   // before the partition have none, and then ran Muon or AdamW, which the role says).
   if (entry.contains("algorithm")) {
@@ -185,8 +186,11 @@ LoadPlan plan_load(const c10::IValue& loaded, const std::string& path, HybridOpt
   const auto format = field(root, "format", path);
   check(format.isString() && format.toStringRef() == kFormat, "checkpoint '", path,
         "' is not a muon-cpp checkpoint");
-  check(field(root, "version", path).toInt() == kVersion, "checkpoint '", path, "' has version ",
-        field(root, "version", path).toInt(), "; this build reads version ", kVersion);
+  const auto version = field(root, "version", path);
+  check(
+      version.isInt() && version.toInt() >= detail::kEarliestVersion && version.toInt() <= kVersion,
+      "checkpoint '", path, "' has version ", version, "; this build reads versions ",
+      detail::kEarliestVersion, " to ", kVersion);
   // The optimizer state against this optimizer's parameters, both ways.
   const auto state = dict_field(root, "state", path);
   const auto named = optimizer.named_trainable();

@@ -10,14 +10,14 @@ from torch_checkpoint import load_checkpoint
 
 checkpoint = load_checkpoint(sys.argv[1])
 assert checkpoint["format"] == "muon-cpp checkpoint", checkpoint.get("format")
-assert checkpoint["version"] == 1
+assert checkpoint["version"] == 2
 assert checkpoint["step_count"] == 40, checkpoint["step_count"]
 state = checkpoint["state"]
 q = state["blocks.0.attn.q_proj.weight"]
-assert q["role"] == "muon" and q["has_state"] and q["step"] == 40
+assert q["role"] == "matrices" and q["has_state"] and q["step"] == 40
 assert q["momentum_buffer"].shape == (32, 32) and q["momentum_buffer"].dtype == torch.float32
 wte = state["wte.weight"]
-assert wte["role"] == "adamw" and wte["exp_avg"].shape == (256, 32)
+assert wte["role"] == "others" and wte["exp_avg"].shape == (256, 32)
 model = checkpoint["model"]
 assert torch.equal(model["wte.weight"], model["lm_head.weight"])  # tied, saved under both names
 assert all(torch.isfinite(t).all() for t in model.values())

@@ -272,8 +272,8 @@ void TrainingRun::open_files() {
 void TrainingRun::log_start() {
   int64_t muon_tensors = 0, other_tensors = 0;
   for (const auto& row : optimizer_->report()) {
-    muon_tensors += row.role == Role::muon;
-    other_tensors += row.role == Role::adamw;
+    muon_tensors += row.role == Role::matrices;
+    other_tensors += row.role == Role::others;
   }
   const auto& matrices = optimizer_->options().matrices;  // empty under name adamw
   log_ << "muon train: " << config_.model.n_layers << " layers, d_model " << config_.model.d_model
