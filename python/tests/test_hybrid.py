@@ -61,13 +61,13 @@ def test_routing_sends_output_layers_and_positional_tables_to_adamw():
 
     sequential = roles(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
                                            torch.nn.Linear(16, 4)))
-    assert sequential["0.weight"] == ("muon", "hidden 2-D matrix")
-    assert sequential["2.weight"] == ("adamw", "the last layer of a sequential model "
+    assert sequential["0.weight"] == ("matrices", "hidden 2-D matrix")
+    assert sequential["2.weight"] == ("others", "the last layer of a sequential model "
                                                "(it produces the output)")
     positional = roles(Positional())
-    assert positional["pos"] == ("adamw", "name part 'pos' marks an input/output layer")
-    assert positional["out.weight"] == ("adamw", "name part 'out' marks an input/output layer")
-    assert positional["hidden.weight"][0] == "muon"
+    assert positional["pos"] == ("others", "name part 'pos' marks an input/output layer")
+    assert positional["out.weight"] == ("others", "name part 'out' marks an input/output layer")
+    assert positional["hidden.weight"][0] == "matrices"
 
 
 def rows_for(rows, tensor, model):
@@ -104,7 +104,7 @@ def test_others_run_the_partitions_algorithm_lion_as_muon_cpp_lion_does():
     rows = optimizer.report()
     others = [p for p in model.parameters()
               if p.requires_grad and rows_for({r["name"]: r for r in rows}, p, model)["role"]
-              == "adamw"]
+              == "others"]
     assert {r["algorithm"] for r in rows if r["role"] == "others"} == {"lion"}
     assert {g["algorithm"] for g in optimizer.param_groups} == {"muon", "lion"}
     assert "lion" in optimizer.report_text()
@@ -313,7 +313,7 @@ def test_plain_tensors_and_param_groups_are_routed_by_shape_keeping_each_groups_
     # Plain tensors: one group, the same split.
     plain = muon_cpp.build_optimizer(Mlp().parameters())
     assert [r["role"] for r in plain.report()] == ["matrices", "others", "others", "others", "matrices",
-                                                   "adamw"]
+                                                   "others"]
     # Named tensors in groups keep their names, and routing reads them.
     named = muon_cpp.HybridOptimizer([{"params": list(Mlp().named_parameters()),
                                        "weight_decay": 0.05}])

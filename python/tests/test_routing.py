@@ -59,23 +59,23 @@ def test_matrices_inside_repeated_blocks_are_hidden_whatever_their_names():
     routed = roles(Lm())
     for layer in range(2):
         for name in ("out", "output_proj", "up"):
-            assert routed[f"blocks.{layer}.{name}.weight"] == ("muon", "hidden 2-D matrix")
+            assert routed[f"blocks.{layer}.{name}.weight"] == ("matrices", "hidden 2-D matrix")
 
 
 def test_a_head_over_the_vocabulary_is_an_output_layer_whatever_its_name():
     assert roles(Lm())["proj.weight"] == (
-        "adamw", "an output head: its 40 rows match the embedding 'tok.weight'")
+        "others", "an output head: its 40 rows match the embedding 'tok.weight'")
 
 
 def test_the_readme_sequential_sends_its_logits_head_to_adamw():
     model = nn.Sequential(nn.Embedding(256, 64), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 256))
     routed = roles(model)
-    assert routed["1.weight"] == ("muon", "hidden 2-D matrix")
-    assert routed["3.weight"] == ("adamw",
+    assert routed["1.weight"] == ("matrices", "hidden 2-D matrix")
+    assert routed["3.weight"] == ("others",
                                   "an output head: its 256 rows match the embedding '0.weight'")
     classifier = roles(nn.Sequential(nn.Embedding(256, 64), nn.Linear(64, 64), nn.ReLU(),
                                      nn.Linear(64, 10)))
-    assert classifier["3.weight"] == ("adamw", "the last layer of a sequential model "
+    assert classifier["3.weight"] == ("others", "the last layer of a sequential model "
                                                "(it produces the output)")
 
 
@@ -113,8 +113,8 @@ def test_example_inputs_finds_the_output_layer_and_changes_nothing():
     model = Scorer("final")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     routed = roles(model, example_inputs=torch.randn(4, 8))
-    assert routed["final.weight"] == ("adamw", "produces the model's output (routing.outputs)")
-    assert routed["fc2.weight"] == ("muon", "hidden 2-D matrix")
+    assert routed["final.weight"] == ("others", "produces the model's output (routing.outputs)")
+    assert routed["fc2.weight"] == ("matrices", "hidden 2-D matrix")
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # BatchNorm's statistics too
     assert all(m.training for m in model.modules())
@@ -141,4 +141,4 @@ def test_common_gpt_naming_routes_as_before_without_a_warning():
     assert {name for name, (role, _) in routed.items() if role == "matrices"} == {
         name for name, p in TinyGpt().named_parameters()
         if p.dim() == 2 and name.startswith("blocks.")}
-    assert routed["wte.weight"][0] == "adamw"
+    assert routed["wte.weight"][0] == "others"

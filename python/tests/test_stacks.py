@@ -104,7 +104,7 @@ def test_hf_trainer_trains_and_resumes_from_its_checkpoint_exactly(tmp_path, for
     roles = {r["name"]: r["role"] for r in optimizer.report()}
     if form == "optimizer_cls_and_kwargs":  # HF's two groups, their weight decay kept
         decays = {(r["role"], r["group"], r["weight_decay"]) for r in optimizer.report()}
-        assert ("muon", "param_groups.0", 0.05) in decays and ("adamw", "param_groups.1", 0.0) in decays
+        assert ("matrices", "param_groups.0", 0.05) in decays and ("others", "param_groups.1", 0.0) in decays
         assert roles["param_groups.0.0"] == "matrices"  # the embedding: shape alone cannot tell
     else:  # routed by names and module types: the embeddings to AdamW
         assert roles["transformer.wte.weight"] == roles["transformer.wpe.weight"] == "others"

@@ -456,7 +456,7 @@ void HybridOptimizer::apply_schedules() {
                  "momentum_schedule"}};
     for (const auto& key : keys) {
       check(!key.driven || key.now == key.set, "HybridOptimizer: param group ", g, " (",
-            to_string(role_of_algorithm(algorithm)), "): ", key.name, " was changed to ", key.now,
+            algorithm.name, "): ", key.name, " was changed to ", key.now,
             " outside the optimizer (a torch lr scheduler, set_lr, param_groups?), but the ",
             key.by, " of its configuration sets it at every step (", key.set,
             " last); remove that schedule to set ", key.name, " yourself, or leave it to it");
