@@ -3,6 +3,7 @@
 // step under load).
 #pragma once
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <chrono>
