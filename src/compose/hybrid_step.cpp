@@ -14,6 +14,7 @@
 #include "muon/distributed.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
+#include "muon/reduction.h"
 
 namespace muon {
 namespace {
@@ -93,7 +94,7 @@ bool HybridOptimizer::clip_gradients(Gradients& grads) {
     for (const auto& p : group.params()) {
       const auto it = grads.find(p.unsafeGetTensorImpl());
       if (it != grads.end()) {
-        norms.push_back(at::linalg_vector_norm(it->second, 2, {}, false, at::kDouble));
+        norms.push_back(vector_norm(it->second, {}, false, at::kDouble));
       }
     }
   }

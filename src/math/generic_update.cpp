@@ -9,6 +9,7 @@
 
 #include "muon/dtypes.h"
 #include "muon/error.h"
+#include "muon/reduction.h"
 #include "muon/stochastic_rounding.h"
 #include "update_constants.h"
 
@@ -191,8 +192,8 @@ void lamb_chunk(const std::vector<const AdamTensors*>& chunk, double weight_deca
   at::_foreach_add_(r, at::_foreach_mul(t.w, at::Scalar(double(static_cast<C>(weight_decay)))));
   for (size_t i = 0; i < r.size(); ++i) {
     // Trust ratio ‖W‖/‖r‖ (1 when either is 0), kept on the device.
-    const auto w_norm = at::linalg_vector_norm(t.w[i], 2, {}, false, at::kDouble);
-    const auto r_norm = at::linalg_vector_norm(r[i], 2, {}, false, at::kDouble);
+    const auto w_norm = vector_norm(t.w[i], {}, false, at::kDouble);
+    const auto r_norm = vector_norm(r[i], {}, false, at::kDouble);
     const auto trust =
         at::where((w_norm > 0).logical_and_(r_norm > 0), w_norm / r_norm, at::ones_like(w_norm));
     const auto scale = (trust * chunk[i]->scalars.lr).to(t.w[i].scalar_type());

@@ -4,6 +4,7 @@
 
 #include "muon/dtypes.h"
 #include "muon/error.h"
+#include "muon/reduction.h"
 
 namespace muon {
 
@@ -15,12 +16,12 @@ at::ScalarType float_type(const at::Tensor& t) {
 
 // Divides each slice along `dim` (−1: rows, −2: columns) by √(Σ x² + eps).
 at::Tensor unit_slices(const at::Tensor& U, int64_t dim, double eps) {
-  return U * at::rsqrt(U.square().sum(dim, /*keepdim=*/true) + eps);
+  return U * at::rsqrt(sum_of_squares(U, {dim}, /*keepdim=*/true, U.scalar_type()) + eps);
 }
 
 // ‖x‖_F per matrix, keeping dims for broadcasting.
 at::Tensor matrix_norm(const at::Tensor& x) {
-  return at::linalg_vector_norm(x, 2, at::IntArrayRef{-2, -1}, /*keepdim=*/true);
+  return vector_norm(x, {-2, -1}, /*keepdim=*/true, x.scalar_type());
 }
 
 // reference·(target / current) per matrix, 0 where current is 0 (a zero matrix stays zero).
@@ -75,7 +76,8 @@ at::Tensor normuon_scale(const at::Tensor& U, at::Tensor& second_moment, double 
   check(second_moment.sizes() == at::IntArrayRef(normuon_state_shape(X.sizes(), axis)),
         "normuon: statistic of shape ", second_moment.sizes(), " does not fit an update of shape ",
         X.sizes());
-  second_moment.lerp_(X.square().mean(dim, /*keepdim=*/true), 1.0 - beta2);
+  const auto mean = sum_of_squares(X, {dim}, /*keepdim=*/true, X.scalar_type()) / X.size(dim);
+  second_moment.lerp_(mean, 1.0 - beta2);
   const auto scaled = X * at::rsqrt(at::clamp_min(second_moment, 1e-10));
   return rescale(scaled, matrix_norm(X), matrix_norm(scaled));
 }

@@ -10,6 +10,7 @@
 #include "muon/internal/lanes.h"
 #include "muon/internal/newton_schulz_bf16.h"
 #include "muon/option_schema.h"
+#include "muon/reduction.h"
 
 namespace muon {
 
@@ -118,7 +119,7 @@ void normalize_into(at::Tensor& out, const at::Tensor& X, const CoefficientTable
   at::div_out(out, X, scale);
   // The norm accumulates in at least fp32, also for bf16/fp16 working dtypes.
   const auto accumulate = at::promote_types(out.scalar_type(), at::kFloat);
-  const auto norm = at::linalg_vector_norm(out, 2, matrix, /*keepdim=*/true, accumulate);
+  const auto norm = vector_norm(out, matrix, /*keepdim=*/true, accumulate);
   const auto denominator = norm * table.safety + table.eps / scale.to(accumulate);
   out.div_(
       at::where(denominator > 0, denominator, at::ones_like(denominator)).to(out.scalar_type()));

@@ -12,6 +12,7 @@
 #include "matrix_optimizer.h"
 #include "muon/dion.h"
 #include "muon/dtypes.h"
+#include "muon/reduction.h"
 #include "muon_parts.h"
 
 namespace muon {
@@ -93,7 +94,7 @@ void dion_step(const DionItem& item) {
   P = at::where(zero, at::zeros_like(P), P.nan_to_num());
   R = at::where(zero, Q, R.nan_to_num());
   B.sub_(at::matmul(P, R.transpose(-2, -1)), 1.0 - o.momentum());  // error feedback, in M
-  Q = R / (at::linalg_vector_norm(R, 2, {-2}, /*keepdim=*/true) + epsilon);
+  Q = R / (vector_norm(R, {-2}, /*keepdim=*/true, R.scalar_type()) + epsilon);
   auto U = at::matmul(P, Q.transpose(-2, -1));
   if (flip) U = U.transpose(-2, -1);
   finish_step(item, U, shape_factor(o.adjust_lr(), item.view[item.view.size() - 2], item.view.back()));

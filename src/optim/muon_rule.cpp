@@ -11,6 +11,7 @@
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
 #include "muon/internal/lanes.h"
+#include "muon/reduction.h"
 #include "muon/stochastic_rounding.h"
 #include "muon_parts.h"
 
@@ -99,9 +100,9 @@ void momentum_direction(const at::Tensor& grad, at::Tensor& B, at::Tensor& direc
 // ‖Q‖_F/√rows, row norms clamped at 1e-6, so that no row dominates the orthogonalization.
 void equilibrate_rows(at::Tensor Q) {
   const auto rows = Q.size(-2);
-  const auto target = at::linalg_vector_norm(Q, 2, {-2, -1}, /*keepdim=*/true) /
+  const auto target = vector_norm(Q, {-2, -1}, /*keepdim=*/true, Q.scalar_type()) /
                       std::sqrt(static_cast<double>(rows));
-  const auto row_norms = at::linalg_vector_norm(Q, 2, {-1}, /*keepdim=*/true).clamp_min(1e-6);
+  const auto row_norms = vector_norm(Q, {-1}, /*keepdim=*/true, Q.scalar_type()).clamp_min(1e-6);
   Q.mul_(target / row_norms);
 }
 
