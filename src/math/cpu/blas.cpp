@@ -92,11 +92,17 @@ const BlisSetup& blis_setup() {
 // One BLIS call on one thread: the products are split between threads here (for_parts), so
 // that each waits at one barrier per product — BLIS's own threads wait at spinning barriers
 // inside every product, which stall for a whole time slice when another process holds a core.
+// On BLIS's packed kernels only: its small-product ("sup") kernels, chosen by a call's sizes, sum
+// in another order (BLIS 2.1's AVX2 ones), so a product split otherwise — on another thread
+// count — would change bits; the packed kernels sum each entry over the whole inner dimension in
+// one order whatever rows and columns a call covers (docs/algorithms.md §Same bits at any thread
+// count).
 struct SingleThreaded {
   SingleThreaded() {
     blis_setup();
     bli_rntm_init_from_global(&rntm);
     bli_rntm_set_num_threads(1, &rntm);
+    bli_rntm_disable_l3_sup(&rntm);
   }
   rntm_t rntm;
 };

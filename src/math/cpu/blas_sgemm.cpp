@@ -15,6 +15,11 @@
 #include "muon/internal/kernel_choice.h"
 #include "upper_blocks.h"
 
+// The calling thread's OpenMP thread count, in libgomp and LLVM's libomp alike (declared here:
+// the sanitizer builds compile this file without an omp.h of their runtime).
+extern "C" int omp_get_max_threads();
+extern "C" void omp_set_num_threads(int);
+
 namespace muon::detail::blas::sgemm {
 namespace {
 
@@ -43,7 +48,8 @@ using FortranSgemm = void (*)(const char*, const char*, const int*, const int*, 
                               const float*, float*, const int*);
 struct LibTorchMkl {
   FortranSgemm sgemm = nullptr;
-  std::string version;  // "MKL 2024.2"; "" where there is none
+  std::string version;                      // "MKL 2024.2"; "" where there is none
+  int (*set_local_threads)(int) = nullptr;  // mkl_set_num_threads_local, where it is exported
 };
 
 const LibTorchMkl& libtorch_mkl() {
@@ -69,7 +75,9 @@ const LibTorchMkl& libtorch_mkl() {
     const auto at = full.find("Version ");
     const std::string number = at == std::string::npos ? "" : full.substr(at + 8);
     const auto release = number.substr(0, number.find_first_of("- "));
-    return {sgemm, release.empty() ? "MKL" : "MKL " + release};
+    const auto set_local_threads =
+        reinterpret_cast<int (*)(int)>(dlsym(library, "mkl_set_num_threads_local"));
+    return {sgemm, release.empty() ? "MKL" : "MKL " + release, set_local_threads};
   }();
   return mkl;
 }
@@ -81,10 +89,36 @@ const Fp32GemmChoice& choice() {
   return c;
 }
 
-// C (m×n, rows ldc apart) ← a·b.
+// The fewest columns of a block that a thread takes when a block's columns are split.
+constexpr int64_t kColumnsPerPart = 64;
+
+// Runs the sgemm calls of its scope on the calling thread alone. oneDNN's sgemm spreads a product
+// over the OpenMP threads it may start, MKL's over its own, and either then sums some entries in
+// another order than on one thread (docs/algorithms.md §Same bits at any thread count): the
+// products are split between the threads here instead, into calls whose sums a split does not
+// change.
+class OneThread {
+ public:
+  OneThread() : openmp_(omp_get_max_threads()) {
+    omp_set_num_threads(1);
+    if (const auto set = libtorch_mkl().set_local_threads) mkl_ = set(1);
+  }
+  ~OneThread() {
+    omp_set_num_threads(openmp_);
+    if (const auto set = libtorch_mkl().set_local_threads) set(mkl_);
+  }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int openmp_, mkl_ = 0;
+};
+
+// C (m×n, rows ldc apart) ← a·b, on the calling thread.
 void product(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b, float* c,
              int64_t ldc) {
   ldc = std::max(ldc, n);
+  const OneThread alone;
   if (choice().gemm == Fp32Gemm::onednn_sgemm) {
     dnnl::sgemm(a.transposed(), b.transposed(), m, n, k, a.data, a.ld(m, k), b.data, b.ld(k, n), c,
                 ldc);
@@ -106,11 +140,16 @@ void product(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b
 
 // C's upper triangle (k×k, row-major) ← a·b for k×n a and n×k b whose product is symmetric, by
 // the row blocks of upper_blocks.h: block i0 is a's rows i0 .. i0 + kFp32BlockRows times b's
-// columns i0 .. k.
+// columns i0 .. k. With at least two blocks a thread the blocks are dealt to the threads; with
+// fewer, each block's columns are split between them.
 void upper(const Operand& a, const Operand& b, int64_t k, int64_t n, float* C) {
-  for_each_upper_block(k, kFp32BlockRows, /*deal=*/true, [&](int64_t i0) {
+  const int64_t blocks = (k + kFp32BlockRows - 1) / kFp32BlockRows;
+  const bool deal = blocks >= 2 * at::get_num_threads() || at::in_parallel_region();
+  for_each_upper_block(k, kFp32BlockRows, deal, [&](int64_t i0) {
     const int64_t rows = std::min(kFp32BlockRows, k - i0);
-    product(rows, k - i0, n, a.at(i0, 0), b.at(0, i0), C + i0 * k + i0, k);
+    at::parallel_for(i0, k, deal ? k : kColumnsPerPart, [&](int64_t j0, int64_t j1) {
+      product(rows, j1 - j0, n, a.at(i0, 0), b.at(0, j0), C + i0 * k + j0, k);
+    });
   });
 }
 
