@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "muon/internal/kernel_choice.h"
 #include "muon/internal/newton_schulz_bf16.h"
 
 namespace muon::testing {
@@ -41,13 +42,13 @@ struct Need {
   std::string why;  // empty: met
 };
 
-// bf16 products on CPU: met where the library runs them; a skip where the CPU's feature bits lack
-// them or the build has no oneDNN (MUON_TEST_HAVE_DNNL, from CMake's own decision); a failure
+// bf16 products on CPU (not their emulation): met where the library runs them; a skip where the
+// CPU's feature bits lack them (or ONEDNN_MAX_CPU_ISA takes them away) or the build has no oneDNN (MUON_TEST_HAVE_DNNL, from CMake's own decision); a failure
 // where the bits promise them, the build links oneDNN, and the library still runs none.
 inline Need bf16_products_need() {
   if (detail::bf16_products_available()) return {};
   const auto reason = detail::bf16_products_unavailable_reason();
-  if (!cpu_flags_promise_bf16_products()) {
+  if (!cpu_flags_promise_bf16_products() || !detail::cpu_features().ceiling.empty()) {
     return {false, "needs hardware: bf16 dot products (AVX512_BF16 or AMX); " + reason};
   }
 #if !MUON_TEST_HAVE_DNNL

@@ -349,19 +349,11 @@ TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {
   EXPECT_EQ(resolve_method(at::zeros({64, 65}, at::kDouble), {}),
             blas_backend().rfind("BLIS", 0) == 0 ? NsMethod::gram : NsMethod::symmetric);
   EXPECT_EQ(resolve_method(at::zeros({512, 64}, at::kDouble), {}), NsMethod::gram);
-  // bf16 on CPU: the same choice on bf16 dot products where the CPU has them, else an error
-  // (the CPU default stays float32; test_orthogonalize_bf16.cpp has the bf16 path itself).
+  // bf16 on CPU: the same choice on bf16 dot products and on their emulation (the CPU default
+  // stays float32; test_orthogonalize_bf16.cpp has the bf16 path itself).
   const auto bf16 = OrthogonalizeOptions().dtype(at::kBFloat16);
-  if (detail::bf16_products_available()) {
-    EXPECT_EQ(resolve_method(at::zeros({64, 64}, at::kBFloat16), bf16), NsMethod::symmetric);
-    EXPECT_EQ(resolve_method(at::zeros({64, 512}), bf16), NsMethod::gram);
-  } else {
-    expect_error<Error>(
-        [&] {
-          resolve_method(at::zeros({64, 64}), bf16);
-        },
-        {"bfloat16 on CPU runs on bf16 dot products", "use float32"});
-  }
+  EXPECT_EQ(resolve_method(at::zeros({64, 64}, at::kBFloat16), bf16), NsMethod::symmetric);
+  EXPECT_EQ(resolve_method(at::zeros({64, 512}), bf16), NsMethod::gram);
   expect_error<Error>(
       [] {
         orthogonalize(at::zeros({4, 4}, at::kDouble).to(at::kMeta),

@@ -23,14 +23,14 @@ def software(what):
 
 
 def bf16_products():
-    """bf16 products on CPU: nothing where muon_cpp runs them; a skip where the CPU's feature bits
-    lack them or the build has no oneDNN; a failure where the bits promise them and a build with
-    oneDNN still runs none."""
+    """bf16 products on CPU (not their emulation): nothing where muon_cpp runs them; a skip where
+    the CPU's feature bits lack them (or ONEDNN_MAX_CPU_ISA takes them away) or the build has no
+    oneDNN; a failure where the bits promise them and a build with oneDNN still runs none."""
     described = muon_cpp._core.bf16_products()
-    if not described.startswith("none: "):
+    if not described.startswith("emulated: "):
         return
-    reason = described[len("none: "):]
-    if not cpu_flags_promise_bf16_products():
+    reason = described[len("emulated: "):]
+    if not cpu_flags_promise_bf16_products() or "ONEDNN_MAX_CPU_ISA=" in reason:
         hardware(f"bf16 dot products (AVX512_BF16 or AMX); {reason}")
     if "this build has no oneDNN" in reason:
         software(f"oneDNN (libdnnl-dev); {reason}")

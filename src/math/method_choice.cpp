@@ -93,10 +93,7 @@ NsMethod resolve_method(at::IntArrayRef sizes, at::ScalarType input, at::Device 
   check(!device.is_cpu() || dtype != at::kHalf || cpu_half_products_available(),
         "orthogonalize: float16 on CPU needs half-precision matrix products, which this LibTorch "
         "lacks; use float32 (the CPU default)");
-  if (device.is_cpu() && dtype == at::kBFloat16) {  // bf16 products through oneDNN
-    check(detail::bf16_products_available(),
-          "orthogonalize: bfloat16 on CPU runs on bf16 dot products, and ",
-          detail::bf16_products_unavailable_reason(), "; use float32 (the CPU default)");
+  if (device.is_cpu() && dtype == at::kBFloat16) {  // bf16 products: oneDNN's, or emulated
     if (method != NsMethod::automatic) return method;
     // Gram in bf16 holds the accuracy bound (docs/algorithms.md) on inputs at least 3 times as
     // long as wide, not on square ones.

@@ -17,12 +17,21 @@ struct CpuFeatures {
   bool amx_bf16 = false;     // AMX tiles with bf16 (and the OS saving tile state)
   std::string vendor;        // CPUID's vendor string: "GenuineIntel", "AuthenticAMD", ...
   std::string model;         // the brand string, for reports only
+  std::string ceiling;       // "ONEDNN_MAX_CPU_ISA=AVX2" where that took features away, else ""
 
   // The present features as a space-separated list ("avx2 fma avx512f ...").
   std::string flags() const;
 };
 
-// This CPU's features, read once.
+// `features` without those above the instruction-set ceiling `max_isa` names — oneDNN's
+// ONEDNN_MAX_CPU_ISA values (AVX2, AVX512_CORE, AVX512_CORE_BF16, AVX512_CORE_AMX, ..., case
+// ignored), which oneDNN and LibTorch's kernels obey too — so that one variable makes this CPU
+// run what a CPU of that class runs: AVX2 gives the products of an AMD Zen 3 (BLIS 'haswell',
+// bf16 emulated), AVX512_CORE those of a CPU without bf16 dot products. Empty, ALL, DEFAULT or a
+// name oneDNN does not have: no ceiling.
+CpuFeatures below_ceiling(CpuFeatures features, const std::string& max_isa);
+
+// This CPU's features below ONEDNN_MAX_CPU_ISA's ceiling, read once.
 const CpuFeatures& cpu_features();
 
 // The widest fp32 vector kernels the features allow: AVX-512 (F, DQ, BW and VL), AVX2 with FMA,

@@ -21,21 +21,23 @@ namespace muon::detail {
 //   LibTorch bundles), the rest on ours: ATen has no bf16 product with an fp32 result or sum
 //   on CPU, and the row blocks of the symmetric products ran no faster there;
 // - emulated: fp32 products of the bf16-rounded operands (exact products, fp32 sums: onednn's
-//   arithmetic, in another summation order) — what the tests measure bf16 accuracy with on a CPU
-//   without bf16 dot products.
+//   arithmetic, in another summation order), on LibTorch's fp32 GEMM at the fp32 rate — where
+//   the CPU has no bf16 dot products (or the build no oneDNN), whose bf16 GEMMs would run at a
+//   hundredth of it.
 enum class Bf16Products { onednn, libtorch, emulated };
 
 // Whether this CPU and build run bf16 products in hardware; else why not.
 bool bf16_products_available();
 std::string bf16_products_unavailable_reason();
 
-// libtorch where LibTorch's oneDNN is a newer release than the one this build links (PyPI's
-// torch bundles a current one; Debian's links the system's, ours): its GEMM then ran the large
-// products up to 1.6 times as fast (docs/algorithms.md); else onednn.
+// emulated where bf16_products_available() is false; libtorch where LibTorch's oneDNN is a newer
+// release than the one this build links (PyPI's torch bundles a current one; Debian's links the
+// system's, ours): its GEMM then ran the large products up to 1.6 times as fast
+// (docs/algorithms.md); else onednn.
 Bf16Products default_bf16_products();
 // Where default_bf16_products() puts the products and why, e.g. "whole bf16 products on
 // LibTorch's oneDNN 3.13.3 (newer than the linked oneDNN 2.6.3), the rest on the linked one";
-// "none: " and why, where bf16_products_available() is false.
+// "emulated: " and why, where bf16_products_available() is false.
 std::string bf16_products_description();
 
 // G: (batch, rows, cols) contiguous float32, not written. Normalizes each matrix as

@@ -21,8 +21,11 @@ bool bf16_products_available() {
 
 std::string bf16_products_unavailable_reason() {
   if (!has_bf16_products(cpu_features())) {
-    return "this CPU has no bf16 dot products (AVX512_BF16 or AMX); it has " +
-           cpu_features().flags();
+    const auto& cpu = cpu_features();
+    return (cpu.ceiling.empty() ? "this CPU has no bf16 dot products (AVX512_BF16 or AMX); it has "
+                                : cpu.ceiling + " leaves no bf16 dot products (AVX512_BF16 or "
+                                                "AMX); it leaves ") +
+           cpu.flags();
   }
   if (!dnnl::available()) return "this build has no oneDNN (libdnnl-dev)";
   return dnnl::version() + " has no bf16 matrix-product kernel for this CPU";
@@ -47,13 +50,18 @@ const LibTorchGemm& libtorch_gemm() {
 }  // namespace
 
 Bf16Products default_bf16_products() {
+  if (!bf16_products_available()) return Bf16Products::emulated;
   // at::mm leaves oneDNN for a slow path where the user turned it off (torch.backends.mkldnn).
   return libtorch_gemm().newer && at::globalContext().userEnabledMkldnn() ? Bf16Products::libtorch
                                                                           : Bf16Products::onednn;
 }
 
 std::string bf16_products_description() {
-  if (!bf16_products_available()) return "none: " + bf16_products_unavailable_reason();
+  if (!bf16_products_available()) {
+    return "emulated: fp32 products of the bf16-rounded operands, each result rounded to bf16 "
+           "where a bf16 product rounds it (" +
+           bf16_products_unavailable_reason() + ")";
+  }
   const auto& g = libtorch_gemm();
   if (default_bf16_products() == Bf16Products::onednn) {
     return "every bf16 product on the linked " + dnnl::version() +

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -113,8 +114,40 @@ std::string CpuFeatures::flags() const {
   return out.empty() ? "none of avx2/fma/avx512/amx" : out;
 }
 
+CpuFeatures below_ceiling(CpuFeatures f, const std::string& max_isa) {
+  std::string isa;
+  for (const char c : max_isa) isa += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  // What each ceiling keeps: vector width (0: no AVX2, 1: AVX2, 2: AVX-512), bf16 dot products,
+  // AMX.
+  struct Ceiling {
+    const char* name;
+    int width;
+    bool bf16, amx;
+  };
+  static const Ceiling ceilings[] = {
+      {"SSE41", 0, false, false},           {"AVX", 0, false, false},
+      {"AVX2", 1, false, false},            {"AVX2_VNNI", 1, false, false},
+      {"AVX2_VNNI_2", 1, false, false},     {"AVX512_CORE", 2, false, false},
+      {"AVX512_CORE_VNNI", 2, false, false}, {"AVX512_CORE_BF16", 2, true, false},
+      {"AVX512_CORE_FP16", 2, true, false}, {"AVX10_1_512", 2, true, false},
+  };
+  for (const auto& c : ceilings) {
+    if (isa != c.name) continue;
+    const CpuFeatures before = f;
+    if (c.width < 1) f.avx2 = f.fma = false;
+    if (c.width < 2) f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = false;
+    if (!c.bf16 || c.width < 2) f.avx512_bf16 = false;
+    if (!c.amx) f.amx_bf16 = false;
+    if (f.flags() != before.flags()) f.ceiling = "ONEDNN_MAX_CPU_ISA=" + isa;
+  }
+  return f;
+}
+
 const CpuFeatures& cpu_features() {
-  static const CpuFeatures features = detect();
+  static const CpuFeatures features = [] {
+    const char* max_isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+    return below_ceiling(detect(), max_isa != nullptr ? max_isa : "");
+  }();
   return features;
 }
 

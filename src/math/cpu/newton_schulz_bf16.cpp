@@ -321,8 +321,8 @@ at::Tensor& bf16_iterations(const at::Tensor& G, at::Tensor& X, NsMethod method,
                             const std::vector<int64_t>& restarts, OrthogonalizeWorkspace& ws,
                             Bf16Products products) {
   check(products == Bf16Products::emulated || bf16_products_available(),
-        "orthogonalize: bfloat16 on CPU runs on bf16 dot products, and ",
-        bf16_products_unavailable_reason());
+        "bf16_iterations: bf16 products on oneDNN or LibTorch, and ",
+        bf16_products_unavailable_reason(), "; emulate them");
   check(method == NsMethod::plain || method == NsMethod::symmetric || method == NsMethod::gram,
         "bf16_iterations: a resolved method, not '", to_string(method), "'");
   check(steps >= 1, "bf16_iterations: steps must be >= 1, got ", steps);

@@ -30,7 +30,7 @@ struct BenchReport {
   std::string cpu;            // model, cpu family, feature bits
   std::string openblas_env;   // OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as this run had them
   std::string products;       // what the CPU Newton–Schulz products run on, and why
-  std::string bf16_products;  // and the bf16 ones ("none: " and why, without bf16 products)
+  std::string bf16_products;  // and the bf16 ones ("emulated: " and why, without bf16 products)
   struct Gemm {
     std::string name, kernels;
     bool bf16;
