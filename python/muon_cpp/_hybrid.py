@@ -10,6 +10,7 @@ import datetime
 import inspect
 import json
 import os
+import warnings
 
 import torch
 
@@ -49,7 +50,9 @@ class HybridOptimizer(_EngineOptimizer):
     them (dicts with 'params', tensors or (name, tensor) pairs, and any of a configuration group's
     settings: lr, lr_multiplier, weight_decay, betas, eps, momentum, num_heads, split_sizes,
     schedule), each group's parameters routed within it and keeping its settings — the form
-    HF Trainer's ``optimizer_cls_and_kwargs`` and config-driven builders call.
+    HF Trainer's ``optimizer_cls_and_kwargs`` and config-driven builders call. Rank-2 tensors
+    given without names and routed by shape make one UserWarning per build (an embedding or output
+    head among them goes to Muon); ``routing="shape"`` routes by shape knowingly, without it.
 
     ``config``: YAML text, a path to a .yaml/.yml file, a dict, or None for the defaults; the
     keyword arguments (``lr=0.02, adamw_lr=3e-4, others="lion", grad_clip=1.0``, any key of its
@@ -95,6 +98,8 @@ class HybridOptimizer(_EngineOptimizer):
                 raise TypeError(f"HybridOptimizer got an unexpected keyword argument {key!r}; "
                                 "its keywords are the configuration's optimizer keys: "
                                 + ", ".join(OPTIMIZER_KEYS))
+            if key == "routing":
+                value = _routing(value, keys.get("routing"))
             if value is not None:
                 keys[key] = value
         if example_inputs is not None:
@@ -121,6 +126,8 @@ class HybridOptimizer(_EngineOptimizer):
         # before that step (torch.distributed.checkpoint) finds it, and takes no step of its own.
         engine.init_state()
         self._show_counters()
+        if not _shape_routing_chosen(options.get("routing")):
+            _warn_routed_by_shape(self.report())
 
     def _show_counters(self):
         # Every param group carries the step counters too: torch.distributed.checkpoint keeps only
@@ -496,6 +503,60 @@ def _groups(groups):
                       **{key: value for key, value in group.items() if key != "params"}})
     _check_disjoint(tensors)
     return named, {"param_groups": specs, **({} if by_name else {"routing": {"names": False}})}
+
+
+def _routing(value, implied):
+    """The routing section the keyword ``routing`` gives — 'shape' (rank and dtype alone, names
+    read by no rule) or a dict of the section's keys — over the one the form of params implies
+    (names: false for tensors given without names): patterns given for such tensors must not
+    turn name rules on over their positional names."""
+    if isinstance(value, str):
+        if value != "shape":
+            raise ValueError(f"routing must be 'shape' (route by rank and dtype alone) or a dict "
+                             f"of the configuration's routing keys ({_ROUTING_KEYS}), got "
+                             f"{value!r}")
+        value = {"names": False}
+    if isinstance(value, dict) and implied:
+        return {**implied, **value}
+    return value
+
+
+_ROUTING_KEYS = "muon, adamw, higher_rank, split_heads, names, outputs"
+
+
+def _shape_routing_chosen(routing):
+    """Whether the caller asked for routing by shape: then there is no surprise to warn of."""
+    return routing == "shape" or (isinstance(routing, dict) and routing.get("names") is False)
+
+
+def _warn_routed_by_shape(report):
+    """One warning per build for the matrices that went to the matrices' algorithm by shape alone
+    (given without names): an embedding or an output head among them is trained as a hidden
+    matrix, and nothing else would tell."""
+    by_shape = [row["algorithm"] for row in report if "routed by shape" in row["reason"]]
+    if not by_shape:
+        return
+    count = len(by_shape)
+    warnings.warn(
+        f"routing: {count} rank-2 tensor{'s' if count > 1 else ''} given without names went to "
+        f"{by_shape[0].capitalize()} by shape alone, and shape cannot tell an embedding or an "
+        "output head from a hidden matrix. To route by names and module types, pass the model "
+        "itself or model.named_parameters() (HF Trainer's optimizer_cls_and_kwargs: add "
+        "\"model\": model to its kwargs); to route by shape knowingly, pass routing=\"shape\"",
+        UserWarning, stacklevel=_caller_level())
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_level():
+    """The stacklevel, for its caller's warnings.warn, of the first frame outside muon_cpp: the
+    warning names the user's line (build_optimizer's call, HF's Trainer), not ours."""
+    level, frame = 1, inspect.currentframe().f_back
+    while frame is not None and \
+            os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE:
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def _literal(name):

@@ -1,6 +1,7 @@
 """Routing decides by the model's structure first (docs/design.md §Routing): the three ways names
 alone once sent layers to the wrong algorithm, example_inputs= finding the output layer by a
-traced forward, and the one warning a build gives for roles that still rest on a name or a guess."""
+traced forward, the one warning a build gives for roles that still rest on a name or a guess, and
+the one it gives for matrices given without names, routed by shape (routing="shape" says so)."""
 import warnings
 
 import pytest
@@ -142,3 +143,81 @@ def test_common_gpt_naming_routes_as_before_without_a_warning():
         name for name, p in TinyGpt().named_parameters()
         if p.dim() == 2 and name.startswith("blocks.")}
     assert routed["wte.weight"][0] == "others"
+
+
+# ---- tensors given without names: routed by shape, and warned of ----
+
+def lm_without_head_names():
+    """The README's model: an embedding and an output head that only names and types tell."""
+    return nn.Sequential(nn.Embedding(64, 16), nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 64))
+
+
+def hf_groups(model):
+    """What HF Trainer's optimizer_cls_and_kwargs passes: decayed and undecayed groups, unnamed."""
+    return [{"params": [p for p in model.parameters() if p.dim() == 2], "weight_decay": 0.05},
+            {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+
+
+BY_SHAPE = ("routing: 3 rank-2 tensors given without names went to Muon by shape alone, and shape "
+            "cannot tell an embedding or an output head from a hidden matrix. To route by names "
+            "and module types, pass the model itself or model.named_parameters() (HF Trainer's "
+            "optimizer_cls_and_kwargs: add \"model\": model to its kwargs); to route by shape "
+            "knowingly, pass routing=\"shape\"")
+
+
+def shape_warnings(build):
+    """The warnings about routing by shape that one call of ``build`` gives, with their lines."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build()
+    return [(str(w.message), w.filename) for w in caught
+            if issubclass(w.category, UserWarning) and "by shape alone" in str(w.message)]
+
+
+@pytest.mark.parametrize("form", ["parameters()", "list", "HF groups"])
+def test_matrices_given_without_names_are_warned_of_once_naming_their_count(form):
+    model = lm_without_head_names()
+    build = {"parameters()": lambda: muon_cpp.build_optimizer(model.parameters()),
+             "list": lambda: muon_cpp.HybridOptimizer(list(model.parameters()), lr=0.02),
+             "HF groups": lambda: muon_cpp.HybridOptimizer(hf_groups(model), lr=0.02)}[form]
+    assert shape_warnings(build) == [(BY_SHAPE, __file__)]  # the caller's line, not ours
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="3 rank-2 tensors given without names"):
+            build()
+
+
+def test_routing_shape_routes_by_shape_knowingly_without_a_warning():
+    model = lm_without_head_names()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for params in (model.parameters(), hf_groups(model)):
+            report = muon_cpp.build_optimizer(params, routing="shape").report()
+            assert [row["role"] for row in report if len(row["shape"]) == 2] == ["matrices"] * 3
+        muon_cpp.build_optimizer(model.parameters(), routing={"names": False})
+    # Patterns keep the rest routed by shape: the embedding pinned, two matrices still warned of.
+    [(pinned, _)] = shape_warnings(lambda: muon_cpp.build_optimizer(
+        model.parameters(), routing={"adamw": ["param_groups.0.0"]}))
+    assert pinned.startswith("routing: 2 rank-2 tensors given without names went to Muon")
+
+
+def test_routing_takes_shape_or_the_configuration_section():
+    with pytest.raises(ValueError, match="routing must be 'shape' \\(route by rank and dtype "
+                                         "alone\\) or a dict of the configuration's routing keys "
+                                         "\\(muon, adamw, higher_rank, split_heads, names, "
+                                         "outputs\\), got 'names'"):
+        muon_cpp.build_optimizer(lm_without_head_names(), routing="names")
+
+
+def test_no_shape_warning_for_names_rank_1_tensors_or_optimizers_that_do_not_route():
+    model = lm_without_head_names()
+    assert shape_warnings(lambda: muon_cpp.build_optimizer(model)) == []
+    assert shape_warnings(lambda: muon_cpp.build_optimizer(model.named_parameters())) == []
+    assert shape_warnings(lambda: muon_cpp.build_optimizer(
+        [{"params": list(model.named_parameters())}])) == []
+    matrices = [p for p in model.parameters() if p.dim() == 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        muon_cpp.build_optimizer([p for p in model.parameters() if p.dim() == 1])
+        muon_cpp.optim.Muon(matrices)  # torch.optim.Muon's drop-in: every tensor is Muon's
+        muon_cpp.Muon(matrices)

@@ -7,6 +7,7 @@ does. CTest registers this file only where the three packages are installed (scr
 installs them; python/CMakeLists.txt asks torch_features.py)."""
 import importlib
 import os
+import warnings
 
 import pytest
 import torch
@@ -95,7 +96,12 @@ HF_FORMS = {
 
 @pytest.mark.parametrize("form", HF_FORMS)
 def test_hf_trainer_trains_and_resumes_from_its_checkpoint_exactly(tmp_path, form):
-    trainer, whole, losses = hf_run(tmp_path / "whole", HF_FORMS[form])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer, whole, losses = hf_run(tmp_path / "whole", HF_FORMS[form])
+    # Only the unnamed groups are routed by shape, and that is said once.
+    by_shape = [w for w in caught if "by shape alone" in str(w.message)]
+    assert len(by_shape) == (1 if form == "optimizer_cls_and_kwargs" else 0), by_shape
     optimizer = trainer.optimizer.optimizer  # accelerate's wrapper around ours
     assert isinstance(optimizer, muon_cpp.HybridOptimizer)
     assert {g["algorithm"] for g in optimizer.param_groups} == {"muon", "adamw"}
@@ -240,7 +246,8 @@ def instantiate(config, *args):
 def test_a_component_config_names_the_hybrid_and_its_keywords():
     model = gpt2()
     optimizer = instantiate({"_component_": "muon_cpp.HybridOptimizer", "lr": 0.02,
-                             "adamw_lr": 3e-3, "others": "lion", "grad_clip": 1.0},
+                             "adamw_lr": 3e-3, "others": "lion", "grad_clip": 1.0,
+                             "routing": "shape"},  # plain tensors, routed by shape knowingly
                             model.parameters())
     assert {(g["algorithm"], g["lr"]) for g in optimizer.param_groups} == {("muon", 0.02),
                                                                            ("lion", 3e-3)}
@@ -320,7 +327,6 @@ def test_grad_scaler_steps_finite_gradients_and_skips_the_rest():
 def test_hf_models_route_by_structure_without_a_warning():
     """GPT-2 (tied head; Conv1D matrices inside transformer.h.N), and a classifier whose `score`
     head example_inputs= finds: every hidden matrix to Muon, nothing left to a name or a guess."""
-    import warnings
     import transformers
     model = gpt2()
     with warnings.catch_warnings():

@@ -3,6 +3,9 @@ Newton–Schulz keywords, named parameters on every optimizer, state dicts that 
 muon-cpp and torch.optim.Muon mid-run, and PyTorch's own frozen regression values."""
 import copy
 import inspect
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ import torch
 import muon_cpp
 from muon_cpp.optim import Muon as OptimMuon
 import needs
+from distributed_support import python_path
 from helpers import DEFAULT_GRAM, QUINTIC, TranscribedMuon, max_rel_diff
 TORCH_HAS_MUON = hasattr(torch.optim, "Muon")
 TORCH_HAS_GRAM = TORCH_HAS_MUON and "use_gram_newton_schulz" in inspect.signature(
@@ -36,6 +40,14 @@ def parameters(shapes, seed=0, dtype=torch.float64):
 
 
 # ---- the drop-in: torch.optim.Muon's signature ---------------------------------------------
+
+def test_import_muon_cpp_alone_gives_muon_cpp_optim():
+    """In a fresh interpreter: this file's own import of muon_cpp.optim would hide its absence."""
+    done = subprocess.run([sys.executable, "-c", "import muon_cpp; muon_cpp.optim.Muon"],
+                          env={**os.environ, "PYTHONPATH": python_path()}, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
 
 # torch.optim.Muon.__init__ of PyTorch's newest source (torch/optim/_muon.py, with the Gram
 # Newton–Schulz keywords), as (name, default).
