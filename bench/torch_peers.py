@@ -1,7 +1,7 @@
 """Optimizer steps on a GPT-shaped parameter set, muon_cpp beside PyTorch's own, in one run.
 
     python3 bench/torch_peers.py [--device cpu|cuda] [--threads N] [--layers 4] [--width 768]
-                                 [--mlp swiglu|gelu] [--steps 10] [--json FILE]
+                                 [--mlp swiglu|gelu] [--steps 10] [--budget 60] [--json FILE]
                                  [--only muon|orthogonalize|adamw]
 
 Muon on the hidden matrices (per layer q, k, v, o of width²; an MLP of hidden size 4·width:
@@ -17,23 +17,26 @@ On the CPU every library runs on --threads threads: muon_cpp's products and kern
 PyTorch's intra-op threads, so torch.set_num_threads(N) sets both (docs/python.md §Threads).
 Candidates are timed in rounds, one step each per round, and each figure is the median over the
 rounds, so that all of them see the same phases of a noisy machine; ratios are taken within the
-run. For muon_cpp's optimizers, the part of the step spent reading param_groups (for swapped
-tensors and the settings' keys) before the engine runs. Accuracy: each candidate's Newton–Schulz result against the fp64 polar factor U·Vᵀ of the
-same matrix, and each step's parameter change against torch's. Results also go to --json.
+run. Each candidate has --budget seconds for its timed calls (bench/peer_timing.py): one past it
+takes no more rounds, with a line that says so (and names torch's bf16 GEMM rate, measured first,
+where a bf16 candidate was that slow), so the run ends on a CPU whose bf16 products crawl. A
+candidate that raises is reported and the others go on. For muon_cpp's optimizers, the part of
+the step spent reading param_groups (for swapped tensors and the settings' keys) before the
+engine runs. Accuracy: each candidate's Newton–Schulz result against the fp64 polar factor U·Vᵀ
+of the same matrix, and each step's parameter change against torch's. Results also go to --json.
 """
 import argparse
 import json
 import math
 import os
-import platform
-import statistics
-import subprocess
 import sys
-import time
 
 import torch
 
 import muon_cpp
+from peer_machine import cpu_name, run_metadata
+from peer_timing import (attempt, gflops, median_times, mm_rates, print_reading, record,
+                         PROBE_SIZE)
 
 QUINTIC = (3.4445, -4.7750, 2.0315)
 
@@ -66,65 +69,28 @@ def clone_params(params):
     return out
 
 
-def timed(step, device):
-    """Milliseconds one call of step() takes (CUDA events on a GPU)."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        torch.cuda.synchronize(device)
-        return start.elapsed_time(end)
-    begin = time.perf_counter()
-    step()
-    return (time.perf_counter() - begin) * 1e3
+class FirstChange:
+    """A fresh optimizer over copies of `params`, whose step() keeps the parameter change of its
+    first call: that call, a warm-up one where the budget leaves room, is also the accuracy check,
+    so that a candidate whose step takes minutes makes no extra step for it."""
 
+    def __init__(self, make_optimizer, params, keep=True):
+        self.params = clone_params(params)
+        self.optimizer = make_optimizer(self.params)
+        self.before = [p.detach().clone() for p in self.params] if keep else None
+        self.change = None
 
-def median_times(steps_by_name, device, rounds, warmup):
-    """Each round calls every step once; the median milliseconds of each over the rounds."""
-    for _ in range(warmup):
-        for step in steps_by_name.values():
-            step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    times = {name: [] for name in steps_by_name}
-    for _ in range(rounds):
-        for name, step in steps_by_name.items():
-            times[name].append(timed(step, device))
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
-def param_groups_reading(optimizer, repeats=2000):
-    """The Python work muon_cpp's step() does before its engine runs, in microseconds per step:
-    param_groups read for changed tensors (one identity check each) and every group's settings
-    for torch's names and other algorithms' keys. None for torch's own optimizers."""
-    if not hasattr(optimizer, "_sync_params"):
-        return None
-    begin = time.perf_counter()
-    for _ in range(repeats):
-        optimizer._sync_params("step()")
-        for group in optimizer.param_groups:
-            optimizer._from_torch_names(group)
-    return (time.perf_counter() - begin) / repeats * 1e6
-
-
-def print_reading(optimizer, step_ms, row):
-    reading = param_groups_reading(optimizer)
-    if reading is not None:
-        row["param_groups_reading_us"] = reading
-        print(f"  {'':24s} of which reading param_groups: {reading:.1f} µs "
-              f"({reading / (step_ms * 1e3) * 100:.3f}% of the step)")
-
-
-def first_step_change(make_optimizer, params):
-    """The parameter change of one step of a fresh optimizer over copies of `params`."""
-    copies = clone_params(params)
-    before = [p.detach().clone() for p in copies]
-    make_optimizer(copies).step()
-    return [p.detach() - b for p, b in zip(copies, before)]
+    def step(self):
+        self.optimizer.step()
+        if self.before is not None:
+            self.change = [p.detach() - b for p, b in zip(self.params, self.before)]
+            self.before = None
 
 
 def largest_difference(ours, theirs):
+    """None where either step's change was not kept (not compared, or its first call raised)."""
+    if ours is None or theirs is None:
+        return None
     worst = 0.0
     for a, b in zip(ours, theirs):
         scale = b.abs().max().item()
@@ -164,7 +130,13 @@ class PlainBf16Muon:
             p.add_(update.to(p.dtype), alpha=-self.lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
 
 
-def muon_candidates(device):
+# The candidates whose products are torch's bf16 torch.mm.
+TORCH_BF16 = ("torch.optim.Muon", "plain bf16 ATen Muon")
+
+
+def muon_candidates(device, failed):
+    """The Muon candidates' constructors and Newton–Schulz functions; one that fails a first
+    product lands in `failed` with its error line instead."""
     settings = dict(lr=0.02, momentum=0.95, weight_decay=0.1)
     candidates, newton_schulz = {}, {}
     if hasattr(torch.optim, "Muon"):
@@ -181,10 +153,8 @@ def muon_candidates(device):
     dtypes = [torch.bfloat16, torch.float32] if device.type == "cpu" else [None]
     for dtype in dtypes:
         name = "muon_cpp.Muon" + ("" if dtype is None else f" {str(dtype)[6:]}")
-        try:
-            muon_cpp.orthogonalize(torch.ones(2, 2, device=device), dtype=dtype)
-        except ValueError as e:
-            print(f"{name}: not run: {e}")
+        if attempt(name, lambda: muon_cpp.orthogonalize(torch.ones(2, 2, device=device),
+                                                        dtype=dtype), failed) is None:
             continue
         candidates[name] = lambda ps, dtype=dtype: muon_cpp.Muon(ps, nesterov=True,
                                                                   ns_dtype=dtype, **settings)
@@ -202,29 +172,50 @@ def polar_error(newton_schulz, g):
 def bench_muon(args, device, results):
     shapes, _ = gpt_shapes(args.layers, args.width, args.vocab, args.mlp)
     params = make_params(shapes, device, 0)
-    candidates, newton_schulz = muon_candidates(device)
-    reference = next(iter(candidates))
-    changes = {name: first_step_change(make, params) for name, make in candidates.items()}
+    print(f"\nMuon, {len(shapes)} matrices ({args.layers} layers × width {args.width}, "
+          f"{args.mlp} MLP), {sum(math.prod(s) for s in shapes) / 1e6:.1f}M parameters, {device}")
+    failed = {}
+    candidates, newton_schulz = muon_candidates(device, failed)
+    optimizers = made(candidates, params, failed)
     distinct = {}
     for p in params:
         distinct.setdefault(tuple(p.shape), p.grad / p.grad.norm())
-    print(f"\nMuon, {len(shapes)} matrices ({args.layers} layers × width {args.width}, "
-          f"{args.mlp} MLP), {sum(math.prod(s) for s in shapes) / 1e6:.1f}M parameters, {device}")
-    optimizers = {name: make(clone_params(params)) for name, make in candidates.items()}
-    times = median_times({n: o.step for n, o in optimizers.items()}, device, args.steps,
-                         args.warmup)
-    for name in candidates:
-        row = {"step_ms": times[name], "speed_vs_" + reference: times[reference] / times[name],
-               "largest_step_difference_vs_" + reference: largest_difference(changes[name],
-                                                                             changes[reference]),
-               "polar_error": {"x".join(map(str, s)): polar_error(newton_schulz[name], g)
-                               for s, g in distinct.items()}}
-        results["muon"][name] = row
-        errors = ", ".join(f"{s} {e:.3f}" for s, e in row["polar_error"].items())
-        print(f"  {name:24s} {times[name]:9.1f} ms/step  {row['speed_vs_' + reference]:5.2f}× "
-              f"{reference}'s speed   step vs it {row['largest_step_difference_vs_' + reference]:.1e}"
-              f"   ‖NS − polar‖/‖polar‖: {errors}")
-        print_reading(optimizers[name], times[name], row)
+    runs = median_times({n: o.step for n, o in optimizers.items()}, device, args, TORCH_BF16)
+    results["muon"].update({name: {"error": line} for name, line in failed.items()})
+    reference = next(iter(optimizers))
+    for name, run in runs.items():
+        row = results["muon"][name] = {"step_ms": run.ms}
+        if run.ms is not None:
+            print_muon_row(name, run.ms, runs[reference].ms, reference,
+                           largest_difference(optimizers[name].change,
+                                              optimizers[reference].change),
+                           {"x".join(map(str, s)): polar_error(newton_schulz[name], g)
+                            for s, g in distinct.items()}, row)
+        record(name, run, row)
+        if run.ms is not None:
+            print_reading(optimizers[name].optimizer, run.ms, row)
+
+
+def made(candidates, params, failed, compared=lambda name: True):
+    """Each candidate's FirstChange over copies of `params` (keeping the change for the names
+    `compared` accepts); one whose constructor raises lands in `failed` instead."""
+    optimizers = {name: attempt(name, lambda make=make, name=name: FirstChange(
+        make, params, compared(name)), failed) for name, make in candidates.items()}
+    return {name: o for name, o in optimizers.items() if o is not None}
+
+
+def print_muon_row(name, ms, reference_ms, reference, difference, polar, row):
+    """One Muon candidate's line: its step, its speed against the reference's, how far its step
+    and its Newton–Schulz result are from the reference's step and the polar factor."""
+    if reference_ms is not None:
+        row["speed_vs_" + reference] = reference_ms / ms
+    row["largest_step_difference_vs_" + reference] = difference
+    row["polar_error"] = polar
+    speed = f"{reference_ms / ms:5.2f}×" if reference_ms is not None else "    —"
+    step = f"{difference:.1e}" if difference is not None else "—"
+    errors = ", ".join(f"{s} {e:.3f}" for s, e in polar.items())
+    print(f"  {name:24s} {ms:9.1f} ms/step  {speed} {reference}'s speed   step vs it "
+          f"{step}   ‖NS − polar‖/‖polar‖: {errors}")
 
 
 def bench_orthogonalize(args, device, results):
@@ -233,37 +224,52 @@ def bench_orthogonalize(args, device, results):
     chain's 5·(4k²m + 2k³) FLOPs, whatever each method does."""
     matrices, _ = gpt_shapes(args.layers, args.width, args.vocab, args.mlp)
     shapes = list(dict.fromkeys([tuple(s) for s in matrices] + [(1024, 1024), (1024, 4096)]))
-    _, newton_schulz = muon_candidates(device)
+    print(f"\northogonalize, each matrix alone, {device}")
+    _, newton_schulz = muon_candidates(device, {})
     generator = torch.Generator(device="cpu").manual_seed(2)
     steps, flops = {}, {}
-    for dtype in (torch.float32, torch.bfloat16):
-        a = torch.randn(2048, 2048, generator=generator).to(device, dtype)
-        steps[f"GEMM 2048³ {str(dtype)[6:]}"] = lambda a=a: torch.mm(a, a)
+    for dtype in ("float32", "bfloat16"):
+        a = torch.randn(2048, 2048, generator=generator).to(device, getattr(torch, dtype))
+        steps[dtype] = lambda a=a: torch.mm(a, a)
     for shape in shapes:
         g = torch.randn(shape, generator=generator).to(device)
         k, m = min(shape), max(shape)
         for name, ns in newton_schulz.items():
             steps[(shape, name)] = lambda ns=ns, g=g: ns(g)
             flops[(shape, name)] = 5 * (4 * k * k * m + 2 * k ** 3)
-    times = median_times(steps, device, args.steps, args.warmup)
-    gemm = {dtype: 2 * 2048 ** 3 / times[f"GEMM 2048³ {dtype}"] / 1e6
-            for dtype in ("float32", "bfloat16")}
+    bf16 = {"bfloat16"} | {(s, n) for s in shapes for n in newton_schulz if n in TORCH_BF16}
+    runs = median_times(steps, device, args, bf16)
+    gemm = {dtype: 2 * 2048 ** 3 / runs[dtype].ms / 1e6 for dtype in ("float32", "bfloat16")}
+    print(f"  GEMM 2048³ (torch.mm): fp32 {gflops(gemm['float32'])}, "
+          f"bf16 {gflops(gemm['bfloat16'])}")
+    results["orthogonalize"] = {"gemm_gflops": gemm, "gemm": {d: {} for d in gemm}, "shapes": {}}
+    for dtype, row in results["orthogonalize"]["gemm"].items():
+        record(f"GEMM 2048³ {dtype}", runs[dtype], row)
     reference = next(iter(newton_schulz))
-    print(f"\northogonalize, each matrix alone, {device}: GEMM 2048³ "
-          f"fp32 {gemm['float32']:.0f} GFLOP/s, bf16 {gemm['bfloat16']:.0f} GFLOP/s (torch.mm)")
-    results["orthogonalize"] = {"gemm_gflops": gemm, "shapes": {}}
     for shape in shapes:
         label = "x".join(map(str, shape))
         row = results["orthogonalize"]["shapes"].setdefault(label, {})
         for name in newton_schulz:
-            ms = times[(shape, name)]
-            rate = flops[(shape, name)] / ms / 1e6
-            row[name] = {"ms": ms, "of_fp32_gemm": rate / gemm["float32"],
-                         "of_bf16_gemm": rate / gemm["bfloat16"],
-                         "speed_vs_" + reference: times[(shape, reference)] / ms}
-            print(f"  {label:10s} {name:24s} {ms:8.1f} ms  {rate:6.0f} GFLOP/s = "
-                  f"{row[name]['of_fp32_gemm']:4.2f}× fp32 GEMM, {row[name]['of_bf16_gemm']:4.2f}× "
-                  f"bf16 GEMM   {row[name]['speed_vs_' + reference]:5.2f}× {reference}'s speed")
+            row[name] = orthogonalize_row(label, name, runs[(shape, name)], flops[(shape, name)],
+                                          gemm, runs[(shape, reference)].ms, reference)
+
+
+def orthogonalize_row(label, name, run, flops, gemm, reference_ms, reference):
+    """One Newton–Schulz candidate on one shape, printed: its rate against the GEMMs' and its speed
+    against the reference's."""
+    row = {"ms": run.ms}
+    if run.ms is not None:
+        rate = flops / run.ms / 1e6
+        row.update(of_fp32_gemm=rate / gemm["float32"], of_bf16_gemm=rate / gemm["bfloat16"])
+        speed = "    —"
+        if reference_ms is not None:
+            row["speed_vs_" + reference] = reference_ms / run.ms
+            speed = f"{reference_ms / run.ms:5.2f}×"
+        print(f"  {label:10s} {name:24s} {run.ms:8.1f} ms  {rate:6.0f} GFLOP/s = "
+              f"{row['of_fp32_gemm']:4.2f}× fp32 GEMM, {row['of_bf16_gemm']:4.2f}× bf16 GEMM   "
+              f"{speed} {reference}'s speed")
+    record(f"{label} {name}", run, row)
+    return row
 
 
 def bench_adamw(args, device, results):
@@ -283,79 +289,42 @@ def bench_adamw(args, device, results):
     candidates["muon_cpp.AdamW"] = lambda ps: muon_cpp.AdamW(ps, **settings)
     candidates["muon_cpp.Adam"] = lambda ps: muon_cpp.Adam(ps, **settings)
     candidates["muon_cpp.Lamb"] = lambda ps: muon_cpp.Lamb(ps, **settings)
-    reference = next(iter(candidates))
-    changes = {name: first_step_change(make, params)
-               for name, make in candidates.items() if "AdamW" in name}
+    failed = {}
+    optimizers = made(candidates, params, failed, compared=lambda name: "AdamW" in name)
+    results["adamw"].update({name: {"error": line} for name, line in failed.items()})
+    reference = next(iter(optimizers))
     count = sum(math.prod(s) for s in shapes)
     # What bounds these steps is memory traffic: p, g, m, v read and p, m, v written (fp32), 7
     # tensors' bytes; a copy of 3.5 tensors' worth moves as many (read once, written once).
     source = torch.empty(count * 7 // 2, device=device)
     target = torch.empty_like(source)
-    optimizers = {name: make(clone_params(params)) for name, make in candidates.items()}
     steps = {name: optimizer.step for name, optimizer in optimizers.items()}
     steps["copy of the same bytes"] = lambda: target.copy_(source)
-    times = median_times(steps, device, args.steps, args.warmup)
+    runs = median_times(steps, device, args)
     print(f"\nAdamW, {len(shapes)} tensors, {count / 1e6:.1f}M parameters, {device}")
-    for name, ms in times.items():
-        bandwidth = 7 * 4 * count / (ms * 1e-3) / 1e9
-        row = {"step_ms": ms, "GB_per_s": bandwidth,
-               "speed_vs_" + reference: times[reference] / ms}
-        line = (f"  {name:32s} {ms:9.2f} ms/step  {bandwidth:6.1f} GB/s  "
-                f"{row['speed_vs_' + reference]:5.2f}× {reference}'s speed")
-        if name in changes:
-            row["largest_step_difference_vs_" + reference] = largest_difference(
-                changes[name], changes[reference])
-            line += f"   step vs it {row['largest_step_difference_vs_' + reference]:.1e}"
-        results["adamw"][name] = row
-        print(line)
-        if name in optimizers:
-            print_reading(optimizers[name], ms, row)
+    for name, run in runs.items():
+        row = results["adamw"][name] = {"step_ms": run.ms}
+        if run.ms is not None:
+            change = optimizers[name].change if name in optimizers else None
+            print_adamw_row(name, run.ms, runs[reference].ms, reference, count,
+                            largest_difference(change, optimizers[reference].change), row)
+        record(name, run, row)
+        if name in optimizers and run.ms is not None:
+            print_reading(optimizers[name].optimizer, run.ms, row)
 
 
-def cpuinfo():
-    """The first CPU's /proc/cpuinfo fields, and its feature flags as a set."""
-    with open("/proc/cpuinfo") as f:
-        first = f.read().split("\n\n")[0].splitlines()
-    info = {key.strip(): value.strip() for key, value in
-            (line.split(":", 1) for line in first if ":" in line)}
-    return info, set(info.get("flags", "").split())
-
-
-def cpu_name():
-    try:
-        info, flags = cpuinfo()
-        wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-        return f"{info['model name']}, cpu family {info['cpu family']}, {' '.join(wanted)}"
-    except (OSError, KeyError, ValueError):
-        return platform.processor() or "CPU"
-
-
-def run_metadata():
-    """What a reader of the JSON needs to place its figures: the CPU's identity and features,
-    muon_cpp's build, the date, OpenBLAS's overrides and the load when the run began."""
-    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join(sys.argv),
-            "muon_cpp": getattr(muon_cpp, "__version__", None),
-            "muon_cpp_products": {"fp32": muon_cpp._core.blas_backend(),
-                                  "bf16": muon_cpp._core.bf16_products()},
-            "openblas_env": {k: os.environ.get(k) for k in
-                             ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")},
-            "load_average_at_start": list(os.getloadavg())}
-    try:
-        meta["commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        meta["commit"] = None
-    try:
-        info, flags = cpuinfo()
-        meta["cpu"] = {"model_name": info.get("model name"), "cpu_family": info.get("cpu family"),
-                       "model": info.get("model"),
-                       "flags": [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16",
-                                             "amx_tile") if f in flags]}
-    except OSError:
-        meta["cpu"] = {"model_name": platform.processor() or None}
-    return meta
+def print_adamw_row(name, ms, reference_ms, reference, count, difference, row):
+    """One AdamW candidate's line: its step, the bandwidth it moves, its speed against the
+    reference's and, for the AdamWs, how far its step is from the reference's."""
+    row["GB_per_s"] = 7 * 4 * count / (ms * 1e-3) / 1e9
+    line = f"  {name:32s} {ms:9.2f} ms/step  {row['GB_per_s']:6.1f} GB/s  "
+    if reference_ms is not None:
+        row["speed_vs_" + reference] = reference_ms / ms
+        line += f"{reference_ms / ms:5.2f}× {reference}'s speed"
+    if difference is not None:
+        row["largest_step_difference_vs_" + reference] = difference
+        line += f"   step vs it {difference:.1e}"
+    print(line)
 
 
 def main():
@@ -369,6 +338,9 @@ def main():
     parser.add_argument("--vocab", type=int, default=50304)
     parser.add_argument("--steps", type=int, default=10, help="timed rounds")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--budget", type=float, default=60,
+                        help="seconds of timed calls per candidate, warm-up included, past which "
+                             "it takes no more rounds (each takes one at least); 0: no limit")
     parser.add_argument("--only", choices=["muon", "orthogonalize", "adamw"])
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -383,9 +355,16 @@ def main():
     if device.type == "cpu":
         print(f"muon_cpp's fp32 products: {muon_cpp._core.blas_backend()}\n"
               f"muon_cpp's bf16 products: {muon_cpp._core.bf16_products()}")
+    # Early and bounded, so that a bf16 candidate the budget stops can be told why.
+    args.mm_rates = mm_rates(device)
+    print(f"torch.mm {PROBE_SIZE}²: fp32 {gflops(args.mm_rates['float32'])}, "
+          f"bf16 {gflops(args.mm_rates['bfloat16'])}; budget per candidate: "
+          + (f"{args.budget:g} s" if args.budget > 0 else "none"))
     results = {"torch": torch.__version__, "device": name, "threads": torch.get_num_threads(),
                "layers": args.layers, "width": args.width, "mlp": args.mlp, "vocab": args.vocab,
-               "run": run_metadata(), "muon": {}, "orthogonalize": {}, "adamw": {}}
+               "run": dict(run_metadata(), budget_s=args.budget, torch_mm_gflops=dict(
+                   args.mm_rates, size=PROBE_SIZE)),
+               "muon": {}, "orthogonalize": {}, "adamw": {}}
     sections = {"muon": bench_muon, "orthogonalize": bench_orthogonalize, "adamw": bench_adamw}
     for name, bench in sections.items():
         if args.only in (None, name):

@@ -51,6 +51,21 @@ def ms(x):
     return f"{x:.0f} ms" if x >= 100 else f"{x:.1f} ms"
 
 
+def step_figure(row):
+    """A candidate's step time, marked where the run's time budget stopped it short of its rounds
+    (its median is over the steps it made)."""
+    text = ms(row["step_ms"])
+    if row.get("stopped"):
+        n = row.get("timed_steps", 1)
+        text += f" ({n} step{'' if n == 1 else 's'}, stopped)"
+    return text
+
+
+def timed(row):
+    """Whether a candidate's row has a figure: one that raised has only its error."""
+    return bool(row) and "error" not in row
+
+
 def when(meta, section=None):
     commit = meta.get("section_commits", {}).get(section, meta["commit"])
     return f"{meta['date'][:10]}, {commit}"
@@ -79,17 +94,17 @@ def summary_rows(cls):
         peer = muon.get(PEER_MUON)
         for dtype, label in (("bfloat16", "bf16"), ("float32", "fp32")):
             ours = muon.get(f"muon_cpp.Muon {dtype}")
-            if ours and peer:
+            if timed(ours) and timed(peer):
                 rows.append((f"Muon step, {label} Newton–Schulz, {shape_set(data)}",
-                             ms(ours["step_ms"]), f"{PEER_MUON} (bf16) {ms(peer['step_ms'])}",
+                             step_figure(ours), f"{PEER_MUON} (bf16) {step_figure(peer)}",
                              ratio(ours[f"speed_vs_{PEER_MUON}"]), when(meta, "muon")))
     for data, meta in peers:
         adamw = data.get("adamw", {})
         peer, ours = adamw.get(PEER_ADAMW), adamw.get("muon_cpp.AdamW")
-        if ours and peer:
+        if timed(ours) and timed(peer):
             rows.append((f"AdamW step, {adamw_parameters(data) / 1e6:.1f}M parameters (the "
                          f"{data['layers']} × {data['width']} set, embedding and norms)",
-                         ms(ours["step_ms"]), f"{PEER_ADAMW} {ms(peer['step_ms'])}",
+                         step_figure(ours), f"{PEER_ADAMW} {step_figure(peer)}",
                          ratio(ours[f"speed_vs_{PEER_ADAMW}"]), when(meta, "adamw")))
     if not peers and "muon-bench.json" in cls["runs"]:
         data, meta = cls["runs"]["muon-bench.json"]

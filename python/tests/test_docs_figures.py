@@ -73,3 +73,21 @@ def test_the_manifest_lists_every_recorded_file():
     assert listed == present
     for path in present:
         json.loads((figures.BENCH / path).read_text())
+
+
+def test_a_stopped_candidate_is_marked_and_one_that_raised_is_left_out():
+    """bench/torch_peers.py's time budget stops a slow candidate (its median is over the steps it
+    made) and records a candidate that raised by its error alone."""
+    peer = {"step_ms": 53000.0, "timed_steps": 1, "seconds": 53.0,
+            "stopped": "1 step, 53 s; stopped: bf16 products at 0.98 GFLOP/s on this CPU"}
+    data = {"layers": 1, "width": 256, "mlp": "swiglu", "adamw": {}, "muon": {
+        figures.PEER_MUON: peer,
+        "muon_cpp.Muon bfloat16": {"error": "ValueError: bfloat16 on CPU runs on bf16 dot"},
+        "muon_cpp.Muon float32": {"step_ms": 2000.0, "timed_steps": 10,
+                                  f"speed_vs_{figures.PEER_MUON}": 26.5}}}
+    cls = {"runs": {"torch-peers.json": (data, {"date": "2026-12-08", "commit": "abc1234"})}}
+    rows = figures.summary_rows(cls)
+    assert [row[0].split(",")[1].strip() for row in rows] == ["fp32 Newton–Schulz"]
+    assert rows[0][1] == "2000 ms"
+    assert rows[0][2] == f"{figures.PEER_MUON} (bf16) 53000 ms (1 step, stopped)"
+    assert rows[0][3] == "26.50×"
