@@ -47,6 +47,31 @@ TEST(KernelChoice, VectorFamilyFollowsTheFeatureBits) {
   EXPECT_TRUE(has_bf16_products(amx));
 }
 
+// ONEDNN_MAX_CPU_ISA's ceiling, as oneDNN names its instruction sets: each leaves the features of
+// its class and records itself where it took one away.
+TEST(KernelChoice, OneDnnsCeilingLeavesTheFeaturesOfItsClass) {
+  auto amx = avx512_cpu();
+  amx.avx512_bf16 = amx.amx_bf16 = true;
+  const auto avx2 = below_ceiling(amx, "avx2");  // case ignored
+  EXPECT_EQ(fp32_family(avx2), VectorFamily::avx2);
+  EXPECT_FALSE(has_bf16_products(avx2));
+  EXPECT_EQ(avx2.ceiling, "ONEDNN_MAX_CPU_ISA=AVX2");
+  const auto core = below_ceiling(amx, "AVX512_CORE");
+  EXPECT_EQ(fp32_family(core), VectorFamily::avx512);
+  EXPECT_FALSE(has_bf16_products(core));
+  const auto bf16 = below_ceiling(amx, "AVX512_CORE_BF16");
+  EXPECT_TRUE(bf16.avx512_bf16);
+  EXPECT_FALSE(bf16.amx_bf16);
+  EXPECT_EQ(fp32_family(below_ceiling(amx, "SSE41")), VectorFamily::none);
+  for (const char* none : {"", "ALL", "DEFAULT", "AVX512_CORE_AMX", "NONSENSE"}) {
+    const auto same = below_ceiling(amx, none);
+    EXPECT_EQ(same.flags(), amx.flags()) << none;
+    EXPECT_EQ(same.ceiling, "") << none;
+  }
+  // A ceiling above what the CPU has takes nothing away and is not named.
+  EXPECT_EQ(below_ceiling(avx2_cpu(), "AVX512_CORE").ceiling, "");
+}
+
 TEST(KernelChoice, BlisConfigurationFromTheFeatureBitsNotACpuModelTable) {
   // A CPU newer than BLIS's model table: BLIS picks "generic" (reference code); the bits decide.
   EXPECT_EQ(choose_blis_config("generic", VectorFamily::avx512).config, "skx");
