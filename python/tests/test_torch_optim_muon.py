@@ -403,18 +403,20 @@ EXPECTED_BUF = [
     [-0.09506358951330185, 0.007350748870521784, 0.01989450491964817, 0.16971878707408905]]
 
 
+@pytest.mark.parametrize("ns_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("cls", [OptimMuon, muon_cpp.Muon])
 @pytest.mark.parametrize("nesterov, weight_decay, expected", [
     (True, 0.1, EXPECTED_PARAM_NESTEROV_TRUE), (False, 0.0, EXPECTED_PARAM_NESTEROV_FALSE)])
-def test_pytorchs_frozen_regression_values(cls, nesterov, weight_decay, expected):
-    """Our float32 Newton–Schulz against torch's recorded bfloat16 one: the parameters within
+def test_pytorchs_frozen_regression_values(cls, nesterov, weight_decay, expected, ns_dtype):
+    """Our Newton–Schulz, in float32 and in bfloat16 as torch's (on bf16 dot products, or their
+    emulation on a CPU without them), against torch's recorded bfloat16 one: the parameters within
     bfloat16 noise (each step moves them by 0.02·√2 in the spectral norm; bf16's relative
     rounding of the update is ~4e-3), the momentum buffer — no Newton–Schulz in it — to fp32."""
     torch.manual_seed(42)
     p = torch.nn.Parameter(torch.randn(8, 4))
     extra = dict(preset="torch") if cls is muon_cpp.Muon else {}
-    optimizer = cls([p], lr=0.02, weight_decay=weight_decay, momentum=0.95, nesterov=nesterov,
-                    **extra)
+    optimizer = cls([{"params": [p], "ns_dtype": ns_dtype}], lr=0.02, weight_decay=weight_decay,
+                    momentum=0.95, nesterov=nesterov, **extra)
     for _ in range(5):
         p.grad = torch.randn_like(p)
         optimizer.step()
