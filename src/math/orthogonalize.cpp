@@ -180,6 +180,7 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
   if (method == NsMethod::plain && !cpu_bf16) {
     auto normalized = at::empty_like(batch);
     normalize_into(normalized, batch, table);
+    const detail::blas::OneThread alone;  // LibTorch's GEMMs whole on one thread: the same bits
     X = plain_iterations(normalized, table, options.steps());
   } else {
     OrthogonalizeWorkspace local;

@@ -12,6 +12,7 @@
 #include "matrix_optimizer.h"
 #include "muon/dion.h"
 #include "muon/dtypes.h"
+#include "muon/internal/blas.h"
 #include "muon/reduction.h"
 #include "muon_parts.h"
 
@@ -86,6 +87,9 @@ void dion_step(const DionItem& item) {
   const bool flip = transposed(item.view);
   const auto B = flip ? M.transpose(-2, -1) : M;  // a view: (…, long, short)
   auto& Q = right_factor(item, dtype);
+  // LibTorch's products and QR whole on one thread: MKL's threads change their bits with their
+  // count (docs/algorithms.md §Same bits at any thread count).
+  const detail::blas::OneThread alone;
   auto P = std::get<0>(at::linalg_qr(at::matmul(B, Q), "reduced"));
   auto R = at::matmul(B.transpose(-2, -1), P);
   // An all-zero momentum has no column space: no update, and Q is kept (dion.py's

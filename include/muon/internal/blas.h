@@ -62,4 +62,21 @@ bool spread(int threads);
 // The FLOPs product_upper() performs for k×k factors (the cost model counts them).
 double product_upper_flops(double k);
 
+// Runs the products called in its scope — oneDNN's and MKL's sgemm, LibTorch's GEMMs and
+// factorizations — on the calling thread alone: OpenMP's thread count and MKL's local one are 1
+// until it ends. Their own threads may split a product's inner dimension, and MKL's (PyPI's
+// wheels) then changes its bits with their count; split between threads by the caller instead,
+// into calls that each run whole on one thread, the bits do not depend on the thread count
+// (docs/algorithms.md §Same bits at any thread count).
+class OneThread {
+ public:
+  OneThread();
+  ~OneThread();
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int openmp_, mkl_ = 0;
+};
+
 }  // namespace muon::detail::blas

@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "muon/error.h"
 #include "muon/internal/dnnl.h"
 #include "muon/internal/kernel_choice.h"
+#include "muon/internal/lanes.h"
 #include "upper_blocks.h"
 
 // The calling thread's OpenMP thread count, in libgomp and LLVM's libomp alike (declared here:
@@ -49,7 +52,9 @@ using FortranSgemm = void (*)(const char*, const char*, const int*, const int*, 
 struct LibTorchMkl {
   FortranSgemm sgemm = nullptr;
   std::string version;                      // "MKL 2024.2"; "" where there is none
-  int (*set_local_threads)(int) = nullptr;  // mkl_set_num_threads_local, where it is exported
+  // MKL's Fortran mkl_set_num_threads_local (the argument by address, as sgemm_'s), where it is
+  // exported: the C name resolves to it in LibTorch's library and would read an int as an address.
+  int (*set_local_threads)(const int*) = nullptr;
 };
 
 const LibTorchMkl& libtorch_mkl() {
@@ -76,7 +81,7 @@ const LibTorchMkl& libtorch_mkl() {
     const std::string number = at == std::string::npos ? "" : full.substr(at + 8);
     const auto release = number.substr(0, number.find_first_of("- "));
     const auto set_local_threads =
-        reinterpret_cast<int (*)(int)>(dlsym(library, "mkl_set_num_threads_local"));
+        reinterpret_cast<int (*)(const int*)>(dlsym(library, "mkl_set_num_threads_local_"));
     return {sgemm, release.empty() ? "MKL" : "MKL " + release, set_local_threads};
   }();
   return mkl;
@@ -88,31 +93,6 @@ const Fp32GemmChoice& choice() {
       {dnnl::available() ? dnnl::version() : "", at::get_mkldnn_version(), libtorch_mkl().version});
   return c;
 }
-
-// The fewest columns of a block that a thread takes when a block's columns are split.
-constexpr int64_t kColumnsPerPart = 64;
-
-// Runs the sgemm calls of its scope on the calling thread alone. oneDNN's sgemm spreads a product
-// over the OpenMP threads it may start, MKL's over its own, and either then sums some entries in
-// another order than on one thread (docs/algorithms.md §Same bits at any thread count): the
-// products are split between the threads here instead, into calls whose sums a split does not
-// change.
-class OneThread {
- public:
-  OneThread() : openmp_(omp_get_max_threads()) {
-    omp_set_num_threads(1);
-    if (const auto set = libtorch_mkl().set_local_threads) mkl_ = set(1);
-  }
-  ~OneThread() {
-    omp_set_num_threads(openmp_);
-    if (const auto set = libtorch_mkl().set_local_threads) set(mkl_);
-  }
-  OneThread(const OneThread&) = delete;
-  OneThread& operator=(const OneThread&) = delete;
-
- private:
-  int openmp_, mkl_ = 0;
-};
 
 // C (m×n, rows ldc apart) ← a·b, on the calling thread.
 void product(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b, float* c,
@@ -138,19 +118,34 @@ void product(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b
                        b.data, &ldbi, a.data, &ldai, &zero, c, &ldci);
 }
 
+// Runs product(first, count) for the calls of `columns` columns cut at fixed multiples of
+// kColumnsPerCall, dealt to the threads one at a time (lanes): the same calls on any thread count.
+template <class Product>
+void by_column_parts(int64_t columns, const Product& product) {
+  const int64_t parts = (columns + kColumnsPerCall - 1) / kColumnsPerCall;
+  detail::for_each_in_lanes(parts, std::max<int64_t>(1, detail::lane_threads()),
+                            [&](int64_t part, int64_t) {
+                              const int64_t j0 = part * kColumnsPerCall;
+                              product(j0, std::min(kColumnsPerCall, columns - j0));
+                            });
+}
+
 // C's upper triangle (k×k, row-major) ← a·b for k×n a and n×k b whose product is symmetric, by
-// the row blocks of upper_blocks.h: block i0 is a's rows i0 .. i0 + kFp32BlockRows times b's
-// columns i0 .. k. With at least two blocks a thread the blocks are dealt to the threads; with
-// fewer, each block's columns are split between them.
+// the row blocks of upper_blocks.h (block i0: a's rows i0 .. i0 + kFp32BlockRows times b's
+// columns i0 .. k), each cut into column parts; the tiles are dealt to the threads.
 void upper(const Operand& a, const Operand& b, int64_t k, int64_t n, float* C) {
-  const int64_t blocks = (k + kFp32BlockRows - 1) / kFp32BlockRows;
-  const bool deal = blocks >= 2 * at::get_num_threads() || at::in_parallel_region();
-  for_each_upper_block(k, kFp32BlockRows, deal, [&](int64_t i0) {
-    const int64_t rows = std::min(kFp32BlockRows, k - i0);
-    at::parallel_for(i0, k, deal ? k : kColumnsPerPart, [&](int64_t j0, int64_t j1) {
-      product(rows, j1 - j0, n, a.at(i0, 0), b.at(0, j0), C + i0 * k + j0, k);
-    });
-  });
+  std::vector<std::pair<int64_t, int64_t>> tiles;  // (first row, first column)
+  for (int64_t i0 = 0; i0 < k; i0 += kFp32BlockRows) {
+    for (int64_t j0 = i0; j0 < k; j0 += kColumnsPerCall) tiles.emplace_back(i0, j0);
+  }
+  detail::for_each_in_lanes(static_cast<int64_t>(tiles.size()),
+                            std::max<int64_t>(1, detail::lane_threads()),
+                            [&](int64_t tile, int64_t) {
+                              const auto [i0, j0] = tiles[static_cast<size_t>(tile)];
+                              product(std::min(kFp32BlockRows, k - i0),
+                                      std::min(kColumnsPerCall, k - j0), n, a.at(i0, 0),
+                                      b.at(0, j0), C + i0 * k + j0, k);
+                            });
 }
 
 }  // namespace
@@ -181,19 +176,32 @@ void product_upper(const float* A, const float* B, float* C, int k) {
   upper({A, k, 1}, {B, k, 1}, k, k, C);
 }
 
-// By parts of B's columns, one per thread, each product on its thread's core (as the library's
-// own products, blas.cpp); a product under ~2 MFLOP on one thread. A column-major panel (a tall
-// matrix read as its transpose) as Cᵀ = Bᵀ·Rᵀ, whose rows are C's columns.
+// By parts of B's columns (by_column_parts), each product on its thread's core. A column-major
+// panel (a tall matrix read as its transpose) as Cᵀ = Bᵀ·Rᵀ, whose rows are C's columns.
 void gemm_left(const float* R, const float* B, const Panel& p, float* C) {
-  const bool small = 2.0 * p.k * p.k * p.m < 2e6;
   const Operand r{R, p.k, 1}, b{B, p.rs, p.cs};
-  at::parallel_for(0, p.m, small ? p.m : 16, [&](int64_t j0, int64_t j1) {
+  by_column_parts(p.m, [&](int64_t j0, int64_t columns) {
     if (!b.transposed()) {
-      product(p.k, j1 - j0, p.k, r, b.at(0, j0), C + j0, p.rs);
+      product(p.k, columns, p.k, r, b.at(0, j0), C + j0, p.rs);
     } else {
-      product(j1 - j0, p.k, p.k, b.at(0, j0).t(), r.t(), C + j0 * p.cs, p.cs);
+      product(columns, p.k, p.k, b.at(0, j0).t(), r.t(), C + j0 * p.cs, p.cs);
     }
   });
 }
 
 }  // namespace muon::detail::blas::sgemm
+
+namespace muon::detail::blas {
+
+OneThread::OneThread() : openmp_(omp_get_max_threads()) {
+  omp_set_num_threads(1);
+  const int one = 1;
+  if (const auto set = sgemm::libtorch_mkl().set_local_threads) mkl_ = set(&one);
+}
+
+OneThread::~OneThread() {
+  omp_set_num_threads(openmp_);
+  if (const auto set = sgemm::libtorch_mkl().set_local_threads) set(&mkl_);
+}
+
+}  // namespace muon::detail::blas

@@ -10,7 +10,9 @@
 
 #include "bf16_rounding.h"
 #include "muon/error.h"
+#include "muon/internal/blas.h"
 #include "muon/internal/dnnl.h"
+#include "muon/internal/lanes.h"
 #include "transpose_bf16.h"
 #include "upper_blocks.h"
 
@@ -25,12 +27,21 @@ namespace {
 void product_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
                   Bf16Products products, double beta = 0) {
   if (products == Bf16Products::emulated) {
-    const auto AB = at::mm(A.to(at::kFloat), B.to(at::kFloat));
-    if (beta == 0) {
-      C.copy_(AB);
-    } else {
-      C.mul_(beta).add_(AB);
-    }
+    // On LibTorch's fp32 GEMM, in parts of kColumnsPerCall of C's columns dealt to the threads,
+    // each part's product whole on one thread (blas::OneThread): the same calls on any count.
+    const auto a = A.to(at::kFloat);
+    const int64_t columns = C.size(1), parts = (columns + kColumnsPerCall - 1) / kColumnsPerCall;
+    for_each_in_lanes(parts, std::max<int64_t>(1, lane_threads()), [&](int64_t part, int64_t) {
+      const int64_t j0 = part * kColumnsPerCall, width = std::min(kColumnsPerCall, columns - j0);
+      const blas::OneThread alone;
+      const auto AB = at::mm(a, B.narrow(1, j0, width).to(at::kFloat));
+      auto c = C.narrow(1, j0, width);
+      if (beta == 0) {
+        c.copy_(AB);
+      } else {
+        c.mul_(beta).add_(AB);
+      }
+    });
     return;
   }
   const auto out = C.scalar_type() == at::kBFloat16 ? dnnl::Type::bf16 : dnnl::Type::f32;
@@ -84,8 +95,8 @@ struct UpperBlocks {
 // C ← the upper triangle of A·Bᵀ for bf16 A and B (k×n each) whose product is symmetric — W·Wᵀ,
 // or A·B for a symmetric B: one product per block of rows (for_each_upper_block), into
 // C_block(i0), the block at row i0 (rows i0 .. i0 + kBf16BlockRows, columns i0 .. k). Bᵀ rather than
-// B makes each block's right operand rows of B, read densely. The emulation's at::mm threads
-// itself, so its blocks are not dealt to the threads.
+// B makes each block's right operand rows of B, read densely. The emulation splits each
+// product's columns between the threads itself, so its blocks are not dealt to them.
 template <class Block>
 void upper_product_into(const at::Tensor& A, const at::Tensor& B, const Block& C_block,
                         Bf16Products products) {

@@ -21,6 +21,13 @@ namespace muon::detail {
 constexpr int64_t kBf16BlockRows = 192;
 constexpr int64_t kFp32BlockRows = 128;
 
+// The columns of one call where a product on oneDNN's or MKL's sgemm, or the bf16 products'
+// emulation on LibTorch's GEMM, is cut into calls (each on one thread): cuts at fixed multiples
+// of this, whatever the thread count, make the same calls on any — single-threaded MKL 2024.2
+// summed a 64-column part of a 1024³ product otherwise than the whole product in 55112 entries
+// (docs/algorithms.md §Same bits at any thread count).
+constexpr int64_t kColumnsPerCall = 512;
+
 // The elements the block of `rows` rows at row i0 of a k×k upper triangle computes, its diagonal
 // block whole.
 inline int64_t block_elements(int64_t k, int64_t rows, int64_t i0) {
