@@ -794,5 +794,22 @@ TEST(Hybrid, InitStateMakesWhatTheFirstStepWould) {
   }
 }
 
+// A Muon group that asks for bf16 Newton–Schulz on CPU tensors: the report names where its
+// products run (bf16 dot products, or their emulation); fp32 groups add nothing.
+TEST(Hybrid, ReportNamesWhereCpuBf16NewtonSchulzRuns) {
+  auto gen = testing::seeded(5);
+  const std::vector<NamedParameter> named{
+      {"blocks.0.w", at::randn({16, 8}, gen).requires_grad_(true), ""},
+      {"blocks.0.norm.weight", at::randn({8}, gen).requires_grad_(true), ""}};
+  const HybridOptimizer fp32(route(named), MuonOptions(0.02), AdamWOptions(1e-3));
+  EXPECT_EQ(fp32.report_text().find("Newton–Schulz"), std::string::npos);
+  const HybridOptimizer bf16(route(named), MuonOptions(0.02).ns_dtype(at::kBFloat16),
+                             AdamWOptions(1e-3));
+  const auto text = bf16.report_text();
+  EXPECT_NE(text.find("bf16 Newton–Schulz on the CPU: " + bf16_products() + "\n"),
+            std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace muon

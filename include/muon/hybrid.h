@@ -216,12 +216,16 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   const StepStats& last_step() const { return stats_; }
   const HybridOptions& options() const { return options_; }  // as constructed
   const std::vector<ParameterReport>& report() const { return report_; }
-  std::string report_text() const;  // an aligned table of report()
+  // An aligned table of report(); then, where a Muon group runs bf16 Newton–Schulz on CPU
+  // tensors, a line naming where its products run (bf16_products(): on bf16 dot products, or
+  // emulated where the CPU has none).
+  std::string report_text() const;
 
   // Gradients by the TensorImpl of their parameter.
   using Gradients = std::map<const void*, at::Tensor>;
 
  private:
+  std::string cpu_bf16_note() const;
   struct Plan;
   static Plan make_plan(const std::vector<RoutedParameter>& routes, const HybridOptions& options);
   HybridOptimizer(Plan plan, const HybridOptions& options);

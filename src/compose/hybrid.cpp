@@ -569,7 +569,21 @@ std::string HybridOptimizer::report_text() const {
                     r.reason});
   }
   return detail::format_table(
-      {"name", "shape", "dtype", "algorithm", "group", "lr", "wd", "reason"}, rows);
+             {"name", "shape", "dtype", "algorithm", "group", "lr", "wd", "reason"}, rows) +
+         cpu_bf16_note();
+}
+
+// Where bf16 Newton–Schulz runs, for a Muon group that asks for it on CPU tensors: on the CPU's
+// bf16 dot products, or their emulation (which is no mistake to be surprised by later).
+std::string HybridOptimizer::cpu_bf16_note() const {
+  for (const auto& group : param_groups_) {
+    const auto* muon = dynamic_cast<const MuonOptions*>(&group.options());
+    if (muon == nullptr || muon->ns_dtype() != at::kBFloat16) continue;
+    for (const auto& p : group.params()) {
+      if (p.device().is_cpu()) return "bf16 Newton–Schulz on the CPU: " + bf16_products() + "\n";
+    }
+  }
+  return "";
 }
 
 }  // namespace muon
