@@ -29,7 +29,8 @@ def cpu_name():
 
 def run_metadata():
     """What a reader of the JSON needs to place its figures: the CPU's identity and features,
-    muon_cpp's build, the date, OpenBLAS's overrides and the load when the run began."""
+    muon_cpp's build, the date, OpenBLAS's overrides, the instruction-set ceilings set and the
+    load when the run began."""
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": " ".join(sys.argv),
             "muon_cpp": getattr(muon_cpp, "__version__", None),
@@ -37,6 +38,9 @@ def run_metadata():
                                   "bf16": muon_cpp._core.bf16_products()},
             "openblas_env": {k: os.environ.get(k) for k in
                              ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")},
+            # The instruction-set ceilings that make this CPU run another class's kernels.
+            "isa_env": {k: os.environ.get(k) for k in
+                        ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")},
             "load_average_at_start": list(os.getloadavg())}
     try:
         meta["commit"] = subprocess.run(
