@@ -18,10 +18,13 @@
 #include "muon/internal/lanes.h"
 #include "upper_blocks.h"
 
-// The calling thread's OpenMP thread count, in libgomp and LLVM's libomp alike (declared here:
-// the sanitizer builds compile this file without an omp.h of their runtime).
+// The calling thread's OpenMP thread count (OneThread), in libgomp and LLVM's libomp alike.
+#ifdef _OPENMP
+#include <omp.h>
+#else  // Clang's sanitizer build links libgomp without compiling OpenMP, and has no omp.h of it
 extern "C" int omp_get_max_threads();
 extern "C" void omp_set_num_threads(int);
+#endif
 
 namespace muon::detail::blas::sgemm {
 namespace {
