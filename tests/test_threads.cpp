@@ -1,12 +1,14 @@
 // Same bits at any thread count (docs/algorithms.md §Same bits at any thread count): every
-// algorithm of the registry, run by the hybrid optimizer with clipping, on tensors large enough
-// that ATen would split their reductions between threads (over 2^15 elements an output), gives
-// the parameters, state and gradient norm of one thread on 2 and 4 threads, on both kernel paths.
+// algorithm of the registry, run by the hybrid optimizer with clipping (and QK-clip), on tensors
+// large enough that ATen would split their reductions between threads (over 2^15 elements an
+// output), gives the parameters, state and gradient norm of one thread on 2 and 4 threads, on
+// both kernel paths.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "demo/gpt.h"
 #include "helpers.h"
 #include "muon/adam.h"
 #include "muon/algorithms.h"
@@ -118,6 +120,52 @@ TEST(Threads, EveryAlgorithmAndTheHybridGiveTheBitsOfOneThread) {
   expect_the_bits_of_one_thread(
       "dion, lion in bf16",
       {DionOptions(0.01), LionOptions(1e-4).state_dtype(at::kBFloat16).weight_decay(0.1)});
+}
+
+// QK-clip after the hybrid's step, on the demo GPT at width 256 (each projection 2^16 elements):
+// the model's forward and backward run on one thread, the step on 1, 2 and 4; the maxima the
+// model reports and the heads' rescaling give the same bits, as the clipped heads do.
+TEST(Threads, QkClipGivesTheBitsOfOneThread) {
+  cli::GptConfig config;
+  config.n_layers = 1;
+  config.d_model = 256;
+  config.n_heads = 4;
+  config.n_kv_heads = 2;
+  config.seq_len = 16;
+  config.vocab_size = 64;
+  const auto tokens = at::randint(0, 64, {2, 16}, seeded(95));
+  const auto run = [&](int threads) {
+    at::manual_seed(96);
+    cli::Gpt model(config);
+    HybridOptions options;
+    options.qk_clip_tau = 1e-3;  // every head with statistics is clipped
+    options.max_grad_norm = 1.0;
+    HybridOptimizer opt(route(*model), options);
+    opt.set_qk_clip_source(model.get());
+    const int before = at::get_num_threads();
+    size_t clipped = 0;
+    for (int step = 0; step < 2; ++step) {
+      at::set_num_threads(1);
+      opt.zero_grad();
+      model->loss(tokens, tokens).backward();
+      at::set_num_threads(threads);
+      opt.step();
+      clipped += opt.last_step().qk_clip.size();
+    }
+    at::set_num_threads(before);
+    std::vector<at::Tensor> values;
+    for (const auto& p : model->parameters()) values.push_back(p.detach().clone());
+    return std::make_pair(values, clipped);
+  };
+  const auto one = run(1);
+  EXPECT_EQ(one.second, 8u);  // 4 query heads, 2 steps
+  for (const int threads : {2, 4}) {
+    const auto many = run(threads);
+    EXPECT_EQ(many.second, one.second);
+    for (size_t i = 0; i < one.first.size(); ++i) {
+      EXPECT_TRUE(at::equal(one.first[i], many.first[i])) << threads << " threads, tensor " << i;
+    }
+  }
 }
 
 // The reductions themselves: a single output over many blocks (split by ATen on several threads)
