@@ -50,6 +50,13 @@ void gemm_left(const T* R, const T* B, const Panel& p, T* C);
 template <class T>
 void gemm_square(const T* A, const T* B, T* C, int n);
 
+// C (m×n, rows ldc apart) ← A·B for row-major fp32 A (m×k, rows lda apart) and B (k×n, rows
+// ldb apart), one call on the calling thread, where the fp32 products run: BLIS's packed kernels,
+// the CBLAS, oneDNN's or MKL's sgemm (ATen's GEMM in a build without any). The emulated bf16
+// products (newton_schulz_bf16.h) call it, in parts cut where the data says.
+void gemm_rows(int m, int n, int k, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc);
+
 // Threads for the passes between products (mirroring a triangle): LibTorch's count with BLIS,
 // whose products run on the same OpenMP team; 1 with a CBLAS — OpenBLAS's spinning pthreads would
 // compete with one.

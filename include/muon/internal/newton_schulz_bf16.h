@@ -21,7 +21,7 @@ namespace muon::detail {
 //   LibTorch bundles), the rest on ours: ATen has no bf16 product with an fp32 result or sum
 //   on CPU, and the row blocks of the symmetric products ran no faster there;
 // - emulated: fp32 products of the bf16-rounded operands (exact products, fp32 sums: onednn's
-//   arithmetic, in another summation order), on LibTorch's fp32 GEMM at the fp32 rate — where
+//   arithmetic, in another summation order), on the fp32 products' library at the fp32 rate — where
 //   the CPU has no bf16 dot products (or the build no oneDNN), whose bf16 GEMMs would run at a
 //   hundredth of it.
 enum class Bf16Products { onednn, libtorch, emulated };

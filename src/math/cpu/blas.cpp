@@ -40,6 +40,8 @@ namespace {
 // public functions at the end send fp32 ones to another sgemm where blas_sgemm.h chooses one.
 namespace lib {
 std::string backend();
+void gemm_rows(int m, int n, int k, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc);
 }  // namespace lib
 
 bool spread(int threads) {
@@ -290,6 +292,11 @@ void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
   });
 }
 
+void gemm_rows(int m, int n, int k, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc) {
+  gemm(m, n, k, 1.0f, View<float>{a, lda, 1}, View<float>{b, ldb, 1}, 0.0f, c, ldc, 1);
+}
+
 }  // namespace lib
 
 template <class T>
@@ -411,6 +418,12 @@ void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
   gemm(l.order, l.square(), p.k, p.m, p.k, R, p.k, B, l.ld, C, l.ld);
 }
 
+void gemm_rows(int m, int n, int k, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc) {
+  gemm(CblasRowMajor, CblasNoTrans, m, n, k, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+       c, static_cast<int>(ldc));
+}
+
 }  // namespace lib
 
 template <class T>
@@ -445,6 +458,15 @@ template <class T>
 void product_upper(const T*, const T*, T*, int) {}
 template <class T>
 void gemm_left(const T*, const T*, const Panel&, T*) {}
+
+// ATen's GEMM, where there is no library of our own.
+void gemm_rows(int m, int n, int k, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc) {
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  auto out = at::from_blob(c, {m, n}, {ldc, 1}, options);
+  at::mm_out(out, at::from_blob(const_cast<float*>(a), {m, k}, {lda, 1}, options),
+             at::from_blob(const_cast<float*>(b), {k, n}, {ldb, 1}, options));
+}
 }  // namespace lib
 
 template <class T>
@@ -498,6 +520,12 @@ void gemm_left(const T* R, const T* B, const Panel& p, T* C) {
     if (sgemm::chosen()) return sgemm::gemm_left(R, B, p, C);
   }
   lib::gemm_left(R, B, p, C);
+}
+
+void gemm_rows(int m, int n, int k, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc) {
+  if (sgemm::chosen()) return sgemm::gemm_rows(m, n, k, a, lda, b, ldb, c, ldc);
+  lib::gemm_rows(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 #define MUON_INSTANTIATE(T)                                      \

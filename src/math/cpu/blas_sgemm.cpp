@@ -192,6 +192,11 @@ void gemm_left(const float* R, const float* B, const Panel& p, float* C) {
   });
 }
 
+void gemm_rows(int m, int n, int k, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc) {
+  product(m, n, k, {a, lda, 1}, {b, ldb, 1}, c, ldc);
+}
+
 }  // namespace muon::detail::blas::sgemm
 
 namespace muon::detail::blas {

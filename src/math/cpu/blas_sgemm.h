@@ -25,5 +25,7 @@ void gram_upper(const float* W, const Panel& p, float* A);
 void square_upper(const float* A, float* C, int k);
 void product_upper(const float* A, const float* B, float* C, int k);
 void gemm_left(const float* R, const float* B, const Panel& p, float* C);
+void gemm_rows(int m, int n, int k, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc);
 
 }  // namespace muon::detail::blas::sgemm

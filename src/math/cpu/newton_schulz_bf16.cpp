@@ -27,14 +27,18 @@ namespace {
 void product_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
                   Bf16Products products, double beta = 0) {
   if (products == Bf16Products::emulated) {
-    // On LibTorch's fp32 GEMM, in parts of kColumnsPerCall of C's columns dealt to the threads,
-    // each part's product whole on one thread (blas::OneThread): the same calls on any count.
-    const auto a = A.to(at::kFloat);
-    const int64_t columns = C.size(1), parts = (columns + kColumnsPerCall - 1) / kColumnsPerCall;
+    // On the fp32 products' library (blas::gemm_rows), in parts of kColumnsPerCall of C's
+    // columns dealt to the threads, each part one call on one thread: the same calls on any count
+    // (LibTorch's at::mm on MKL, called from the threads, gave some parts other bits at times).
+    const auto a = A.to(at::kFloat).contiguous(), b = B.to(at::kFloat).contiguous();
+    const int64_t rows = C.size(0), columns = C.size(1), inner = A.size(1);
+    const int64_t parts = (columns + kColumnsPerCall - 1) / kColumnsPerCall;
     for_each_in_lanes(parts, std::max<int64_t>(1, lane_threads()), [&](int64_t part, int64_t) {
       const int64_t j0 = part * kColumnsPerCall, width = std::min(kColumnsPerCall, columns - j0);
-      const blas::OneThread alone;
-      const auto AB = at::mm(a, B.narrow(1, j0, width).to(at::kFloat));
+      auto AB = at::empty({rows, width}, a.options());
+      blas::gemm_rows(static_cast<int>(rows), static_cast<int>(width), static_cast<int>(inner),
+                      a.data_ptr<float>(), inner, b.data_ptr<float>() + j0, columns,
+                      AB.data_ptr<float>(), width);
       auto c = C.narrow(1, j0, width);
       if (beta == 0) {
         c.copy_(AB);
