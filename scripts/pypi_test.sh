@@ -31,4 +31,9 @@ OMP_NUM_THREADS=1 "$python" -m pytest -q -rs -p no:cacheprovider --junitxml="$wo
   "$repo/python/tests" "$@" || status=$?
 python3 "$repo/scripts/skips.py" "$work/pytest.xml" --stage "pypi (torch $torch_version)" \
   --hardware-only || status=1
+# Again as a CPU without bf16 dot products (bf16 emulated, torch's bf16 GEMM crawling): the
+# thread-count bits and the bf16 steps beside torch.optim.Muon and PyTorch's frozen values.
+ONEDNN_MAX_CPU_ISA=AVX2 OMP_NUM_THREADS=1 "$python" -m pytest -q -rs -p no:cacheprovider \
+  "$repo/python/tests/test_threads.py" "$repo/python/tests/test_torch_optim_muon.py" \
+  -k "threads or frozen or bf16" || status=$?
 exit "$status"
