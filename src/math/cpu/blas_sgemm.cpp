@@ -121,18 +121,6 @@ void product(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b
                        b.data, &ldbi, a.data, &ldai, &zero, c, &ldci);
 }
 
-// Runs product(first, count) for the calls of `columns` columns cut at fixed multiples of
-// kColumnsPerCall, dealt to the threads one at a time (lanes): the same calls on any thread count.
-template <class Product>
-void by_column_parts(int64_t columns, const Product& product) {
-  const int64_t parts = (columns + kColumnsPerCall - 1) / kColumnsPerCall;
-  detail::for_each_in_lanes(parts, std::max<int64_t>(1, detail::lane_threads()),
-                            [&](int64_t part, int64_t) {
-                              const int64_t j0 = part * kColumnsPerCall;
-                              product(j0, std::min(kColumnsPerCall, columns - j0));
-                            });
-}
-
 // C's upper triangle (k×k, row-major) ← a·b for k×n a and n×k b whose product is symmetric, by
 // the row blocks of upper_blocks.h (block i0: a's rows i0 .. i0 + kFp32BlockRows times b's
 // columns i0 .. k), each cut into column parts; the tiles are dealt to the threads.
@@ -179,11 +167,11 @@ void product_upper(const float* A, const float* B, float* C, int k) {
   upper({A, k, 1}, {B, k, 1}, k, k, C);
 }
 
-// By parts of B's columns (by_column_parts), each product on its thread's core. A column-major
+// By parts of B's columns (for_each_column_part), each product on its thread's core. A column-major
 // panel (a tall matrix read as its transpose) as Cᵀ = Bᵀ·Rᵀ, whose rows are C's columns.
 void gemm_left(const float* R, const float* B, const Panel& p, float* C) {
   const Operand r{R, p.k, 1}, b{B, p.rs, p.cs};
-  by_column_parts(p.m, [&](int64_t j0, int64_t columns) {
+  for_each_column_part(p.m, [&](int64_t j0, int64_t columns) {
     if (!b.transposed()) {
       product(p.k, columns, p.k, r, b.at(0, j0), C + j0, p.rs);
     } else {

@@ -12,7 +12,6 @@
 #include "muon/error.h"
 #include "muon/internal/blas.h"
 #include "muon/internal/dnnl.h"
-#include "muon/internal/lanes.h"
 #include "transpose_bf16.h"
 #include "upper_blocks.h"
 
@@ -32,9 +31,7 @@ void product_into(const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
     // (LibTorch's at::mm on MKL, called from the threads, gave some parts other bits at times).
     const auto a = A.to(at::kFloat).contiguous(), b = B.to(at::kFloat).contiguous();
     const int64_t rows = C.size(0), columns = C.size(1), inner = A.size(1);
-    const int64_t parts = (columns + kColumnsPerCall - 1) / kColumnsPerCall;
-    for_each_in_lanes(parts, std::max<int64_t>(1, lane_threads()), [&](int64_t part, int64_t) {
-      const int64_t j0 = part * kColumnsPerCall, width = std::min(kColumnsPerCall, columns - j0);
+    for_each_column_part(columns, [&](int64_t j0, int64_t width) {
       auto AB = at::empty({rows, width}, a.options());
       blas::gemm_rows(static_cast<int>(rows), static_cast<int>(width), static_cast<int>(inner),
                       a.data_ptr<float>(), inner, b.data_ptr<float>() + j0, columns,

@@ -1,7 +1,8 @@
 // Internal: the upper triangle of a symmetric k×k product computed as row blocks, one GEMM each
 // (oneDNN has no syrk; LibTorch exports MKL's public sgemm but not its gemmt or syrk). The bf16
 // chain (newton_schulz_bf16.cpp) and the fp32 products on another sgemm (blas_sgemm.cpp) share
-// the blocking and the way the blocks meet the threads.
+// the blocking; the bf16 chain deals its blocks to the threads here (for_each_upper_block), the
+// sgemm cuts them further into calls of kColumnsPerCall columns and deals those.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -9,6 +10,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#include "muon/internal/lanes.h"
 
 namespace muon::detail {
 
@@ -27,6 +30,17 @@ constexpr int64_t kFp32BlockRows = 128;
 // summed a 64-column part of a 1024³ product otherwise than the whole product in 55112 entries
 // (docs/algorithms.md §Same bits at any thread count).
 constexpr int64_t kColumnsPerCall = 512;
+
+// Runs part(first, count) for the parts of `columns` columns cut at multiples of kColumnsPerCall,
+// dealt to the threads one at a time (lanes): the same calls on any thread count.
+template <class Part>
+void for_each_column_part(int64_t columns, const Part& part) {
+  const int64_t parts = (columns + kColumnsPerCall - 1) / kColumnsPerCall;
+  for_each_in_lanes(parts, std::max<int64_t>(1, lane_threads()), [&](int64_t index, int64_t) {
+    const int64_t first = index * kColumnsPerCall;
+    part(first, std::min(kColumnsPerCall, columns - first));
+  });
+}
 
 // The elements the block of `rows` rows at row i0 of a k×k upper triangle computes, its diagonal
 // block whole.
