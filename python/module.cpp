@@ -270,8 +270,10 @@ class Engine {
 
   // Replaces every group's settings and all state. `states` pairs parameters with state dicts
   // ({'step': int or tensor, name: tensor}); parameters not listed start fresh. Everything is
-  // checked before anything changes.
-  void load(const py::list& options, const py::list& states) {
+  // checked before anything changes. Returns the state tensors brought to this optimizer's
+  // precision (state_dtype changed), one line each.
+  std::vector<std::string> load(const py::list& options, const py::list& states) {
+    std::vector<std::string> converted;
     std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> previous;
     for (const auto& g : optimizer_->param_groups()) previous.push_back(g.options().clone());
     set_options(options);
@@ -295,6 +297,9 @@ class Engine {
             entry.tensors[key] = value.cast<at::Tensor>();
           }
         }
+        for (const auto& line : convert_state_precision(*optimizer_, param, entry, where)) {
+          converted.push_back(where + ": " + line);
+        }
         check_param_state(*optimizer_, param, entry, where, StateDtypes::stored_or_param);
         entries.emplace_back(param, std::move(entry));
       }
@@ -304,6 +309,7 @@ class Engine {
     }
     optimizer_->state().clear();
     for (const auto& [param, entry] : entries) write_param_state(*optimizer_, param, entry);
+    return converted;
   }
 
   HybridOptimizer& hybrid() {

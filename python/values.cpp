@@ -1,11 +1,14 @@
 #include "values.h"
 
+#include "muon/dtypes.h"
+
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "muon/adam.h"
 #include "muon/algorithms.h"
+#include "muon/dtypes.h"
 #include "muon/error.h"
 #include "muon/muon.h"
 #include "muon/normalization.h"
@@ -90,6 +93,14 @@ std::string text(const std::string& key, py::handle v) {
 }
 
 at::ScalarType dtype(const std::string& key, py::handle v) {
+  if (py::isinstance<py::str>(v)) {  // a state dtype by name: "float32", "bfloat16", "int8"
+    const auto named = state_dtype_named(v.cast<std::string>());
+    if (!named) {
+      throw py::value_error(key + ": expected " + kStateDtypeChoices + " (or a torch.dtype), got '" +
+                            v.cast<std::string>() + "'");
+    }
+    return *named;
+  }
   if (!THPDtype_Check(v.ptr())) type_error(key, "a torch.dtype", v);
   return reinterpret_cast<THPDtype*>(v.ptr())->scalar_type;
 }

@@ -378,9 +378,9 @@ TEST(AdamFamily, RejectsBadOptionsNamingThem) {
   expect_error<Error>([&] { Adam({W}, AdamOptions().weight_decay(-1)); },
                       {"weight_decay must be >= 0"});
   expect_error<Error>([&] { AdamW({W}, AdamWOptions().state_dtype(at::kHalf)); },
-                      {"state_dtype Half", "Float", "BFloat16"});
+                      {"state_dtype Half", "use float32 (full precision), bfloat16 (stochastic rounding) or int8"});
   expect_error<Error>([&] { Lamb({W}, LambOptions().state_dtype(at::kBFloat16)); },
-                      {"Lamb: state_dtype BFloat16", "Adam, AdamW and Muon"});
+                      {"Lamb: state_dtype bfloat16", "Adam, AdamW, Lion and Muon"});
   expect_error<Error>([&] { AdamW({at::ones({2}, at::kComplexFloat).requires_grad_(true)}); },
                       {"complex"});
 }

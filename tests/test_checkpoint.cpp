@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -18,6 +19,7 @@
 #include "helpers.h"
 #include "muon/config.h"
 #include "muon/error.h"
+#include "muon/param_state.h"
 
 namespace muon {
 namespace {
@@ -62,9 +64,10 @@ struct Trained {
   cli::Gpt model;
   std::unique_ptr<HybridOptimizer> opt;
 };
-Trained trained(const OptimConfig& config, uint64_t seed, int64_t steps, int64_t total) {
+Trained trained(const OptimConfig& config, uint64_t seed, int64_t steps, int64_t total,
+                int64_t d_model = 16) {
   at::manual_seed(seed);
-  cli::Gpt model(tiny());
+  cli::Gpt model(tiny(d_model));
   auto opt = build_optimizer(*model, config, total);
   for (int64_t s = 0; s < steps; ++s) train_step(model, *opt, s);
   return {model, std::move(opt)};
@@ -82,22 +85,58 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / name).string();
 }
 
-TEST(Checkpoint, ResumeIsBitExactForFp32AndBf16State) {
-  for (const char* dtype : {"float32", "bfloat16"}) {
+TEST(Checkpoint, ResumeIsBitExactForFp32Bf16AndInt8State) {
+  for (const char* dtype : {"float32", "bfloat16", "int8"}) {
     SCOPED_TRACE(dtype);
     const auto config = config_with(dtype);
     const int64_t K = 3;
-    auto straight = trained(config, 1, 2 * K, 2 * K);
-    auto first = trained(config, 1, K, 2 * K);
+    // Width 64: the MLP's matrices (256 × 64) are large enough for 8-bit state.
+    const int64_t width = std::string(dtype) == "int8" ? 64 : 16;
+    auto straight = trained(config, 1, 2 * K, 2 * K, width);
+    auto first = trained(config, 1, K, 2 * K, width);
     const auto path = temp_path(std::string("muon_ckpt_") + dtype + ".pt");
     save_checkpoint(path, *first.opt, first.model.get(), config.to_yaml());
 
     // A differently initialized model: the checkpoint restores it.
-    auto resumed = trained(config, 99, 0, 2 * K);
+    auto resumed = trained(config, 99, 0, 2 * K, width);
     const auto info = load_checkpoint(path, *resumed.opt, resumed.model.get());
     EXPECT_EQ(info.step_count, K);
     EXPECT_EQ(info.config_yaml, config.to_yaml());
+    EXPECT_TRUE(info.converted_state.empty());
     expect_continues_as(resumed, K, 2 * K, straight);
+  }
+}
+
+// A run's state saved in float32 resumes with int8 state (and back): converted once on load, as
+// quantizing (dequantizing) the saved tensors gives, and reported.
+TEST(Checkpoint, SwitchingBetweenFloatAndInt8StateConvertsOnce) {
+  const int64_t K = 2;
+  for (const auto& [from, to] : {std::pair{"float32", "int8"}, std::pair{"int8", "float32"}}) {
+    SCOPED_TRACE(std::string(from) + " → " + to);
+    auto first = trained(config_with(from), 1, K, 2 * K, 64);
+    const auto path = temp_path(std::string("muon_ckpt_switch_") + from + ".pt");
+    save_checkpoint(path, *first.opt, first.model.get());
+    auto resumed = trained(config_with(to), 99, 0, 2 * K, 64);
+    const auto info = load_checkpoint(path, *resumed.opt, resumed.model.get());
+    ASSERT_FALSE(info.converted_state.empty());
+    for (const auto& item : first.model->named_parameters()) {
+      const auto& name = item.key();
+      const auto saved = read_param_state(*first.opt, item.value());
+      if (!saved) continue;
+      auto expected = *saved;
+      const auto& q = resumed.model->named_parameters()[name];
+      const auto lines = convert_state_precision(*resumed.opt, q, expected, name);
+      const auto loaded = read_param_state(*resumed.opt, q).value();
+      for (const auto& [slot, t] : loaded.tensors) {
+        EXPECT_TRUE(at::equal(t, expected.tensors.at(slot))) << name << "." << slot;
+      }
+      const bool converted = std::find_if(info.converted_state.begin(), info.converted_state.end(),
+                                          [&](const std::string& line) {
+                                            return line.rfind(name + ": ", 0) == 0;
+                                          }) != info.converted_state.end();
+      EXPECT_EQ(converted, !lines.empty()) << name;
+    }
+    train_step(resumed.model, *resumed.opt, K);  // and the run goes on
   }
 }
 

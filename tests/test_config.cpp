@@ -416,7 +416,7 @@ TEST(Config, InvalidConfigsNameTheirKeyPath) {
       {"optimizer: {cautious: true}\ncautious: false",
        "cautious: the root value false conflicts with optimizer.cautious true"},
       {"optimizer: {state_dtype: float16}",
-       "optimizer.state_dtype: expected float32 or bfloat16, got 'float16'"},
+       "optimizer.state_dtype: expected float32, bfloat16 or int8, got 'float16'"},
       {"optimizer: {ns_dtype: float16}",
        "optimizer.ns_dtype: expected float32, bfloat16 or float64 (or null: per device), got "
        "'float16'"},

@@ -33,6 +33,8 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   const auto as_int = [](const at::Tensor& t) {
     const auto dense = t.contiguous();
     switch (dense.element_size()) {
+      case 1:
+        return dense;
       case 2:
         return dense.view(at::kShort);
       case 4:
@@ -124,6 +126,10 @@ std::vector<at::Tensor> assorted(at::ScalarType dtype, at::Generator& gen) {
   }
   out.push_back(at::randn({6, 9}, gen).to(dtype).t());
   out.push_back(at::randn({10, 8}, gen).to(dtype).slice(1, 0, 8, 2));
+  // Large enough for int8 state: rows shorter than a block, and rows of several blocks (the last
+  // one short) seen transposed.
+  out.push_back(at::randn({80, 70}, gen).to(dtype));
+  out.push_back(at::randn({1000, 9}, gen).to(dtype).t());
   return out;
 }
 
@@ -189,8 +195,9 @@ TEST(Generic, AdamAdamWAndNAdamEqualTheFusedKernelsBitForBit) {
   for (const char* rule : {"adamw", "adam"}) {
     for (bool nesterov : {false, true}) {
       for (bool cautious : {false, true}) {
-        for (auto state : {at::kFloat, at::kBFloat16}) {
+        for (auto state : {at::kFloat, at::kBFloat16, at::kChar}) {
           for (auto param : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble}) {
+            if (state == at::kChar && param == at::kDouble) continue;  // refused
             const AdamCase c{rule, nesterov, cautious, state, param};
             SCOPED_TRACE(describe(c));
             run_both(c, 4, 10 + cases++, [](const at::Tensor& a, const at::Tensor& b, auto&&) {
@@ -289,6 +296,7 @@ std::vector<at::Tensor> matrices(at::ScalarType dtype, at::Generator& gen) {
     out.push_back(at::randn(shape, gen).to(dtype));
   }
   out.push_back(at::randn({18, 10}, gen).to(dtype).t());
+  out.push_back(at::randn({2, 40, 64}, gen).to(dtype));  // int8 state: rows of 2560 per expert
   return out;
 }
 
@@ -320,8 +328,9 @@ std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> run_muon(
 TEST(Generic, MuonEqualsTheFusedKernelsBitForBitWithThePlainChain) {
   int cases = 0;
   for (const auto& c : muon_cases()) {
-    for (auto state : {at::kFloat, at::kBFloat16}) {
+    for (auto state : {at::kFloat, at::kBFloat16, at::kChar}) {
       for (auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+        if (state == at::kChar && dtype == at::kDouble) continue;  // refused
         SCOPED_TRACE(c.name + " state " + c10::toString(state) + " param " + c10::toString(dtype));
         auto o = MuonOptions(c.options).state_dtype(state);
         std::pair<std::unique_ptr<Muon>, std::unique_ptr<Muon>> optimizers;

@@ -16,6 +16,7 @@
 #include "muon/compat.h"
 #include "muon/error.h"
 #include "muon/hybrid.h"
+#include "muon/param_state.h"
 #include "muon/stochastic_rounding.h"
 
 namespace muon {
@@ -48,6 +49,8 @@ std::vector<at::Tensor> shapes_of_every_kind(at::Generator& gen, at::ScalarType 
     out.push_back(at::randn(shape, gen).to(dtype));
   }
   out.push_back(at::randn({6, 9}, gen).to(dtype).t());  // transposed: not contiguous
+  // Large enough for int8 state: rows of 1000 (blocks 256, 256, 256, 232), transposed.
+  out.push_back(at::randn({1000, 9}, gen).to(dtype).t());
   for (auto& p : out) p.requires_grad_(true);
   return out;
 }
@@ -110,11 +113,11 @@ void run_both_paths(at::ScalarType param_dtype, at::ScalarType state_dtype) {
   }
   for (size_t i = 0; i < fused.size(); ++i) {
     EXPECT_TRUE(at::equal(fused[i], generic[i])) << "parameter " << i;
-    const auto key_a = compat::param_state_key(fused[i]);
-    const auto key_b = compat::param_state_key(generic[i]);
-    EXPECT_TRUE(at::equal(static_cast<const LionParamState&>(*a.state().at(key_a)).exp_avg(),
-                          static_cast<const LionParamState&>(*b.state().at(key_b)).exp_avg()))
-        << "state " << i;
+    const auto state_a = read_param_state(a, fused[i]).value();
+    const auto state_b = read_param_state(b, generic[i]).value();
+    for (const auto& [name, t] : state_a.tensors) {
+      EXPECT_TRUE(at::equal(t, state_b.tensors.at(name))) << "state " << i << " " << name;
+    }
   }
 }
 
@@ -123,6 +126,8 @@ TEST(Lion, FusedKernelAndGenericFormGiveTheSameBits) {
   run_both_paths(at::kFloat, at::kBFloat16);
   run_both_paths(at::kBFloat16, at::kFloat);
   run_both_paths(at::kDouble, at::kFloat);
+  run_both_paths(at::kFloat, at::kChar);
+  run_both_paths(at::kBFloat16, at::kChar);
 }
 
 uint16_t bits_at(const at::Tensor& bf16, int64_t i) {
@@ -193,7 +198,7 @@ TEST(Lion, RejectsBadOptionsAndGradientsNamingThemAndChangingNothing) {
       },
       {"Lion: betas[0] must be in [0, 1), got 1"});
   expect_error<Error>([&] { Lion({W}, LionOptions().state_dtype(at::kHalf)); },
-                      {"Lion: state_dtype Half is not supported", "Float", "BFloat16"});
+                      {"Lion: state_dtype Half is not supported", "float32 (full precision), bfloat16 (stochastic rounding) or int8"});
   Lion opt({W}, LionOptions(0.1));
   const auto before = W.detach().clone();
   W.mutable_grad() = at::randn({3, 4});

@@ -789,7 +789,7 @@ TEST(Muon, RejectsBadOptions) {
   expect_error<Error>([&] { Muon({W}, MuonOptions().ns_steps(0)); },
                       {"Muon: ns_steps must be a whole number in [1, 1000], got 0"});
   expect_error<Error>([&] { Muon({W}, MuonOptions().state_dtype(at::kHalf)); },
-                      {"Muon: state_dtype Half", "Float", "BFloat16"});
+                      {"Muon: state_dtype Half", "float32 (full precision), bfloat16 (stochastic rounding) or int8"});
   expect_error<Error>(
       [&] {
         Muon({W}, MuonOptions()

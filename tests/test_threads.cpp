@@ -120,6 +120,13 @@ TEST(Threads, EveryAlgorithmAndTheHybridGiveTheBitsOfOneThread) {
   expect_the_bits_of_one_thread(
       "dion, lion in bf16",
       {DionOptions(0.01), LionOptions(1e-4).state_dtype(at::kBFloat16).weight_decay(0.1)});
+  expect_the_bits_of_one_thread(
+      "muon, adamw, both with int8 state",
+      {MuonOptions(0.02).state_dtype(at::kChar), AdamWOptions(3e-3).state_dtype(at::kChar)});
+  expect_the_bits_of_one_thread(
+      "muon with int8 state, lion with int8 state",
+      {MuonOptions(0.02).state_dtype(at::kChar).nesterov(false),
+       LionOptions(1e-4).state_dtype(at::kChar).weight_decay(0.1)});
 }
 
 // QK-clip after the hybrid's step, on the demo GPT at width 256 (each projection 2^16 elements):

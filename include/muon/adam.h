@@ -81,12 +81,22 @@ using AdamOptions = AdamFamilyOptions<AdamRule::adam>;
 using LambOptions = AdamFamilyOptions<AdamRule::lamb>;
 
 // The Adam family's state per parameter (MUON_PARAM_STATE in muon/algorithm.h): the moments
-// exp_avg and exp_avg_sq in state_dtype (full precision: fp32, fp64 for fp64 parameters); mantissa
-// with mantissa_tracking of a bf16 parameter (the low 16 bits of each fp32 weight, int16).
+// exp_avg and exp_avg_sq in state_dtype (full precision: fp32, fp64 for fp64 parameters; bf16) or,
+// with int8 state where the tensor takes it, as codes and per-block absmax (muon/quantize.h: the
+// signed map for exp_avg, the unsigned one for exp_avg_sq); mantissa with mantissa_tracking of a
+// bf16 parameter (the low 16 bits of each fp32 weight, int16).
 // clang-format off
 #define MUON_ADAM_STATE(X)                                                                         \
-  X(exp_avg, true, p.sizes(), state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)       \
-  X(exp_avg_sq, true, p.sizes(), state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)    \
+  X(exp_avg, !quantized_state(p, o.state_dtype()), p.sizes(),                                     \
+    state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)                                  \
+  X(exp_avg_sq, !quantized_state(p, o.state_dtype()), p.sizes(),                                  \
+    state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)                                  \
+  X(exp_avg_codes, quantized_state(p, o.state_dtype()), p.sizes(), at::kByte, zeros)             \
+  X(exp_avg_absmax, quantized_state(p, o.state_dtype()), q8::absmax_shape(p.sizes()), at::kFloat, \
+    zeros)                                                                                         \
+  X(exp_avg_sq_codes, quantized_state(p, o.state_dtype()), p.sizes(), at::kByte, zeros)          \
+  X(exp_avg_sq_absmax, quantized_state(p, o.state_dtype()), q8::absmax_shape(p.sizes()),          \
+    at::kFloat, zeros)                                                                             \
   X(mantissa, tracks_mantissa(o.mantissa_tracking(), p), p.sizes(), at::kShort, zeros)
 // clang-format on
 MUON_PARAM_STATE(AdamParamState, MUON_ADAM_STATE);

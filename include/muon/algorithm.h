@@ -66,6 +66,13 @@ inline bool tracks_mantissa(bool option, const at::Tensor& param) {
   return option && param.scalar_type() == at::kBFloat16;
 }
 
+// Brings `tensors` (a state by name) to the precision `slots` say: X quantized where X_codes and
+// X_absmax are expected, those dequantized where X is (muon/param_state.h's
+// convert_state_precision, which checks them first, naming `where`). Returns what it converted.
+std::vector<std::string> fit_state_precision(std::map<std::string, at::Tensor>& tensors,
+                                             const std::vector<StateSlot>& slots,
+                                             const std::string& where);
+
 // An algorithm's per-parameter state, declared once as a list of its tensors,
 //   X(name, present, shape, dtype, start)
 // where `present`, `shape` and `dtype` are expressions of the group's options `o`, the parameter
@@ -81,6 +88,12 @@ inline bool tracks_mantissa(bool option, const at::Tensor& param) {
   if (StateStart::start_ == StateStart::zeros && !s.name_().defined() && (present_)) { \
     s.name_(at::zeros(shape_, p.options().dtype(dtype_)));                             \
   }
+#define MUON_STATE_STALE(name_, present_, shape_, dtype_, start_) \
+  if (s.name_().defined() && !(present_)) stale = true;
+#define MUON_STATE_TO_MAP(name_, present_, shape_, dtype_, start_) \
+  if (s.name_().defined()) tensors[#name_] = s.name_();
+#define MUON_STATE_FROM_MAP(name_, present_, shape_, dtype_, start_) \
+  s.name_(tensors.count(#name_) != 0 ? tensors[#name_] : at::Tensor());
 #define MUON_PARAM_STATE(Name, LIST)                                                              \
   struct Name : public torch::optim::OptimizerCloneableParamState<Name> {                         \
     TORCH_ARG(int64_t, step) = 0;                                                                 \
@@ -100,10 +113,19 @@ inline bool tracks_mantissa(bool option, const at::Tensor& param) {
       LIST(MUON_STATE_SLOT)                                                                       \
       return slots;                                                                               \
     }                                                                                             \
-    /* Makes each tensor that starts as zeros, is present and is not there yet. */                \
+    /* Makes each tensor that starts as zeros, is present and is not there yet, after          \
+       bringing tensors kept in another precision to this one (state_dtype changed). */           \
     template <class Options>                                                                      \
     static void make(Name& s, [[maybe_unused]] const Options& o, const at::Tensor& p,             \
                      [[maybe_unused]] at::IntArrayRef view) {                                     \
+      bool stale = false;                                                                         \
+      LIST(MUON_STATE_STALE)                                                                      \
+      if (stale) {                                                                                \
+        std::map<std::string, at::Tensor> tensors;                                                \
+        LIST(MUON_STATE_TO_MAP)                                                                   \
+        fit_state_precision(tensors, slots(o, p, view), "optimizer state");                      \
+        LIST(MUON_STATE_FROM_MAP)                                                                 \
+      }                                                                                           \
       LIST(MUON_STATE_MAKE)                                                                       \
     }                                                                                             \
   }

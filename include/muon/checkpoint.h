@@ -19,6 +19,9 @@ namespace muon {
 struct CheckpointInfo {
   int64_t step_count = 0;
   std::string config_yaml;  // as saved ("" when none was given)
+  // State saved in another precision than this optimizer keeps (state_dtype changed: int8 ↔
+  // float32/bfloat16), converted once on load: "name: exp_avg → exp_avg_codes, exp_avg_absmax".
+  std::vector<std::string> converted_state;
 };
 
 // Writes `path` through a temporary file, fsync and rename: a crash mid-save leaves the previous

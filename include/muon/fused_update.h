@@ -2,7 +2,8 @@
 // and writes parameter and state once, multi-threaded and vectorized, with no full-size
 // temporaries. Parameters may be float32, float64, bfloat16 or float16 (gradients of the same
 // dtype); state float32 (float64 for float64 parameters) or bfloat16, written back with
-// stochastic rounding (muon/stochastic_rounding.h). Arithmetic runs in float32 (float64 for
+// stochastic rounding (muon/stochastic_rounding.h), or 8-bit (QuantizedState overloads: each
+// block decoded, updated in fp32 as fp32 state is, and coded again, muon/quantize.h). Arithmetic runs in float32 (float64 for
 // float64 parameters) and is rounded once into the parameter's dtype.
 #pragma once
 
@@ -11,6 +12,12 @@
 #include <cstdint>
 
 namespace muon {
+
+// A state tensor stored 8-bit (muon/quantize.h): codes (uint8, contiguous, the parameter's shape)
+// and one fp32 absmax per block (q8::absmax_shape). Parameters must not be float64.
+struct QuantizedState {
+  at::Tensor codes, absmax;
+};
 
 // Scalars of one Adam-family update of one tensor.
 struct AdamStepScalars {
@@ -35,6 +42,9 @@ struct AdamStepScalars {
 // All tensors must be contiguous with the same number of elements.
 void fused_adam_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
                      at::Tensor& exp_avg_sq, const AdamStepScalars& k);
+// The same with 8-bit moments: exp_avg in the signed map, exp_avg_sq in the unsigned one.
+void fused_adam_step(at::Tensor& param, const at::Tensor& grad, QuantizedState& exp_avg,
+                     QuantizedState& exp_avg_sq, const AdamStepScalars& k);
 
 // LAMB (You et al., arXiv 1904.00962) for one tensor, in two passes over fp32 state: the first
 // updates the moments and sums ‖W‖² and ‖r‖² of r = m̂/(√v̂ + eps) + λ·W, the second applies
@@ -56,6 +66,8 @@ struct LionStepScalars {
 // All tensors must be contiguous with the same number of elements.
 void fused_lion_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
                      const LionStepScalars& k);
+void fused_lion_step(at::Tensor& param, const at::Tensor& grad, QuantizedState& exp_avg,
+                     const LionStepScalars& k);
 
 // Muon's momentum: B ← β·B + (1−β)·g (ema) or β·B + g (sum), and the direction to orthogonalize
 // written to `direction` (float32/float64): Q = lerp(g, B, β) (ema) or g + β·B (sum) with
@@ -67,6 +79,8 @@ struct MomentumScalars {
   uint32_t seed = 0;
 };
 void fused_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& direction,
+                    const MomentumScalars& k);
+void fused_momentum(const at::Tensor& grad, QuantizedState& buffer, at::Tensor& direction,
                     const MomentumScalars& k);
 
 // W ← W·decay − scale·U in one pass (U float32/float64, W any supported dtype). With `cautious`

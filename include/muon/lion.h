@@ -1,7 +1,8 @@
 // muon::Lion — the sign of an interpolated momentum (Chen et al., "Symbolic Discovery of
 // Optimization Algorithms", arXiv 2302.06675), per step and parameter:
 //   c ← β1·m + (1−β1)·g;  W ← W·(1 − lr·λ) − lr·sign(c);  m ← β2·m + (1−β2)·g.
-// One state tensor (m), which state_dtype(at::kBFloat16) stores in bf16 with stochastic rounding.
+// One state tensor (m), which state_dtype(at::kBFloat16) stores in bf16 with stochastic rounding,
+// state_dtype(at::kChar) in 8-bit blocks (muon/quantize.h).
 // The defaults are lion-pytorch's (lr 1e-4, betas (0.9, 0.99), weight decay 0); Lion wants a
 // learning rate 3–10× smaller than AdamW's and a decay 3–10× larger (the paper, §5).
 //
@@ -29,7 +30,8 @@ namespace muon {
     "(β1, β2): β1 interpolates the update's momentum, β2 is the kept momentum's")                  \
   X(double, weight_decay, 0.0, nonnegative, "decoupled weight decay λ: W·(1 − lr·λ)")              \
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
-    "momentum storage: float32 (float64 for float64 parameters) or bfloat16 (stochastic rounding)") \
+    "momentum storage: float32 (float64 for float64 parameters), bfloat16 (stochastic rounding) "  \
+    "or int8 (8-bit blocks, tensors of 4096+ elements in 2+ dims)")                                \
   X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
   X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
 // clang-format on
@@ -54,10 +56,14 @@ void visit_options(const LionOptions& o, F&& f) {
 }
 
 // Lion's state per parameter (MUON_PARAM_STATE in muon/algorithm.h): the momentum exp_avg (m) in
-// state_dtype; mantissa with mantissa_tracking of a bf16 parameter (int16 low halves).
+// state_dtype (int8: exp_avg_codes and exp_avg_absmax, muon/quantize.h's signed map); mantissa with mantissa_tracking of a bf16 parameter (int16 low halves).
 // clang-format off
 #define MUON_LION_STATE(X)                                                                         \
-  X(exp_avg, true, p.sizes(), state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)       \
+  X(exp_avg, !quantized_state(p, o.state_dtype()), p.sizes(),                                     \
+    state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)                                  \
+  X(exp_avg_codes, quantized_state(p, o.state_dtype()), p.sizes(), at::kByte, zeros)             \
+  X(exp_avg_absmax, quantized_state(p, o.state_dtype()), q8::absmax_shape(p.sizes()), at::kFloat, \
+    zeros)                                                                                         \
   X(mantissa, tracks_mantissa(o.mantissa_tracking(), p), p.sizes(), at::kShort, zeros)
 // clang-format on
 MUON_PARAM_STATE(LionParamState, MUON_LION_STATE);

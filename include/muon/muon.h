@@ -99,14 +99,18 @@ void visit_options(O& o, F&& f) {
 
 // Muon's state per parameter (MUON_PARAM_STATE in muon/algorithm.h):
 //   momentum_buffer        fp32 (fp64 for fp64 parameters) whatever the parameter dtype, or bf16
-//                          by state_dtype
+//                          by state_dtype; with int8 state, where the tensor takes it,
+//                          momentum_buffer_codes and momentum_buffer_absmax (muon/quantize.h)
 //   normuon_second_moment  NorMuon's statistic, fp32, normuon_state_shape(view); only with NorMuon
 //   mantissa               mantissa_tracking of a bf16 parameter: the low 16 bits of each fp32
 //                          weight (int16)
 // clang-format off
 #define MUON_MUON_STATE(X)                                                                         \
-  X(momentum_buffer, true, p.sizes(), state_storage_dtype(p.scalar_type(), o.state_dtype()),      \
-    zeros)                                                                                         \
+  X(momentum_buffer, !quantized_state(p, o.state_dtype()), p.sizes(),                             \
+    state_storage_dtype(p.scalar_type(), o.state_dtype()), zeros)                                  \
+  X(momentum_buffer_codes, quantized_state(p, o.state_dtype()), p.sizes(), at::kByte, zeros)     \
+  X(momentum_buffer_absmax, quantized_state(p, o.state_dtype()), q8::absmax_shape(p.sizes()),     \
+    at::kFloat, zeros)                                                                             \
   X(normuon_second_moment, o.normuon().has_value(), normuon_state_shape(view, o.normuon()->axis),  \
     full_precision(p.scalar_type()), zeros)                                                        \
   X(mantissa, tracks_mantissa(o.mantissa_tracking(), p), p.sizes(), at::kShort, zeros)

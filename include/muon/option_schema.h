@@ -148,7 +148,8 @@ const char* coefficients_option_doc();
   X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
   X(bool, cautious, false, any, MUON_CAUTIOUS_DOC)                                                 \
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
-    "momentum storage: float32 (float64 for float64 parameters) or bfloat16 (stochastic rounding)") \
+    "momentum storage: float32 (float64 for float64 parameters), bfloat16 (stochastic rounding) "  \
+    "or int8 (8-bit blocks, tensors of 4096+ elements in 2+ dims)")                                \
   X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
   X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
 
@@ -185,7 +186,8 @@ const char* coefficients_option_doc();
     "default), palm W·(1 − lr²·λ); LAMB: decoupled only")                                          \
   X(bool, nesterov, false, any, "NAdam's look-ahead first moment (optax's form); not for LAMB")    \
   X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
-    "moment storage: float32 (float64 for float64 parameters) or bfloat16 (not for LAMB)")         \
+    "moment storage: float32 (float64 for float64 parameters), bfloat16 or int8 (8-bit blocks, "   \
+    "tensors of 4096+ elements in 2+ dims); LAMB: float32 only")                                   \
   X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
   X(bool, cautious, false, any, MUON_CAUTIOUS_DOC "; not for LAMB")                               \
   X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)

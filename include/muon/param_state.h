@@ -42,6 +42,15 @@ void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tenso
                        const ParamStateEntry& entry, const std::string& where,
                        StateDtypes accepted = StateDtypes::stored);
 
+// Brings `entry` to the precision `optimizer` keeps `param`'s state in (muon/quantize.h): a
+// tensor X given where X_codes and X_absmax are kept (state_dtype int8) is quantized; X_codes and
+// X_absmax given where X is kept are dequantized. Each source is checked first (shape, finite,
+// scales ≥ 0, one per block), naming `where`. Returns what it converted, one line per tensor
+// ("exp_avg → exp_avg_codes, exp_avg_absmax"), for the caller's log; empty when nothing was.
+std::vector<std::string> convert_state_precision(const torch::optim::Optimizer& optimizer,
+                                                 const at::Tensor& param, ParamStateEntry& entry,
+                                                 const std::string& where);
+
 // Installs copies of `entry`'s tensors (on the parameter's device, in the stored dtype: another
 // accepted one is rounded to nearest) as `param`'s state. Call check_param_state first: this only
 // writes.

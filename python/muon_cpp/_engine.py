@@ -6,6 +6,7 @@ step, state dicts and their hooks, copies, process groups) is one base class tha
 shares; its parts call each other throughout."""
 
 import collections.abc
+import logging
 import operator
 
 import torch
@@ -291,7 +292,13 @@ class _EngineOptimizer(Optimizer):
                         {key: value for key, value in saved.items() if key != "params"}))
                     for saved in saved_groups]
         self._check_extra(state_dict)
-        self._engine.load([self._engine_settings(group) for group in settings], states)
+        converted = self._engine.load([self._engine_settings(group) for group in settings],
+                                      states)
+        if converted:  # state_dtype changed since the state was saved: converted once, said once
+            logging.getLogger("muon_cpp").warning(
+                "load_state_dict: %d optimizer state tensors converted to this optimizer's "
+                "state_dtype (%s%s)", len(converted), converted[0],
+                ", ..." if len(converted) > 1 else "")
         for group, saved in zip(self.param_groups, settings):
             group.update(saved)
         self._load_extra(state_dict)

@@ -12,6 +12,7 @@
 #include "muon/fused_update.h"
 #include "muon/generic_update.h"
 #include "muon/stochastic_rounding.h"
+#include "state_precision.h"
 
 namespace muon {
 namespace {
@@ -31,9 +32,10 @@ void Algorithm<AdamFamilyOptions<R>>::validate(const Options& o) {
   const char* name = rule_name(R);
   check_ranges(name, o);
   if constexpr (R == AdamRule::lamb) {
-    check(o.state_dtype() == at::kFloat, "Lamb: state_dtype ", o.state_dtype(),
-          " is not supported; LAMB keeps float32 state (bfloat16 state is available for Adam, "
-          "AdamW and Muon)");
+    check(o.state_dtype() == at::kFloat, "Lamb: state_dtype ",
+          state_dtype_name(o.state_dtype()),
+          " is not supported; LAMB keeps float32 state (bfloat16 and int8 state are available for "
+          "Adam, AdamW, Lion and Muon)");
     check(!o.nesterov(),
           "Lamb: nesterov is not supported; LAMB's trust ratio is defined for the "
           "Adam direction (use Adam or AdamW with nesterov for NAdam)");
@@ -45,8 +47,7 @@ void Algorithm<AdamFamilyOptions<R>>::validate(const Options& o) {
           " is not supported; LAMB's decay is part of the direction its trust ratio scales "
           "(decoupled is the only method)");
   } else {
-    check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, name, ": state_dtype ",
-          o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
+    detail::check_state_dtype(name, o.state_dtype());
   }
 }
 
@@ -54,6 +55,7 @@ template <AdamRule R>
 void Algorithm<AdamFamilyOptions<R>>::check_item(const at::Tensor& p, const at::Tensor& grad,
                                                  const Options& o, const std::string& where) {
   detail::check_elementwise_item(rule_name(R), p, grad, o.fused(), where);
+  detail::check_state_for(rule_name(R), p, o.state_dtype(), where);
 }
 
 namespace {
@@ -76,6 +78,23 @@ AdamStepScalars scalars_of(const AdamFamilyOptions<R>& o, const RuleItem<AdamPar
   return s;
 }
 
+// AdamW, Adam or NAdam with 8-bit moments (LAMB keeps float32 state).
+void update_quantized(at::Tensor& param, const at::Tensor& grad, AdamParamState& state,
+                      const AdamStepScalars& s, const std::optional<bool>& fused) {
+  QuantizedState m{state.exp_avg_codes(), state.exp_avg_absmax()};
+  QuantizedState v{state.exp_avg_sq_codes(), state.exp_avg_sq_absmax()};
+  if (!detail::runs_fused(fused, param)) {
+    detail::on_dequantized<2>({&m, &v}, {q8::CodeMap::signed_e4m3, q8::CodeMap::unsigned_e5m3},
+                              [&](std::array<at::Tensor, 2>& moments) {
+                                generic_adam_step({{param, grad, moments[0], moments[1], s}});
+                              });
+    return;
+  }
+  const auto dense_grad = grad.contiguous();
+  detail::update_in_place(
+      param, [&](at::Tensor& dense) { fused_adam_step(dense, dense_grad, m, v, s); });
+}
+
 template <AdamRule R>
 void update_items(const AdamFamilyOptions<R>& o,
                   const std::vector<RuleItem<AdamParamState>>& items) {
@@ -85,6 +104,10 @@ void update_items(const AdamFamilyOptions<R>& o,
     auto& state = *item.state;
     state.step(s.step);
     auto param = item.param;
+    if (state.exp_avg_codes().defined()) {
+      update_quantized(param, item.grad, state, s, o.fused());
+      continue;
+    }
     if (!detail::runs_fused(o.fused(), param)) {
       generic.push_back({param, item.grad, state.exp_avg(), state.exp_avg_sq(), s});
       continue;

@@ -10,6 +10,7 @@
 #include "muon/error.h"
 #include "muon/fused_update.h"
 #include "muon/stochastic_rounding.h"
+#include "state_precision.h"
 
 namespace muon {
 namespace {
@@ -49,7 +50,22 @@ void update_items(const LionOptions& o, const std::vector<Item>& items) {
     k.beta2 = std::get<1>(o.betas());
     k.decay_fraction = o.lr() * o.weight_decay();
     auto param = item.param;
-    if (!detail::runs_fused(o.fused(), param)) {
+    const bool fused = detail::runs_fused(o.fused(), param);
+    if (state.exp_avg_codes().defined()) {
+      QuantizedState m{state.exp_avg_codes(), state.exp_avg_absmax()};
+      if (!fused) {
+        detail::on_dequantized<1>({&m}, {q8::CodeMap::signed_e4m3},
+                                  [&](std::array<at::Tensor, 1>& values) {
+                                    generic_lion_step(param, item.grad, values[0], k);
+                                  });
+        continue;
+      }
+      const auto grad = item.grad.contiguous();
+      detail::update_in_place(param,
+                              [&](at::Tensor& dense) { fused_lion_step(dense, grad, m, k); });
+      continue;
+    }
+    if (!fused) {
       generic_lion_step(param, item.grad, state.exp_avg(), k);
       continue;
     }
@@ -63,13 +79,13 @@ void update_items(const LionOptions& o, const std::vector<Item>& items) {
 
 void Algorithm<LionOptions>::validate(const LionOptions& o) {
   check_ranges("Lion", o);
-  check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, "Lion: state_dtype ",
-        o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
+  detail::check_state_dtype("Lion", o.state_dtype());
 }
 
 void Algorithm<LionOptions>::check_item(const at::Tensor& p, const at::Tensor& grad,
                                         const LionOptions& o, const std::string& where) {
   detail::check_elementwise_item("Lion", p, grad, o.fused(), where);
+  detail::check_state_for("Lion", p, o.state_dtype(), where);
 }
 
 void Algorithm<LionOptions>::update(const LionOptions& o, const std::vector<Item>& items) {

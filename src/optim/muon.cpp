@@ -5,6 +5,7 @@
 
 #include "matrix_optimizer.h"
 #include "muon/error.h"
+#include "state_precision.h"
 
 namespace muon {
 
@@ -26,8 +27,7 @@ double shape_factor(AdjustLr mode, int64_t rows, int64_t cols) {
 
 void check_options(const MuonOptions& o) {
   check_ranges("Muon", o);
-  check(o.state_dtype() == at::kFloat || o.state_dtype() == at::kBFloat16, "Muon: state_dtype ",
-        o.state_dtype(), " is not supported; use Float (full precision) or BFloat16");
+  detail::check_state_dtype("Muon", o.state_dtype());
   if (o.normuon()) {
     check(o.normuon()->beta2 >= 0 && o.normuon()->beta2 < 1,
           "Muon: normuon beta2 must be in [0, 1), got ", o.normuon()->beta2);

@@ -14,6 +14,7 @@
 #include "muon/reduction.h"
 #include "muon/stochastic_rounding.h"
 #include "muon_parts.h"
+#include "state_precision.h"
 
 namespace muon {
 
@@ -48,6 +49,7 @@ void Algorithm<MuonOptions>::check_item(const at::Tensor& p, const at::Tensor& g
                                         const MuonOptions& o, const std::vector<int64_t>& view,
                                         const std::string& where) {
   detail::check_matrix_item("Muon", p, grad, o.fused(), where);
+  detail::check_state_for("Muon", p, o.state_dtype(), where);
   const auto rows = view[view.size() - 2];
   const auto cols = view.back();
   if (o.num_heads()) {
@@ -84,14 +86,26 @@ std::vector<int64_t> row_blocks(const MuonOptions& o, int64_t rows) {
 }
 
 // Updates the momentum buffer and writes the direction Q to orthogonalize into `direction`: one
-// fused pass on CPU, the same formulas in ATen operations elsewhere (any buffer dtype in both).
-void momentum_direction(const at::Tensor& grad, at::Tensor& B, at::Tensor& direction,
+// fused pass on CPU, the same formulas in ATen operations elsewhere (any buffer dtype in both,
+// 8-bit included).
+void momentum_direction(const at::Tensor& grad, MuonParamState& state, at::Tensor& direction,
                         const MuonOptions& o, uint32_t seed) {
   const MomentumScalars k{o.momentum(), o.momentum_form() == MomentumForm::ema, o.nesterov(), seed};
-  if (detail::runs_fused(o.fused(), grad)) {
-    fused_momentum(grad.contiguous(), B, direction, k);
+  const bool fused = detail::runs_fused(o.fused(), grad);
+  if (state.momentum_buffer_codes().defined()) {
+    QuantizedState B{state.momentum_buffer_codes(), state.momentum_buffer_absmax()};
+    if (fused) {
+      fused_momentum(grad.contiguous(), B, direction, k);
+    } else {
+      detail::on_dequantized<1>({&B}, {q8::CodeMap::signed_e4m3},
+                                [&](std::array<at::Tensor, 1>& values) {
+                                  generic_momentum(grad, values[0], direction, k);
+                                });
+    }
+  } else if (fused) {
+    fused_momentum(grad.contiguous(), state.momentum_buffer(), direction, k);
   } else {
-    generic_momentum(grad, B, direction, k);
+    generic_momentum(grad, state.momentum_buffer(), direction, k);
   }
 }
 
@@ -193,8 +207,8 @@ at::Tensor split_direction(const MuonItem& item) {
   auto Q = at::empty(item.param.sizes(),
                      item.param.options().dtype(full_precision(item.param.scalar_type())));
   const auto& o = *item.options;
-  momentum_direction(momentum_gradient(item.grad, item.param, o), item.state->momentum_buffer(), Q,
-                     o, momentum_seed(item));
+  momentum_direction(momentum_gradient(item.grad, item.param, o), *item.state, Q, o,
+                     momentum_seed(item));
   return Q.view(item.view);
 }
 
@@ -260,8 +274,7 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
       if (piece.whole()) {
         auto Q_param = Q.view(item.param.sizes());
         momentum_direction(momentum_gradient(item.grad, item.param, *item.options),
-                           item.state->momentum_buffer(), Q_param, *item.options,
-                           momentum_seed(item));
+                           *item.state, Q_param, *item.options, momentum_seed(item));
       } else {
         Q.copy_(split.at(&item).first.narrow(-2, piece.row0, piece.rows));
       }

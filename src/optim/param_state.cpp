@@ -8,6 +8,7 @@
 #include "muon/algorithms.h"
 #include "muon/compat.h"
 #include "muon/error.h"
+#include "muon/quantize.h"
 
 namespace muon {
 namespace {
@@ -28,7 +29,93 @@ const torch::optim::OptimizerParamState* find_state(const torch::optim::Optimize
   return it == optimizer.state().end() ? nullptr : it->second.get();
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+const std::string kCodes = "_codes";
+const std::string kAbsmax = "_absmax";
+
+// The map a state tensor named `name` is coded in: second moments (exp_avg_sq) are ≥ 0.
+q8::CodeMap map_of(const std::string& name) {
+  return ends_with(name, "_sq") ? q8::CodeMap::unsigned_e5m3 : q8::CodeMap::signed_e4m3;
+}
+
+// Throws, naming `where`, unless `absmax` holds finite scales ≥ 0, one per block of `codes`.
+void check_absmax(const at::Tensor& codes, const at::Tensor& absmax, const std::string& where,
+                  const std::string& name) {
+  const auto shape = q8::absmax_shape(codes.sizes());
+  check(absmax.sizes() == at::IntArrayRef(shape), where, ".", name, " has shape ", absmax.sizes(),
+        "; codes of shape ", codes.sizes(), " have ", at::IntArrayRef(shape),
+        " scales (one per block of ", q8::kBlock, " elements of a row)");
+  check(absmax.is_floating_point(), where, ".", name, " has dtype ", absmax.scalar_type(),
+        "; scales are float32");
+  check(at::isfinite(absmax).all().item<bool>(), where, ".", name, " holds NaN or Inf");
+  check((absmax >= 0).all().item<bool>(), where, ".", name,
+        " holds a negative scale; a block's scale is its largest |x|");
+}
+
+// Throws unless `codes` are byte codes: uint8, or (after torch's load_state_dict cast them to
+// the parameter's dtype) whole numbers 0–255.
+void check_codes(const at::Tensor& codes, const std::string& where, const std::string& name) {
+  if (codes.scalar_type() == at::kByte) return;
+  check(codes.is_floating_point() &&
+            (codes == codes.round()).logical_and(codes >= 0).logical_and(codes <= 255).all().item<bool>(),
+        where, ".", name, " has dtype ", codes.scalar_type(),
+        " and values that are not codes; 8-bit codes are uint8 (0–255)");
+}
+
 }  // namespace
+
+std::vector<std::string> fit_state_precision(std::map<std::string, at::Tensor>& tensors,
+                                             const std::vector<StateSlot>& slots,
+                                             const std::string& where) {
+  const auto has = [&](const std::string& name) {
+    const auto it = tensors.find(name);
+    return it != tensors.end() && it->second.defined();
+  };
+  std::vector<std::string> converted;
+  for (const auto& slot : slots) {
+    if (has(slot.name)) continue;
+    if (ends_with(slot.name, kCodes)) {  // kept 8-bit, given as X: quantize
+      const auto base = slot.name.substr(0, slot.name.size() - kCodes.size());
+      if (!has(base)) continue;
+      const auto& x = tensors[base];
+      check(x.sizes() == at::IntArrayRef(slot.shape) && x.is_floating_point(), where, ".", base,
+            " has shape ", x.sizes(), " and dtype ", x.scalar_type(), "; expected floating point of shape ",
+            at::IntArrayRef(slot.shape));
+      check(at::isfinite(x).all().item<bool>(), where, ".", base, " holds NaN or Inf");
+      auto codes = at::zeros(x.sizes(), x.options().dtype(at::kByte));
+      auto absmax = at::zeros(q8::absmax_shape(x.sizes()), x.options().dtype(at::kFloat));
+      q8::quantize(x.contiguous(), codes, absmax, map_of(base));
+      tensors.erase(base);
+      tensors[slot.name] = codes;
+      tensors[base + kAbsmax] = absmax;
+      converted.push_back(base + " → " + slot.name + ", " + base + kAbsmax);
+    } else if (!ends_with(slot.name, kAbsmax) && has(slot.name + kCodes) &&
+               has(slot.name + kAbsmax)) {  // kept in full or bf16 precision, given 8-bit
+      const auto codes = tensors[slot.name + kCodes];
+      const auto absmax = tensors[slot.name + kAbsmax];
+      check(codes.sizes() == at::IntArrayRef(slot.shape), where, ".", slot.name, kCodes,
+            " has shape ", codes.sizes(), ", this optimizer needs ", at::IntArrayRef(slot.shape));
+      check_codes(codes, where, slot.name + kCodes);
+      check_absmax(codes, absmax, where, slot.name + kAbsmax);
+      const auto x = q8::dequantize(codes.to(at::kByte).contiguous(),
+                                    absmax.to(at::kFloat).contiguous(), map_of(slot.name));
+      tensors.erase(slot.name + kCodes);
+      tensors.erase(slot.name + kAbsmax);
+      tensors[slot.name] = x.to(slot.dtype);
+      converted.push_back(slot.name + kCodes + ", " + slot.name + kAbsmax + " → " + slot.name);
+    }
+  }
+  return converted;
+}
+
+std::vector<std::string> convert_state_precision(const torch::optim::Optimizer& optimizer,
+                                                 const at::Tensor& param, ParamStateEntry& entry,
+                                                 const std::string& where) {
+  return fit_state_precision(entry.tensors, expected_state_slots(optimizer, param), where);
+}
 
 std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optimizer,
                                             const at::Tensor& param) {
@@ -80,6 +167,11 @@ void check_param_state(const torch::optim::Optimizer& optimizer, const at::Tenso
           ".", slot.name, " has dtype ", t.scalar_type(), ", this optimizer stores ", slot.dtype,
           also ? detail::concat(" (and takes the parameter's ", param.scalar_type(), ")") : "");
     check(t.layout() == at::kStrided, where, ".", slot.name, " is sparse; state is dense");
+    if (ends_with(slot.name, kCodes)) check_codes(t, where, slot.name);
+    if (ends_with(slot.name, kAbsmax)) {
+      check_absmax(entry.tensors.at(slot.name.substr(0, slot.name.size() - kAbsmax.size()) + kCodes),
+                   t, where, slot.name);
+    }
     check(at::isfinite(t).all().item<bool>(), where, ".", slot.name, " holds NaN or Inf");
   }
   std::string valid;
@@ -187,11 +279,19 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer,
       ParamStateEntry entry;
       entry.step = step.toInt();
       for (const auto& slot : expected_state_slots(optimizer, params[i])) {
-        at::Tensor t;
-        if (archive.try_read(state_key(g, i) + slot.name, t)) entry.tensors[slot.name] = t;
+        // The slot, or what it is in another precision (converted below).
+        std::vector<std::string> names{slot.name, slot.name + kCodes, slot.name + kAbsmax};
+        if (ends_with(slot.name, kCodes)) {
+          names.push_back(slot.name.substr(0, slot.name.size() - kCodes.size()));
+        }
+        for (const auto& name : names) {
+          at::Tensor t;
+          if (archive.try_read(state_key(g, i) + name, t)) entry.tensors[name] = t;
+        }
       }
-      check_param_state(optimizer, params[i], entry,
-                        detail::concat("parameter ", i, " of param group ", g));
+      const auto where = detail::concat("parameter ", i, " of param group ", g);
+      convert_state_precision(optimizer, params[i], entry, where);
+      check_param_state(optimizer, params[i], entry, where);
       states.emplace_back(params[i], std::move(entry));
     }
   }

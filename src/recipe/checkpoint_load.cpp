@@ -115,6 +115,7 @@ namespace {
 // Everything load_checkpoint() will change, decided (and checked) before the first change.
 struct LoadPlan {
   std::vector<std::pair<at::Tensor, ParamStateEntry>> restores;
+  std::vector<std::string> converted;  // state brought to this run's precision, one line each
   std::vector<double> lrs;
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // model tensor ← file tensor
   int64_t step_count = 0, skipped_steps = 0;
@@ -124,7 +125,8 @@ struct LoadPlan {
 // The state saved for `p` (named `name`) in `entry`, checked against what this optimizer runs
 // on it; none when the entry holds no state yet.
 std::optional<ParamStateEntry> saved_state(const Dict& entry, const std::string& name,
-                                           const at::Tensor& p, const HybridOptimizer& optimizer) {
+                                           const at::Tensor& p, const HybridOptimizer& optimizer,
+                                           std::vector<std::string>& converted) {
   const auto entry_name = "state['" + name + "']";
   const auto where = "checkpoint: " + entry_name;
   // (Version 1 named the roles muon and adamw.)
@@ -155,6 +157,9 @@ std::optional<ParamStateEntry> saved_state(const Dict& entry, const std::string&
     } else {
       saved.tensors[key] = file_tensor(item.value(), entry_name + "." + key);
     }
+  }
+  for (const auto& line : convert_state_precision(optimizer, p, saved, where)) {
+    converted.push_back(name + ": " + line);
   }
   check_param_state(optimizer, p, saved, where);
   return saved;
@@ -203,7 +208,8 @@ LoadPlan plan_load(const c10::IValue& loaded, const std::string& path, HybridOpt
   for (const auto& [name, p] : named) {
     check(state.contains(name), "checkpoint '", path, "' has no state for parameter '", name,
           "'; it belongs to a different model");
-    auto saved = saved_state(dict_field(state, name, "checkpoint: state"), name, p, optimizer);
+    auto saved = saved_state(dict_field(state, name, "checkpoint: state"), name, p, optimizer,
+                             plan.converted);
     if (saved) plan.restores.emplace_back(p, std::move(*saved));
   }
   const auto lrs = field(root, "group_lrs", path).toDoubleList();
@@ -254,7 +260,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
           "' is not a muon-cpp checkpoint");
     const auto step = field(root, "step_count", path);
     check(step.isInt() && step.toInt() >= 0, "checkpoint '", path, "' has no valid step_count");
-    return {step.toInt(), field(root, "config", path).toStringRef()};
+    return {step.toInt(), field(root, "config", path).toStringRef(), {}};
   } catch (const c10::Error& e) {
     std::string reason = e.what_without_backtrace();
     throw Error("checkpoint '" + path + "' is malformed (" + reason.substr(0, reason.find('\n')) +
@@ -285,7 +291,7 @@ CheckpointInfo load_checkpoint(const std::string& path, HybridOptimizer& optimiz
   }
   for (auto& [target, source] : plan.copies) target.copy_(source);
   optimizer.restore_counters(plan.step_count, plan.skipped_steps);
-  return {plan.step_count, plan.config};
+  return {plan.step_count, plan.config, plan.converted};
 }
 
 }  // namespace muon

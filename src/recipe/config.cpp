@@ -9,6 +9,7 @@
 #include <set>
 #include <type_traits>
 
+#include "muon/dtypes.h"
 #include "muon/error.h"
 #include "muon/internal/config_sections.h"
 #include "muon/internal/read_file.h"
@@ -178,12 +179,16 @@ void read_masking_and_storage(Section& s, OptimConfig& config) {
         " (the others' algorithm) has no cautious masking; remove it, or choose others adamw");
 
   if (const auto v = s.text("state_dtype")) {
-    check(*v == "float32" || *v == "bfloat16", s.key_path("state_dtype"),
-          ": expected float32 or bfloat16, got '", *v, "'");
-    const auto dtype = *v == "bfloat16" ? at::kBFloat16 : at::kFloat;
-    // Dion keeps its momentum in full precision: float32 is what it does, bfloat16 refused.
+    const auto named = state_dtype_named(*v);
+    check(named.has_value(), s.key_path("state_dtype"), ": expected ", kStateDtypeChoices,
+          ", got '", *v, "'");
+    const auto dtype = *named;
+    // Dion keeps its momentum in full precision: float32 is what it does, the others refused.
     if (h.matrices && !set_option(*h.matrices, "state_dtype", dtype) && dtype != at::kFloat) {
-      refuse_for_matrices(s, "state_dtype", h, "bfloat16 state (its momentum is float32)");
+      refuse_for_matrices(s, "state_dtype", h,
+                          state_dtype_name(dtype) +
+                              " state (its momentum M and the power iteration on it need full "
+                              "precision: it keeps float32)");
     }
     set_option(*h.others, "state_dtype", dtype);  // every elementwise algorithm has one
   }

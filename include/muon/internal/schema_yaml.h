@@ -30,8 +30,8 @@ template <class T>
 struct is_optional<std::optional<T>> : std::true_type {};
 
 // The dtypes a config names.
-constexpr std::array<std::pair<at::ScalarType, const char*>, 3> kDtypeNames{
-    {{at::kFloat, "float32"}, {at::kBFloat16, "bfloat16"}, {at::kDouble, "float64"}}};
+constexpr std::array<std::pair<at::ScalarType, const char*>, 4> kDtypeNames{
+    {{at::kFloat, "float32"}, {at::kBFloat16, "bfloat16"}, {at::kChar, "int8"}, {at::kDouble, "float64"}}};
 
 // Whether a field of `kinds` ("" all) belongs to the schedule kind `kind` ("" any).
 inline bool belongs(const char* kinds, const std::string& kind) {
@@ -82,7 +82,7 @@ inline at::ScalarType dtype_named(const YAML::Node& n, const std::string& path, 
   throw Error(path + ": expected " + valid + ", got '" + n.Scalar() + "'");
 }
 inline void read_value(const YAML::Node& n, const std::string& path, at::ScalarType& out) {
-  out = dtype_named(n, path, "float32, bfloat16 or float64");
+  out = dtype_named(n, path, "float32, bfloat16, int8 or float64");
 }
 // null: per device.
 inline void read_value(const YAML::Node& n, const std::string& path,

@@ -9,6 +9,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
+#include <array>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "../update_constants.h"
 #include "muon/dtypes.h"
 #include "muon/error.h"
+#include "muon/quantize.h"
 #include "muon/stochastic_rounding.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -416,6 +418,122 @@ void fused_apply_update(at::Tensor& param, const at::Tensor& update, double deca
                  : apply_range<P, false, false>(d, sc, p, u, g, begin, end);
       }
     });
+  });
+}
+
+// ---- 8-bit state: each block decoded into fp32 buffers, updated by the fp32-state kernel, coded
+// again (so an update's arithmetic is fp32 state's, and the bits are those of dequantizing,
+// updating and quantizing whole tensors) ----
+namespace {
+
+void check_quantized(const at::Tensor& param, const QuantizedState& q, const char* kernel) {
+  check(q.codes.scalar_type() == at::kByte && q.codes.is_contiguous() &&
+            q.codes.sizes() == param.sizes(),
+        kernel, ": 8-bit codes must be a contiguous uint8 tensor of the parameter's shape ",
+        param.sizes());
+  const auto shape = q8::absmax_shape(param.sizes());
+  check(q.absmax.scalar_type() == at::kFloat && q.absmax.is_contiguous() &&
+            q.absmax.sizes() == at::IntArrayRef(shape),
+        kernel, ": absmax must be a contiguous float32 tensor of shape ", at::IntArrayRef(shape));
+  check(q.codes.device() == param.device() && q.absmax.device() == param.device(), kernel,
+        ": 8-bit state must be on the parameter's device");
+}
+
+// Calls f(P{}) with the parameter's element type: float32, bfloat16 or float16 (8-bit state is
+// not kept for float64 parameters).
+template <class F>
+void dispatch_quantized(const at::Tensor& param, const char* kernel, F&& f) {
+  check(param.scalar_type() != at::kDouble, kernel,
+        ": 8-bit state is not kept for float64 parameters");
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, param.scalar_type(), "muon_q8", [&] {
+    if constexpr (!std::is_same_v<scalar_t, double>) f(scalar_t{});
+  });
+}
+
+// update(first, n, buffers) for every block of `param`, buffers[i] holding states[i] decoded.
+template <size_t N, class F>
+void on_decoded_blocks(const at::Tensor& param, const std::array<QuantizedState*, N>& states,
+                       const std::array<q8::CodeMap, N>& maps, F&& update) {
+  std::array<uint8_t*, N> codes{};
+  std::array<float*, N> absmax{};
+  for (size_t i = 0; i < N; ++i) {
+    QuantizedState& state = *states[i];
+    codes[i] = state.codes.data_ptr<uint8_t>();
+    absmax[i] = state.absmax.data_ptr<float>();
+  }
+  q8::for_each_block(param.sizes(), [&](int64_t b, int64_t first, int64_t n) {
+    float buffers[N][q8::kBlock];
+    for (size_t i = 0; i < N; ++i) {
+      q8::decode_block(maps[i], codes[i] + first, absmax[i][b], buffers[i], n);
+    }
+    update(first, n, buffers);
+    for (size_t i = 0; i < N; ++i) {
+      absmax[i][b] = q8::encode_block(maps[i], buffers[i], codes[i] + first, n);
+    }
+  });
+}
+
+constexpr auto kSigned = q8::CodeMap::signed_e4m3;
+constexpr auto kUnsigned = q8::CodeMap::unsigned_e5m3;
+
+}  // namespace
+
+void fused_adam_step(at::Tensor& param, const at::Tensor& grad, QuantizedState& exp_avg,
+                     QuantizedState& exp_avg_sq, const AdamStepScalars& s) {
+  check_same_layout(param, grad, {}, "fused_adam_step");
+  check_quantized(param, exp_avg, "fused_adam_step");
+  check_quantized(param, exp_avg_sq, "fused_adam_step");
+  dispatch_quantized(param, "fused_adam_step", [&](auto p_tag) {
+    using P = decltype(p_tag);
+    const auto k = adam_constants<float>(s);
+    auto* p = param.data_ptr<P>();
+    const auto* g = grad.data_ptr<P>();
+    const auto range = s.nesterov ? (s.cautious ? adam_range<P, float, true, true>
+                                                : adam_range<P, float, true, false>)
+                                  : (s.cautious ? adam_range<P, float, false, true>
+                                                : adam_range<P, float, false, false>);
+    on_decoded_blocks<2>(param, {&exp_avg, &exp_avg_sq}, {kSigned, kUnsigned},
+                         [&](int64_t first, int64_t n, float (*moments)[q8::kBlock]) {
+                           range(k, p + first, g + first, moments[0], moments[1], 0, n);
+                         });
+  });
+}
+
+void fused_lion_step(at::Tensor& param, const at::Tensor& grad, QuantizedState& exp_avg,
+                     const LionStepScalars& s) {
+  check_same_layout(param, grad, {}, "fused_lion_step");
+  check_quantized(param, exp_avg, "fused_lion_step");
+  dispatch_quantized(param, "fused_lion_step", [&](auto p_tag) {
+    using P = decltype(p_tag);
+    const auto k = lion_constants<float>(s);
+    auto* p = param.data_ptr<P>();
+    const auto* g = grad.data_ptr<P>();
+    on_decoded_blocks<1>(param, {&exp_avg}, {kSigned},
+                         [&](int64_t first, int64_t n, float (*m)[q8::kBlock]) {
+                           lion_range<P, float>(k, p + first, g + first, m[0], 0, n);
+                         });
+  });
+}
+
+void fused_momentum(const at::Tensor& grad, QuantizedState& buffer, at::Tensor& direction,
+                    const MomentumScalars& s) {
+  check_same_layout(grad, grad, {&direction}, "fused_momentum");
+  check_quantized(grad, buffer, "fused_momentum");
+  check(direction.scalar_type() == at::kFloat, "fused_momentum: direction must be fp32");
+  dispatch_quantized(grad, "fused_momentum", [&](auto p_tag) {
+    using P = decltype(p_tag);
+    const MomentumConstants<float> k{static_cast<float>(s.beta),
+                                     static_cast<float>(1.0 - s.beta), s.seed};
+    const auto* g = grad.data_ptr<P>();
+    auto* q = direction.data_ptr<float>();
+    const auto range = s.ema ? (s.nesterov ? momentum_range<P, float, true, true>
+                                           : momentum_range<P, float, true, false>)
+                             : (s.nesterov ? momentum_range<P, float, false, true>
+                                           : momentum_range<P, float, false, false>);
+    on_decoded_blocks<1>(grad, {&buffer}, {kSigned},
+                         [&](int64_t first, int64_t n, float (*b)[q8::kBlock]) {
+                           range(k, g + first, b[0], q + first, 0, n);
+                         });
   });
 }
 

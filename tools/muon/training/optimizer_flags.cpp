@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "muon/dtypes.h"
 #include "muon/algorithms.h"
 #include "muon/config.h"
 #include "muon/error.h"
@@ -57,7 +58,7 @@ RunFlag optimizer_flag(CLI::App& train, std::string& optimizer) {
           check(!dtype || set_option(*h.matrices, "state_dtype", *dtype) || *dtype == at::kFloat,
                 "train: --optimizer ", optimizer,
                 " keeps its momentum in float32; drop "
-                "--state-dtype bfloat16 (or the configuration's state_dtype)");
+                "--state-dtype ", state_dtype_name(*dtype), " (or the configuration's state_dtype)");
         }
         c.optimizer.name = optimizer;
       },
@@ -109,25 +110,25 @@ std::vector<RunFlag> optimizer_flags(CLI::App& train, ParsedFlags& values) {
   flags.push_back(others_flag(train, values.others));
   auto* dtype = train
                     .add_option("--state-dtype", state_dtype,
-                                "optimizer state storage: float32, or bfloat16 (stochastic "
-                                "rounding)")
-                    ->check(CLI::IsMember({"float32", "bfloat16"}))
+                                "optimizer state storage: float32, bfloat16 (stochastic "
+                                "rounding) or int8 (8-bit blocks); a resumed run may switch, "
+                                "its state converted once")
+                    ->check(CLI::IsMember({"float32", "bfloat16", "int8"}))
                     ->capture_default_str();
-  flags.push_back({"--state-dtype", "optimizer.muon.state_dtype", false, dtype,
+  flags.push_back({"--state-dtype", "optimizer.muon.state_dtype", true, dtype,
                    [&state_dtype](TrainConfig& c) {
-                     const auto t = state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+                     const auto t = *state_dtype_named(state_dtype);
                      auto& h = c.optimizer.hybrid;
                      check(!h.matrices || set_option(*h.matrices, "state_dtype", t) ||
                                t == at::kFloat,
                            "train: ", h.matrices ? algorithm_name(*h.matrices) : "",
-                           " keeps its momentum in float32; --state-dtype bfloat16 stores "
-                           "the other tensors' state only with --optimizer muon or adamw");
+                           " keeps its momentum in float32; --state-dtype ", state_dtype,
+                           " stores the other tensors' state only with --optimizer muon or "
+                           "adamw");
                      set_option(*h.others, "state_dtype", t);
                    },
                    [](const TrainConfig& c) {
-                     return std::string(state_dtype_of(c.optimizer.hybrid) == at::kBFloat16
-                                            ? "bfloat16"
-                                            : "float32");
+                     return state_dtype_name(state_dtype_of(c.optimizer.hybrid));
                    }});
   auto* mlr = train.add_option("--muon-lr", muon_lr, "peak learning rate of the Muon matrices")
                   ->check(positive_number())

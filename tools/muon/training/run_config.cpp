@@ -41,8 +41,8 @@ OptimConfig demo_optimizer(const std::string& name, at::ScalarType state, double
     set_group_settings(*h.matrices, matrices);
     check(set_option(*h.matrices, "state_dtype", state) || state == at::kFloat,
           "train: ", algorithm_name(*h.matrices),
-          " keeps its momentum in float32; --state-dtype "
-          "bfloat16 stores the other tensors' state only with --optimizer muon or adamw");
+          " keeps its momentum in float32; --state-dtype ", state_dtype_name(state),
+          " stores the other tensors' state only with --optimizer muon or adamw");
   }
   h.others = AdamWOptions(adamw_lr).betas({0.9, 0.95}).weight_decay(0.0).state_dtype(state);
   LrSchedule s;

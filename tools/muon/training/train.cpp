@@ -245,7 +245,13 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
 void TrainingRun::resume() {
   const auto stored = read_stored_run(config_.resume_dir);
   const auto path = (fs::path(config_.resume_dir) / "checkpoint.pt").string();
-  first_step_ = load_checkpoint(path, *optimizer_, model_.get()).step_count;
+  const auto loaded = load_checkpoint(path, *optimizer_, model_.get());
+  first_step_ = loaded.step_count;
+  if (!loaded.converted_state.empty()) {  // state_dtype changed: converted once, said once
+    log_ << "resume: " << loaded.converted_state.size()
+         << " optimizer state tensors converted to this run's state dtype (" << loaded.converted_state.front()
+         << (loaded.converted_state.size() > 1 ? ", ..." : "") << ")\n";
+  }
   check(first_step_ < config_.steps, "train: the checkpoint in '", config_.resume_dir,
         "' is at step ", first_step_, ", not before --steps ", config_.steps);
   progress_ = {stored.window_loss, stored.window_steps, stored.elapsed_s};
