@@ -27,6 +27,7 @@
 #include "muon/muon.h"
 #include "muon/orthogonalize.h"
 #include "muon/param_state.h"
+#include "muon/quantize.h"
 #include "muon/presets.h"
 #include "muon/stochastic_rounding.h"
 #include "values.h"
@@ -356,6 +357,8 @@ py::list report_rows(const HybridOptimizer& opt) {
     d["algorithm"] =
         r.algorithm.empty() ? py::object(py::none()) : py::object(py::str(r.algorithm));
     d["reason"] = r.reason;
+    d["state"] = r.role == Role::frozen ? py::object(py::none())
+                                        : py::object(py::str(opt.state_storage(r.name)));
     d["group"] = r.group.empty() ? py::object(py::none()) : py::object(py::str(r.group));
     d["lr"] = r.lr;
     d["weight_decay"] = r.weight_decay;
@@ -523,6 +526,8 @@ PYBIND11_MODULE(_core, m) {
       py::arg("x"), py::arg("seed"), py::arg("generic") = false,
       "fp32 → bfloat16 by the bf16 state's stochastic rounding (muon/stochastic_rounding.h): the "
       "device's own path, or (generic) the ATen-only form other devices run. For tests.");
+  m.def("takes_int8_state", [](const std::vector<int64_t>& shape) { return muon::q8::quantizes(shape); },
+        "Whether a parameter of this shape keeps int8 state when its group asks for it.");
   m.def("blas_backend", &muon::blas_backend,
         "What the CPU float32 Newton–Schulz products run on, and why.");
   m.def("bf16_products", &muon::bf16_products,

@@ -220,6 +220,9 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // tensors, a line naming where its products run (bf16_products(): on bf16 dot products, or
   // emulated where the CPU has none).
   std::string report_text() const;
+  // How the state of the parameter named `name` (as report() names it) is stored:
+  // muon/param_state.h's state_storage_text; "" for a frozen or unknown name.
+  std::string state_storage(const std::string& name) const;
 
   // Gradients by the TensorImpl of their parameter.
   using Gradients = std::map<const void*, at::Tensor>;

@@ -51,6 +51,11 @@ std::vector<std::string> convert_state_precision(const torch::optim::Optimizer& 
                                                  const at::Tensor& param, ParamStateEntry& entry,
                                                  const std::string& where);
 
+// How `optimizer` stores `param`'s state under its group's current options: "int8",
+// "bfloat16", "float32" or "float64" — for a tensor whose group asks for int8 but that keeps full
+// precision (under 4096 elements, or rank 1), with why.
+std::string state_storage_text(const torch::optim::Optimizer& optimizer, const at::Tensor& param);
+
 // Installs copies of `entry`'s tensors (on the parameter's device, in the stored dtype: another
 // accepted one is rounded to nearest) as `param`'s state. Call check_param_state first: this only
 // writes.

@@ -73,6 +73,8 @@ class _EngineOptimizer(Optimizer):
         if any(is_sharded(p) for p in params):
             shards = ShardedParams(params, self._updates_whole_tensors, self._matrix_flags(),
                                    self._process_group, type(self).__name__)
+            if not self._updates_whole_tensors:
+                shards.check_int8_state(self.param_groups, type(self).__name__)
         elif self._process_group is not None:
             plan = OwnerPlan(params, self._matrix_flags(), self._process_group)
         return shards, plan, self._new_engine(shards)

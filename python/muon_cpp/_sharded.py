@@ -94,6 +94,27 @@ class ShardedParams:
                 self._engine[id(p)] = torch.zeros((), dtype=p.dtype,
                                                   device=held.device).expand(p.shape)
 
+    def check_int8_state(self, groups, who):
+        """Each rank updates its own rows: a parameter that keeps int8 state whole must keep it
+        on every rank's rows too (blocks lie within rows, but the 4096-element threshold counts
+        a shard's elements), or its state would differ in kind between ranks and world sizes."""
+        index = {id(p): i for i, p in enumerate(self.params)}
+        for group in groups:
+            if str(group.get("state_dtype")) not in ("int8", "torch.int8"):
+                continue
+            for p in group["params"]:
+                whole = _core.takes_int8_state(list(p.shape))
+                for rank in range(self.world):
+                    rows = row_split(p.shape[0], self.world, rank)[1]
+                    shard = [rows] + list(p.shape[1:])
+                    if _core.takes_int8_state(shard) != whole:
+                        raise ValueError(
+                            f"{who}: parameter {index[id(p)]} of shape {tuple(p.shape)} "
+                            f"{'keeps' if whole else 'does not keep'} int8 state whole, but "
+                            f"its rows on rank {rank} of {self.world} ({tuple(shard)}) "
+                            f"{'do not' if whole else 'do'} (int8 state needs 4096+ elements in "
+                            "2+ dims); give it a param group with state_dtype float32")
+
     @staticmethod
     def _check(params, who):
         sharded = [is_sharded(p) for p in params]
@@ -240,7 +261,8 @@ class ShardedParams:
         rows = local(p).shape
         out = {}
         for key, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.shape == rows:
+            # State by rows: the parameter's shape, or int8 state's scales (rows × blocks).
+            if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == rows[0]:
                 padded = self._padded(value, p.shape[0]).contiguous()
                 whole = padded.new_empty((self.world * padded.shape[0],) + padded.shape[1:])
                 collective("state_dict()'s gathering of sharded state", self.group,
@@ -256,7 +278,8 @@ class ShardedParams:
             return entry
         first, count = row_split(p.shape[0], self.world, self.rank)
         return {key: value[first:first + count].clone()
-                if isinstance(value, torch.Tensor) and value.shape == p.shape else value
+                if isinstance(value, torch.Tensor) and value.dim() >= 1
+                and value.shape[0] == p.shape[0] else value
                 for key, value in entry.items()}
 
 

@@ -33,7 +33,8 @@ import torch.distributed as dist
 import muon_cpp
 
 TIMEOUT_S = 10  # the process group's: how long a rank waits for the others
-SHAPES = [(24, 16), (16, 24), (24, 16), (8, 8), (3, 12, 12), (40, 8), (16,), (5,)]
+# (64, 256): large enough for int8 state whole and in each of 4 ranks' rows (16 × 256).
+SHAPES = [(24, 16), (16, 24), (24, 16), (8, 8), (3, 12, 12), (40, 8), (64, 256), (16,), (5,)]
 
 
 # Clipping (the gradients' norm is about 45) and QK-clip (QkLogits's heads 0 and 2) every step,
@@ -78,6 +79,9 @@ def make(algorithm, params, group):
         return muon_cpp.Muon(matrices, lr=0.02, weight_decay=0.01, **extra)
     if algorithm == "dion":
         return muon_cpp.Dion(matrices, lr=0.01, rank_fraction=0.5, **extra)
+    if algorithm == "adamw_int8":  # int8 moments for the (64, 256) matrix, float32 elsewhere
+        extra["state_dtype"] = "int8"
+        algorithm = "adamw"
     cls = {"adamw": muon_cpp.AdamW, "lamb": muon_cpp.Lamb, "lion": muon_cpp.Lion}[algorithm]
     groups = [{"params": matrices}, {"params": others, "weight_decay": 0.0}]
     return cls(groups, lr=1e-2, **extra)

@@ -80,8 +80,11 @@ def test_wrong_types_are_type_errors():
         muon_cpp.Muon([w], nesterov=1)
     with pytest.raises(TypeError, match="ns_steps must be an int, got float"):
         muon_cpp.Muon([w], ns_steps=5.0)
-    with pytest.raises(TypeError, match="state_dtype must be a torch.dtype, got str"):
-        muon_cpp.Muon([w], state_dtype="bfloat16")
+    with pytest.raises(TypeError, match="state_dtype must be a torch.dtype, got int"):
+        muon_cpp.Muon([w], state_dtype=8)
+    with pytest.raises(ValueError, match="state_dtype: expected float32, bfloat16 or int8 "
+                                         r"\(or a torch.dtype\), got 'float16'"):
+        muon_cpp.Muon([w], state_dtype="float16")
     with pytest.raises(TypeError, match="params argument given to the optimizer should be"):
         muon_cpp.AdamW(w)  # PyTorch's own check
     optimizer = muon_cpp.AdamW([w])

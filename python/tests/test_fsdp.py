@@ -24,7 +24,8 @@ FSDP_RANKS = __import__("pathlib").Path(__file__).with_name("fsdp_ranks.py")
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-@pytest.mark.parametrize("algorithm", ["muon", "dion", "adamw", "lamb", "lion", "hybrid"])
+@pytest.mark.parametrize("algorithm",
+                         ["muon", "dion", "adamw", "adamw_int8", "lamb", "lion", "hybrid"])
 def test_sharded_parameters_step_as_one_process_does(tmp_path, world, algorithm):
     """Muon, Dion, Lamb and the hybrid of build_optimizer (whole tensors: one owner each,
     gathered and scattered back; the hybrid clipping on the norm of all ranks' gradients and
@@ -63,8 +64,8 @@ def test_parameters_accelerate_swaps_for_sharded_ones_are_stepped_as_one_process
 
 
 @pytest.mark.parametrize("algorithm, saved_at, loaded_at",
-                         [("muon", 2, 4), ("dion", 2, 1), ("adamw", 4, 1), ("lamb", 1, 2),
-                          ("lion", 2, 4), ("hybrid", 4, 2)])
+                         [("muon", 2, 4), ("dion", 2, 1), ("adamw", 4, 1), ("adamw_int8", 4, 2),
+                          ("lamb", 1, 2), ("lion", 2, 4), ("hybrid", 4, 2)])
 def test_distributed_checkpoint_of_sharded_parameters_resumes_at_another_world_size(
         tmp_path, algorithm, saved_at, loaded_at):
     """Half the steps sharded over one world size, saved with torch.distributed.checkpoint

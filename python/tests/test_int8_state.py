@@ -31,9 +31,15 @@ def formats(signed):
     return values
 
 
+def divided(a, b):
+    """a / b correctly rounded to fp32 (through fp64, exact enough for that): some torch builds'
+    vectorized fp32 division is off by an ulp (PyPI's 2.15 on AVX-512)."""
+    return (torch.as_tensor(a).double() / torch.as_tensor(b).double()).float()
+
+
 def map_table(signed):
     """The map: each value / 1.875, one fp32 division."""
-    return formats(signed).float() / torch.tensor(TOP)
+    return divided(formats(signed), TOP)
 
 
 def blocks_of(x):
@@ -58,7 +64,7 @@ def quantize_reference(x, signed):
         top = block.abs().max()
         top = torch.zeros(()) if top < torch.finfo(torch.float32).tiny else top
         absmax[r, i % absmax.shape[1]] = top
-        factor = torch.zeros(()) if top == 0 else torch.tensor(TOP) / top
+        factor = torch.zeros(()) if top == 0 else divided(TOP, top)
         y = block * factor
         if not signed:
             y = y.abs()
@@ -130,13 +136,13 @@ def adamw_int8_reference(p, grads, lr, betas, eps, weight_decay):
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
         decay = torch.tensor(1 - lr * weight_decay, dtype=f)
         step_size = torch.tensor(lr / bc1, dtype=f)
-        inv_sqrt_bc2 = torch.tensor(1.0, dtype=f) / torch.tensor(bc2 ** 0.5, dtype=f)
+        inv_sqrt_bc2 = divided(1.0, torch.tensor(bc2 ** 0.5, dtype=f))
         grad = g + torch.tensor(0.0) * w
         w = w * decay
         m = m * torch.tensor(b1, dtype=f) + grad * torch.tensor(1 - b1, dtype=f)
         v = v * torch.tensor(b2, dtype=f) + torch.tensor(1 - b2, dtype=f) * grad * grad
-        denom = v.sqrt() * inv_sqrt_bc2 + torch.tensor(eps, dtype=f)
-        w = w - step_size * (m / denom)
+        denom = v.double().sqrt().float() * inv_sqrt_bc2 + torch.tensor(eps, dtype=f)
+        w = w - step_size * divided(m, denom)
         m_codes, m_absmax = quantize_reference(m, True)
         v_codes, v_absmax = quantize_reference(v, False)
     return w, (m_codes, m_absmax, v_codes, v_absmax)

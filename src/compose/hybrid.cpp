@@ -566,11 +566,22 @@ std::string HybridOptimizer::report_text() const {
     }
     rows.push_back({r.name, shape.str(), c10::toString(r.dtype),
                     r.role == Role::frozen ? "frozen" : r.algorithm, r.group, lr.str(), wd.str(),
-                    r.reason});
+                    r.role == Role::frozen ? "-" : state_storage(r.name), r.reason});
   }
   return detail::format_table(
-             {"name", "shape", "dtype", "algorithm", "group", "lr", "wd", "reason"}, rows) +
+             {"name", "shape", "dtype", "algorithm", "group", "lr", "wd", "state", "reason"},
+             rows) +
          cpu_bf16_note();
+}
+
+std::string HybridOptimizer::state_storage(const std::string& name) const {
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) {
+      const auto it = names_.find(p.unsafeGetTensorImpl());
+      if (it != names_.end() && it->second == name) return state_storage_text(*this, p);
+    }
+  }
+  return "";
 }
 
 // Where bf16 Newton–Schulz runs, for a Muon group that asks for it on CPU tensors: on the CPU's

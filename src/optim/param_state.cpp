@@ -128,6 +128,18 @@ std::vector<StateSlot> expected_state_slots(const torch::optim::Optimizer& optim
   });
 }
 
+std::string state_storage_text(const torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  std::string text = "float32";
+  for (const auto& slot : expected_state_slots(optimizer, param)) {
+    if (slot.dtype == at::kByte) return "int8";
+    if (slot.dtype == at::kBFloat16) text = "bfloat16";
+    if (slot.dtype == at::kDouble && text == "float32") text = "float64";
+  }
+  const auto asked = get_option<at::ScalarType>(group_options(optimizer, param), "state_dtype");
+  if (asked == at::kChar) text += " (int8 needs 4096+ elements in 2+ dims)";
+  return text;
+}
+
 std::optional<ParamStateEntry> read_param_state(const torch::optim::Optimizer& optimizer,
                                                 const at::Tensor& param) {
   const auto* state = find_state(optimizer, param);
