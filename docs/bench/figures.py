@@ -16,7 +16,7 @@ import sys
 
 BENCH = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH.parents[1]
-DOCS = {"README.md": ["summary"], "docs/benchmarks.md": ["summary", "cli"]}
+DOCS = {"README.md": ["summary", "state"], "docs/benchmarks.md": ["summary", "state", "cli"]}
 PEER_MUON = "torch.optim.Muon"
 PEER_ADAMW = "torch.optim.AdamW(fused=True)"
 
@@ -191,7 +191,40 @@ def cli():
     return "\n".join(lines)
 
 
-TABLES = {"summary": summary, "cli": cli}
+def state_rows(data, meta):
+    """(set, state, bytes/param, peak, step, speed) rows of one bench/state_memory.py run."""
+    rows = []
+    for which, label in (("adamw", "AdamW"), ("muon", "Muon")):
+        section = data.get(which, {})
+        peer = next(iter(section), None)
+        for name, row in section.items():
+            if "error" in row and "state_bytes_per_param" not in row:
+                rows.append((label, name, "—", "—", "—", f"not run: {row['error']}"))
+                continue
+            speed = row.get(f"speed_vs_{peer}")
+            rows.append((label, name, f"{row['state_bytes_per_param']:.2f}",
+                         f"{row['peak_MB']:.0f} MB (+{row['peak_growth_bytes_per_param']:.2f})",
+                         step_figure(row) if row.get("step_ms") is not None else "—",
+                         ratio(speed) if speed else "—"))
+    return rows
+
+
+def state():
+    lines = ["| CPU, 2 cores | set | optimizer and state | state bytes / parameter | peak of a step "
+             "(+ bytes / parameter over parameters and gradients) | step | speed vs the set's "
+             "first row | run (date, commit) |", "|---|---|---|---|---|---|---|---|"]
+    for cls in classes():
+        if "state-memory.json" not in cls["runs"]:
+            continue
+        data, meta = cls["runs"]["state-memory.json"]
+        for i, row in enumerate(state_rows(data, meta)):
+            first = (cls["name"],) if i == 0 else ("",)
+            lines.append("| " + " | ".join(first + row + ((when(meta),) if i == 0 else ("",)))
+                         + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"summary": summary, "state": state, "cli": cli}
 
 
 def block(name):
