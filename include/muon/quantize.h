@@ -2,7 +2,8 @@
 // Dettmers et al., arXiv 2110.02861: per-block absmax, a 256-entry map, small tensors kept whole).
 //
 // A state tensor of a parameter with at least kMinElements elements and two or more dimensions is
-// stored as one byte per element (its code) and one fp32 scale per block: x = absmax · map[code].
+// stored as one byte per element (its code) and one fp32 scale per block, the block's absmax:
+// x = (absmax / 1.875) · v(code), v the code's value in its format (at most 1.875).
 // Blocks are kBlock consecutive elements of one row (a slice along dim 0; a row's last block may
 // be shorter), so that a shard of whole rows — FSDP2's Shard(0) — holds whole blocks and the bits
 // do not depend on the world size.
@@ -13,7 +14,7 @@
 // 3 mantissa bits, smallest step 2⁻¹⁷/1.875), the unsigned map (second moments) an E5M3 magnitude
 // (32 binades: a second moment spans the square of the gradients' range).
 //
-// Codes are the map entry nearest y = x·(1.875 / absmax) (fp32 products, ties to the even code);
+// Codes are the format value nearest y = x·(1.875 / absmax) (fp32 products, ties to the even code);
 // a block whose absmax is below the smallest normal float (1.2e-38), zero included, is stored as
 // zeros. NaN in a block makes its absmax NaN, so the whole block decodes to NaN.
 #pragma once
@@ -70,21 +71,22 @@ void for_each_block(at::IntArrayRef sizes, F&& f) {
 // The absmax tensor's shape for a state of shape `sizes`: {rows, blocks per row}.
 std::vector<int64_t> absmax_shape(at::IntArrayRef sizes);
 
-// map[code] as fp32: the format's value of `code` divided by kTop (correctly rounded).
-float map_value(CodeMap map, uint8_t code);
-// The 256 entries as an fp32 tensor on `device`.
-at::Tensor map_table(CodeMap map, at::Device device);
+// v(code): the code's value in its format (exact in fp32; ±1.875 at most).
+float format_value(CodeMap map, uint8_t code);
+// The 256 values as an fp32 tensor on `device`.
+at::Tensor format_table(CodeMap map, at::Device device);
 
 namespace detail {
 
 struct Format {
-  int bias;           // exponent bias: the top binade is [1, 2)
-  uint32_t top_code;  // the magnitude code of kTop
-  float min_normal;   // 2^(1 − bias)
-  float magic;        // 2^(24 − bias − 3): adding it rounds to the format's subnormal step
+  int bias;             // exponent bias: the top binade is [1, 2)
+  uint32_t top_code;    // the magnitude code of kTop
+  float min_normal;     // 2^(1 − bias)
+  float magic;          // 2^(24 − bias − 3): adding it rounds to the format's subnormal step
+  float subnormal_step; // 2^(1 − bias − 3): the value of magnitude code 1
 };
-constexpr Format kSignedFormat{15, 127, 0x1p-14f, 0x1p6f};
-constexpr Format kUnsignedFormat{31, 255, 0x1p-30f, 0x1p-10f};
+inline constexpr Format kSignedFormat{15, 127, 0x1p-14f, 0x1p6f, 0x1p-17f};
+inline constexpr Format kUnsignedFormat{31, 255, 0x1p-30f, 0x1p-10f, 0x1p-33f};
 
 inline uint32_t bits_of(float x) {
   uint32_t b = 0;
@@ -92,17 +94,36 @@ inline uint32_t bits_of(float x) {
   return b;
 }
 
+inline float from_bits(uint32_t b) {
+  float x = 0;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// The bits of the value of magnitude code `code` (exponent code >> 3, mantissa code & 7): fp32's
+// own exponent and mantissa fields for a normal one, m · 2^(1 − bias − 3) for a subnormal one.
+template <const Format& F>
+inline uint32_t magnitude_value_bits(uint32_t code) {
+  const uint32_t exponent = code >> 3;
+  const uint32_t mantissa = code & 7u;
+  const uint32_t normal = ((exponent + 127u - static_cast<uint32_t>(F.bias)) << 23) | (mantissa << 20);
+  const uint32_t subnormal = bits_of(static_cast<float>(mantissa) * F.subnormal_step);
+  const uint32_t is_normal = 0u - static_cast<uint32_t>(exponent != 0);
+  return (normal & is_normal) | (subnormal & ~is_normal);
+}
+
 // The magnitude code nearest m = |y| (m ≥ 0, or NaN: the top code), ties to even: for a normal
 // m, fp32's exponent and top 3 mantissa bits rounded to nearest even; below the format's smallest
-// normal, m + magic rounds m to the subnormal step in one fp32 addition. (Selects, not branches:
-// the loops over it vectorize.)
-inline uint32_t magnitude_code(float m, const Format& f) {
+// normal, m + magic rounds m to the subnormal step in one fp32 addition. Masks, not branches or
+// selects, and the format a constant: the loops over it vectorize.
+template <const Format& F>
+inline uint32_t magnitude_code(float m) {
   const uint32_t bits = bits_of(m);
   const uint32_t normal = ((bits + 0x7FFFFu + ((bits >> 20) & 1u)) >> 20) -
-                          (static_cast<uint32_t>(127 - f.bias) << 3);
-  const uint32_t subnormal = bits_of(m + f.magic) - bits_of(f.magic);
-  const uint32_t code = m < f.min_normal ? subnormal : normal;
-  return code < f.top_code ? code : f.top_code;
+                          (static_cast<uint32_t>(127 - F.bias) << 3);
+  const uint32_t subnormal = bits_of(m + F.magic) - bits_of(F.magic);
+  const uint32_t below = 0u - static_cast<uint32_t>(m < F.min_normal);  // all ones: subnormal
+  return std::min((subnormal & below) | (normal & ~below), F.top_code);
 }
 
 }  // namespace detail
@@ -110,12 +131,23 @@ inline uint32_t magnitude_code(float m, const Format& f) {
 // The code of y = x·(1.875/absmax) in the signed map.
 inline uint8_t signed_code(float y) {
   const uint32_t sign = (detail::bits_of(y) >> 24) & 0x80u;
-  return static_cast<uint8_t>(sign | detail::magnitude_code(std::fabs(y), detail::kSignedFormat));
+  return static_cast<uint8_t>(sign | detail::magnitude_code<detail::kSignedFormat>(std::fabs(y)));
 }
 
 // The code of y in the unsigned map (its magnitude: second moments are ≥ 0).
 inline uint8_t unsigned_code(float y) {
-  return static_cast<uint8_t>(detail::magnitude_code(std::fabs(y), detail::kUnsignedFormat));
+  return static_cast<uint8_t>(detail::magnitude_code<detail::kUnsignedFormat>(std::fabs(y)));
+}
+
+// v(code) in the signed format: code 128 is −0.
+inline float signed_value(uint8_t code) {
+  const uint32_t sign = static_cast<uint32_t>(code & 0x80u) << 24;
+  return detail::from_bits(sign | detail::magnitude_value_bits<detail::kSignedFormat>(code & 0x7Fu));
+}
+
+// v(code) in the unsigned format.
+inline float unsigned_value(uint8_t code) {
+  return detail::from_bits(detail::magnitude_value_bits<detail::kUnsignedFormat>(code));
 }
 
 // The scale a block of absolute maximum `absmax` stores: 0 below the smallest normal float, one
@@ -130,7 +162,12 @@ inline float code_factor(float stored) {
   return stored == 0.0f ? 0.0f : kTop / stored;
 }
 
-// Decodes `n` codes of one block into fp32: out[i] = absmax · map[codes[i]].
+// The factor a block's codes decode with: absmax / 1.875 (one fp32 division per block).
+inline float decode_step(float absmax) {
+  return absmax / kTop;
+}
+
+// Decodes `n` codes of one block into fp32: out[i] = decode_step(absmax) · v(codes[i]).
 void decode_block(CodeMap map, const uint8_t* codes, float absmax, float* out, int64_t n);
 // Encodes `n` fp32 values as one block: writes their codes and returns the stored absmax.
 float encode_block(CodeMap map, const float* x, uint8_t* codes, int64_t n);

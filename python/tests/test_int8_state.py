@@ -37,9 +37,6 @@ def divided(a, b):
     return (torch.as_tensor(a).double() / torch.as_tensor(b).double()).float()
 
 
-def map_table(signed):
-    """The map: each value / 1.875, one fp32 division."""
-    return divided(formats(signed), TOP)
 
 
 def blocks_of(x):
@@ -79,11 +76,13 @@ def quantize_reference(x, signed):
 
 
 def dequantize_reference(codes, absmax, signed):
+    """x = fp32(absmax / 1.875) · v(code)."""
     rows, blocks = blocks_of(codes)
     out = torch.empty(rows.shape)
-    table = map_table(signed)
+    table = formats(signed).float()  # exact in fp32
     for i, (r, s, e) in enumerate(blocks):
-        out[r, s:e] = absmax[r, i % absmax.shape[1]] * table[rows[r, s:e].long()]
+        step = divided(absmax[r, i % absmax.shape[1]], TOP)
+        out[r, s:e] = step * table[rows[r, s:e].long()]
     return out.reshape(codes.shape)
 
 

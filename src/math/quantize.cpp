@@ -23,40 +23,23 @@ const detail::Format& format_of(CodeMap map) {
   return map == CodeMap::signed_e4m3 ? detail::kSignedFormat : detail::kUnsignedFormat;
 }
 
-// The format's value of a magnitude code (exact in fp32).
-float magnitude_value(uint32_t code, const detail::Format& f) {
-  const uint32_t exponent = code >> 3;
-  const uint32_t mantissa = code & 7u;
-  if (exponent == 0) return std::ldexp(static_cast<float>(mantissa), 1 - f.bias - 3);
-  return std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, static_cast<int>(exponent) - f.bias);
-}
-
+// v(code) for all 256 codes: the ATen form's table.
 std::array<float, 256> make_table(CodeMap map) {
   std::array<float, 256> table{};
-  const auto& f = format_of(map);
   for (uint32_t code = 0; code < 256; ++code) {
-    float value = 0;
-    if (map == CodeMap::signed_e4m3) {
-      value = magnitude_value(code & 127u, f);
-      if (code >= 128) value = -value;
-    } else {
-      value = magnitude_value(code, f);
-    }
-    table[code] = value / kTop;
+    table[code] = format_value(map, static_cast<uint8_t>(code));
   }
   return table;
 }
 
-const std::array<float, 256>& table_of(CodeMap map) {
-  static const auto signed_table = make_table(CodeMap::signed_e4m3);
-  static const auto unsigned_table = make_table(CodeMap::unsigned_e5m3);
-  return map == CodeMap::signed_e4m3 ? signed_table : unsigned_table;
+MUON_TARGET_CLONES void decode_signed(const uint8_t* __restrict__ codes, float step,
+                                      float* __restrict__ out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = step * signed_value(codes[i]);
 }
 
-MUON_TARGET_CLONES void decode_range(const float* __restrict__ table,
-                                     const uint8_t* __restrict__ codes, float absmax,
-                                     float* __restrict__ out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = absmax * table[codes[i]];
+MUON_TARGET_CLONES void decode_unsigned(const uint8_t* __restrict__ codes, float step,
+                                        float* __restrict__ out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = step * unsigned_value(codes[i]);
 }
 
 // Largest |x| of a block by its bits: as unsigned integers the magnitudes of floats order as the
@@ -123,17 +106,21 @@ std::vector<int64_t> absmax_shape(at::IntArrayRef sizes) {
   return {rows.rows, rows.blocks};
 }
 
-float map_value(CodeMap map, uint8_t code) {
-  return table_of(map)[code];
+float format_value(CodeMap map, uint8_t code) {
+  return map == CodeMap::signed_e4m3 ? signed_value(code) : unsigned_value(code);
 }
 
-at::Tensor map_table(CodeMap map, at::Device device) {
-  const auto& table = table_of(map);
+at::Tensor format_table(CodeMap map, at::Device device) {
+  const auto table = make_table(map);
   return at::tensor(at::ArrayRef<float>(table.data(), table.size()), at::kFloat).to(device);
 }
 
 void decode_block(CodeMap map, const uint8_t* codes, float absmax, float* out, int64_t n) {
-  decode_range(table_of(map).data(), codes, absmax, out, n);
+  if (map == CodeMap::signed_e4m3) {
+    decode_signed(codes, decode_step(absmax), out, n);
+  } else {
+    decode_unsigned(codes, decode_step(absmax), out, n);
+  }
 }
 
 float encode_block(CodeMap map, const float* x, uint8_t* codes, int64_t n) {
@@ -153,8 +140,11 @@ float encode_block(CodeMap map, const float* x, uint8_t* codes, int64_t n) {
 at::Tensor dequantize(const at::Tensor& codes, const at::Tensor& absmax, CodeMap map) {
   check_codes(codes, absmax, "q8::dequantize");
   if (!codes.device().is_cpu()) {
-    const auto values = map_table(map, codes.device()).index_select(0, codes.reshape(-1).to(at::kLong));
-    const auto scaled = as_blocks(values.reshape(codes.sizes())) * absmax.unsqueeze(-1);
+    const auto values =
+        format_table(map, codes.device()).index_select(0, codes.reshape(-1).to(at::kLong));
+    // absmax / 1.875 correctly rounded (through fp64: some ATen builds divide fp32 approximately).
+    const auto step = absmax.to(at::kDouble).div(static_cast<double>(kTop)).to(at::kFloat);
+    const auto scaled = as_blocks(values.reshape(codes.sizes())) * step.unsqueeze(-1);
     return from_blocks(scaled, codes.sizes());
   }
   auto out = at::empty(codes.sizes(), codes.options().dtype(at::kFloat));
@@ -191,8 +181,10 @@ void quantize_generic(const at::Tensor& x, at::Tensor& codes, at::Tensor& absmax
   auto top = blocks.abs().amax(-1);
   top = at::where(top < std::numeric_limits<float>::min(), at::zeros_like(top), top);
   top = at::where(at::isnan(top), at::full_like(top, std::numeric_limits<float>::quiet_NaN()), top);
-  const auto factor =
-      at::where(top == 0, at::zeros_like(top), at::full_like(top, kTop).div(top));
+  // 1.875 / absmax correctly rounded (through fp64, as above).
+  const auto factor = at::where(
+      top == 0, at::zeros_like(top),
+      at::full_like(top, kTop, top.options().dtype(at::kDouble)).div(top.to(at::kDouble)).to(at::kFloat));
   const auto y = (blocks * factor.unsqueeze(-1)).contiguous();
   // The integer rounding of magnitude_code, in int64 (no wrap-around for NaN's bits).
   const auto bits = y.view(at::kInt).to(at::kLong);
