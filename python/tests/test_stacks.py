@@ -85,6 +85,9 @@ HF_FORMS = {
     # The optimizer built by us, name-aware routing over the model.
     "optimizers": lambda model: {"optimizers": (
         muon_cpp.build_optimizer(model, lr=0.02, adamw_lr=3e-3), None)},
+    # The same with 8-bit state: codes and scales through the Trainer's checkpoints.
+    "optimizers, int8 state": lambda model: {"optimizers": (
+        muon_cpp.build_optimizer(model, lr=0.02, adamw_lr=3e-3, state_dtype="int8"), None)},
     # Built by the Trainer: cls(its decay / no-decay groups, **kwargs).
     "optimizer_cls_and_kwargs": lambda model: {"optimizer_cls_and_kwargs": (
         muon_cpp.HybridOptimizer, {"lr": 0.02, "adamw_lr": 3e-3})},
@@ -108,6 +111,10 @@ def test_hf_trainer_trains_and_resumes_from_its_checkpoint_exactly(tmp_path, for
     assert all("initial_lr" in g for g in optimizer.param_groups)  # HF's LambdaLR drove them
     assert len(losses) == 8 and falls(losses), losses
     roles = {r["name"]: r["role"] for r in optimizer.report()}
+    states = {r["name"]: r["state"] for r in optimizer.report()}
+    if form == "optimizers, int8 state":  # the MLP's 32 × 128 is large enough, 32 × 96 is not
+        assert states["transformer.h.0.mlp.c_fc.weight"] == "int8", states
+        assert states["transformer.h.0.attn.c_attn.weight"].startswith("float32 (int8 needs")
     if form == "optimizer_cls_and_kwargs":  # HF's two groups, their weight decay kept
         decays = {(r["role"], r["group"], r["weight_decay"]) for r in optimizer.report()}
         assert ("matrices", "param_groups.0", 0.05) in decays and ("others", "param_groups.1", 0.0) in decays
