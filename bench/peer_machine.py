@@ -1,5 +1,6 @@
 """What a bench/torch_peers.py run ran on, for its header and its JSON: the CPU's identity and
 features, muon_cpp's build and products, the date, OpenBLAS's overrides and the load."""
+import json
 import os
 import platform
 import subprocess
@@ -58,3 +59,10 @@ def run_metadata():
         meta["cpu"] = {"model_name": platform.processor() or None}
     return meta
 
+
+def write_json(path, results):
+    """results written to `path` (none: nothing), and a line that says so."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"\nwrote {path}")

@@ -14,9 +14,10 @@ Elements go into blocks along each tensor's rows, as muon_cpp cuts them (a row's
 shorter); tensors under 4096 elements or of rank 1 are left out, as muon_cpp keeps them whole.
 """
 import argparse
-import json
 
 import torch
+
+from peer_machine import write_json
 
 TOP = 1.875
 
@@ -111,10 +112,7 @@ def main():
                   f"({100 * row['momentum_flushed']:5.2f}% to 0)   Adam update "
                   f"{100 * row['adam_update']:6.2f}% (v: {100 * row['second_moment_flushed']:5.2f}%"
                   " to 0)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.json}")
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import sys
 import torch
 
 import muon_cpp
-from peer_machine import cpu_name, run_metadata
+from peer_machine import cpu_name, run_metadata, write_json
 from peer_timing import gflops, median_times, mm_rates, record, PROBE_SIZE
 from torch_peers import gpt_shapes
 
@@ -203,10 +203,7 @@ def main():
     for which in SETS:
         if args.only in (None, which):
             bench_set(args, which, results)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"\nwrote {args.json}")
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ back, not trained again, so the command continues an interrupted sweep.
 """
 import argparse
 import csv
-import json
 import pathlib
 import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from peer_machine import cpu_name, run_metadata
+from peer_machine import cpu_name, run_metadata, write_json
 
 DTYPES = ["float32", "bfloat16", "int8"]
 OPTIMIZERS = {"muon": "hybrid (Muon + AdamW)", "adamw": "AdamW alone"}
@@ -116,10 +115,7 @@ def main():
             seeds = "  ".join(f"{v:.4f}" for v in row["final_by_seed"])
             print(f"  {dtype:9s} seeds {seeds}   mean {row['mean_final']:.4f}   "
                   f"{100 * row['vs_float32']:+.2f}% vs float32")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.json}")
+    write_json(args.json, results)
     if args.svg:
         with open(args.svg, "w") as f:
             f.write(svg(results, args.steps))

@@ -26,7 +26,6 @@ engine runs. Accuracy: each candidate's Newton–Schulz result against the fp64 
 of the same matrix, and each step's parameter change against torch's. Results also go to --json.
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -34,7 +33,7 @@ import sys
 import torch
 
 import muon_cpp
-from peer_machine import cpu_name, run_metadata
+from peer_machine import cpu_name, run_metadata, write_json
 from peer_timing import (attempt, gflops, median_times, mm_rates, print_reading, record,
                          PROBE_SIZE)
 
@@ -369,10 +368,7 @@ def main():
     for name, bench in sections.items():
         if args.only in (None, name):
             bench(args, device, results)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"\nwrote {args.json}")
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":
