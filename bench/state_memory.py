@@ -10,11 +10,11 @@ default): AdamW on every tensor (the embedding and norms too: 76.4M parameters) 
 hidden matrices. Candidates: torch.optim.AdamW(fused=True) and muon_cpp.AdamW with float32,
 bfloat16 and int8 state, torchao's and bitsandbytes' AdamW8bit where they import and run on this
 device (else their error goes to the JSON); torch.optim.Muon and muon_cpp.Muon with float32,
-bfloat16 and int8 momentum.
+bfloat16 and int8 momentum (bf16 Newton–Schulz in both).
 
 Memory is measured in a fresh process per candidate (this script with --child): the resident
-set after the parameters and gradients exist, then the peak over a warm-up step (which makes the
-state) and three more: state bytes per parameter (every state tensor, the parts of a quantized
+set after the parameters and gradients exist (VmRSS), then its peak (VmHWM) over a warm-up step
+(which makes the state) and three more: state bytes per parameter (every state tensor, the parts of a quantized
 tensor subclass counted, step counters not), and the peak's growth over the parameters and
 gradients per parameter. Step times come from one process, in alternating rounds
 (bench/peer_timing.py), against torch.optim.AdamW(fused=True) and torch.optim.Muon.
@@ -23,7 +23,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 
@@ -59,13 +58,13 @@ def adamw_candidates():
 
 def muon_candidates():
     settings = dict(lr=0.02, momentum=0.95, weight_decay=0.01)
+    ours = dict(settings, ns_dtype=torch.bfloat16)  # bf16 Newton–Schulz, as torch.optim.Muon
     return {
         "torch.optim.Muon": lambda ps: torch.optim.Muon(ps, **settings),
-        "muon_cpp.Muon float32 momentum": lambda ps: muon_cpp.Muon(ps, **settings),
+        "muon_cpp.Muon float32 momentum": lambda ps: muon_cpp.Muon(ps, **ours),
         "muon_cpp.Muon bfloat16 momentum": lambda ps: muon_cpp.Muon(
-            ps, state_dtype=torch.bfloat16, **settings),
-        "muon_cpp.Muon int8 momentum": lambda ps: muon_cpp.Muon(ps, state_dtype="int8",
-                                                                  **settings),
+            ps, state_dtype=torch.bfloat16, **ours),
+        "muon_cpp.Muon int8 momentum": lambda ps: muon_cpp.Muon(ps, state_dtype="int8", **ours),
     }
 
 
@@ -110,9 +109,14 @@ def state_bytes(optimizer):
     return total
 
 
-def resident_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def status_bytes(field):
+    """A field of /proc/self/status in bytes: VmRSS (resident now) or VmHWM (its peak). Not
+    getrusage's ru_maxrss, which Linux carries over from the parent through fork and exec."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def child(args):
@@ -120,11 +124,11 @@ def child(args):
     torch.set_num_threads(args.threads)
     params = make_params(shapes_of(args, args.set), 1)
     count = sum(p.numel() for p in params)
-    before = resident_bytes()
+    before = status_bytes("VmRSS")
     optimizer = SETS[args.set]()[args.child](params)
     for _ in range(4):
         optimizer.step()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = status_bytes("VmHWM")
     print(json.dumps({"state_bytes_per_param": state_bytes(optimizer) / count,
                       "peak_MB": peak / 2 ** 20,
                       "params_and_grads_MB": before / 2 ** 20,
