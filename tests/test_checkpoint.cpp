@@ -119,12 +119,13 @@ TEST(Checkpoint, SwitchingBetweenFloatAndInt8StateConvertsOnce) {
     auto resumed = trained(config_with(to), 99, 0, 2 * K, 64);
     const auto info = load_checkpoint(path, *resumed.opt, resumed.model.get());
     ASSERT_FALSE(info.converted_state.empty());
+    const auto resumed_params = resumed.model->named_parameters();
     for (const auto& item : first.model->named_parameters()) {
       const auto& name = item.key();
       const auto saved = read_param_state(*first.opt, item.value());
       if (!saved) continue;
       auto expected = *saved;
-      const auto& q = resumed.model->named_parameters()[name];
+      const auto& q = resumed_params[name];
       const auto lines = convert_state_precision(*resumed.opt, q, expected, name);
       const auto loaded = read_param_state(*resumed.opt, q).value();
       for (const auto& [slot, t] : loaded.tensors) {
