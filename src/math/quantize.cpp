@@ -1,5 +1,5 @@
-// muon/quantize.h. The block loops are compiled for AVX-512, AVX2 and baseline x86-64 (one picked
-// at load time) without FMA contraction: the same bits on every CPU. The ATen form repeats each
+// muon/quantize.h. The block loops are compiled for AVX-512 (x86-64-v4), AVX2 and baseline x86-64
+// (one picked at load time) without FMA contraction: the same bits on every CPU. The ATen form repeats each
 // step as tensor operations: fp32 products, the same integer rounding of the bits.
 #include "muon/quantize.h"
 
@@ -11,7 +11,7 @@
 #include "muon/error.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define MUON_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define MUON_TARGET_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define MUON_TARGET_CLONES
 #endif
@@ -50,14 +50,19 @@ MUON_TARGET_CLONES uint32_t max_magnitude_bits(const float* __restrict__ x, int6
   return top;
 }
 
+// Codes in 32-bit lanes, narrowed in a loop of their own (muon/quantize.h: why).
 MUON_TARGET_CLONES void encode_signed(const float* __restrict__ x, float factor,
                                       uint8_t* __restrict__ codes, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) codes[i] = signed_code(x[i] * factor);
+  uint32_t wide[kBlock];
+  for (int64_t i = 0; i < n; ++i) wide[i] = detail::signed_code32(x[i] * factor);
+  for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(wide[i]);
 }
 
 MUON_TARGET_CLONES void encode_unsigned(const float* __restrict__ x, float factor,
                                         uint8_t* __restrict__ codes, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) codes[i] = unsigned_code(x[i] * factor);
+  uint32_t wide[kBlock];
+  for (int64_t i = 0; i < n; ++i) wide[i] = detail::unsigned_code32(x[i] * factor);
+  for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(wide[i]);
 }
 
 void check_codes(const at::Tensor& codes, const at::Tensor& absmax, const char* function) {
@@ -84,6 +89,30 @@ at::Tensor from_blocks(const at::Tensor& blocked, at::IntArrayRef shape) {
   return blocked.reshape({rows.rows, rows.blocks * kBlock})
       .narrow(1, 0, rows.length)
       .reshape(shape);
+}
+
+// Decodes `n` ≤ kBlock codes of one block into fp32: out[i] = decode_step(absmax) · v(codes[i]).
+void decode_block(CodeMap map, const uint8_t* codes, float absmax, float* out, int64_t n) {
+  if (map == CodeMap::signed_e4m3) {
+    decode_signed(codes, decode_step(absmax), out, n);
+  } else {
+    decode_unsigned(codes, decode_step(absmax), out, n);
+  }
+}
+
+// Encodes `n` ≤ kBlock fp32 values as one block: writes their codes, returns the stored absmax.
+float encode_block(CodeMap map, const float* x, uint8_t* codes, int64_t n) {
+  const uint32_t top = max_magnitude_bits(x, n);
+  float absmax = 0;
+  std::memcpy(&absmax, &top, sizeof absmax);
+  const float stored = stored_absmax(absmax);
+  const float factor = code_factor(stored);
+  if (map == CodeMap::signed_e4m3) {
+    encode_signed(x, factor, codes, n);
+  } else {
+    encode_unsigned(x, factor, codes, n);
+  }
+  return stored;
 }
 
 }  // namespace
@@ -113,28 +142,6 @@ float format_value(CodeMap map, uint8_t code) {
 at::Tensor format_table(CodeMap map, at::Device device) {
   const auto table = make_table(map);
   return at::tensor(at::ArrayRef<float>(table.data(), table.size()), at::kFloat).to(device);
-}
-
-void decode_block(CodeMap map, const uint8_t* codes, float absmax, float* out, int64_t n) {
-  if (map == CodeMap::signed_e4m3) {
-    decode_signed(codes, decode_step(absmax), out, n);
-  } else {
-    decode_unsigned(codes, decode_step(absmax), out, n);
-  }
-}
-
-float encode_block(CodeMap map, const float* x, uint8_t* codes, int64_t n) {
-  const uint32_t top = max_magnitude_bits(x, n);
-  float absmax = 0;
-  std::memcpy(&absmax, &top, sizeof absmax);
-  const float stored = stored_absmax(absmax);
-  const float factor = code_factor(stored);
-  if (map == CodeMap::signed_e4m3) {
-    encode_signed(x, factor, codes, n);
-  } else {
-    encode_unsigned(x, factor, codes, n);
-  }
-  return stored;
 }
 
 at::Tensor dequantize(const at::Tensor& codes, const at::Tensor& absmax, CodeMap map) {

@@ -1,6 +1,6 @@
 // CPU implementations of muon/fused_update.h. Each kernel is one loop over a contiguous range,
-// written so that GCC vectorizes it; target_clones compiles it for AVX-512, AVX2 and baseline
-// x86-64 and picks one at load time. The file is built with -ffp-contract=off so every clone
+// written so that GCC vectorizes it; target_clones compiles it for AVX-512 (x86-64-v4: byte and
+// word operations in 512-bit registers too), AVX2 and baseline x86-64 and picks one at load time. The file is built with -ffp-contract=off so every clone
 // rounds identically (no FMA contraction): results do not depend on the CPU or thread count.
 // Over 400 lines on purpose: every kernel needs those compile settings, which belong to this file
 // alone.
@@ -21,7 +21,7 @@
 #include "muon/stochastic_rounding.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define MUON_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define MUON_TARGET_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define MUON_TARGET_CLONES
 #endif
@@ -79,10 +79,30 @@ using compute_t = std::conditional_t<std::is_same_v<P, double>, double, float>;
 using detail::adam_constants;
 using detail::AdamConstants;
 
+// One element of the Adam family: the new weight (before rounding into the parameter's dtype)
+// and the new moments. Masked (cautious optimizer, arXiv 2411.16085): keep the new value only
+// where the step W_old − W_new agrees in sign with the gradient, else keep W_old; the moments
+// update either way.
+template <class C>
+struct AdamElement {
+  C w, m, v;
+};
+
+template <bool Nesterov, bool Masked, class C>
+inline AdamElement<C> adam_element(const AdamConstants<C>& k, C w_old, C raw_grad, C m_old,
+                                   C v_old) {
+  const C grad = raw_grad + k.l2 * w_old;
+  const C w = w_old * k.decay;
+  const C mi = m_old * k.beta1 + grad * k.one_minus_beta1;
+  const C vi = v_old * k.beta2 + k.one_minus_beta2 * grad * grad;
+  const C denom = std::sqrt(vi) * k.inv_sqrt_bc2 + k.eps;
+  const C numerator = Nesterov ? mi * k.coef_m + grad * k.coef_g : mi;
+  const C w_new = w - k.step_size * (numerator / denom);
+  return {Masked ? ((w_old - w_new) * raw_grad > 0 ? w_new : w_old) : w_new, mi, vi};
+}
+
 // Kernels that round stochastically count elements with a 32-bit index (the hash's width), so
 // that the index vectors are as wide as the float ones.
-// Masked (cautious optimizer, arXiv 2411.16085): keep the new value only where the step
-// W_old − W_new agrees in sign with the gradient, else keep W_old; the moments update either way.
 template <class P, class S, bool Nesterov, bool Masked>
 MUON_TARGET_CLONES void adam_range(const AdamConstants<compute_t<P>>& k, P* __restrict__ p,
                                    const P* __restrict__ g, S* __restrict__ m, S* __restrict__ v,
@@ -92,18 +112,11 @@ MUON_TARGET_CLONES void adam_range(const AdamConstants<compute_t<P>>& k, P* __re
   const auto count = static_cast<uint32_t>(end - begin);
   p += begin, g += begin, m += begin, v += begin;
   for (uint32_t i = 0; i < count; ++i) {
-    const C w_old = widen(p[i]);
-    const C raw_grad = widen(g[i]);
-    const C grad = raw_grad + k.l2 * w_old;
-    const C w = w_old * k.decay;
-    const C mi = widen(m[i]) * k.beta1 + grad * k.one_minus_beta1;
-    const C vi = widen(v[i]) * k.beta2 + k.one_minus_beta2 * grad * grad;
-    const C denom = std::sqrt(vi) * k.inv_sqrt_bc2 + k.eps;
-    const C numerator = Nesterov ? mi * k.coef_m + grad * k.coef_g : mi;
-    const C w_new = w - k.step_size * (numerator / denom);
-    store_param(p[i], Masked ? ((w_old - w_new) * raw_grad > 0 ? w_new : w_old) : w_new);
-    store_state(m[i], mi, k.seed_m, first + i);
-    store_state(v[i], vi, k.seed_v, first + i);
+    const auto e = adam_element<Nesterov, Masked, C>(k, widen(p[i]), widen(g[i]), widen(m[i]),
+                                                     widen(v[i]));
+    store_param(p[i], e.w);
+    store_state(m[i], e.m, k.seed_m, first + i);
+    store_state(v[i], e.v, k.seed_v, first + i);
   }
 }
 
@@ -224,6 +237,13 @@ inline C sign_of(C x) {
   return static_cast<C>((x > 0) - (x < 0));
 }
 
+// One element of Lion: the new weight and momentum.
+template <class C>
+inline std::array<C, 2> lion_element(const LionConstants<C>& k, C w, C grad, C m) {
+  const C c = m * k.beta1 + grad * k.one_minus_beta1;
+  return {w * k.decay - k.lr * sign_of(c), m * k.beta2 + grad * k.one_minus_beta2};
+}
+
 template <class P, class S>
 MUON_TARGET_CLONES void lion_range(const LionConstants<compute_t<P>>& k, P* __restrict__ p,
                                    const P* __restrict__ g, S* __restrict__ m, int64_t begin,
@@ -233,11 +253,9 @@ MUON_TARGET_CLONES void lion_range(const LionConstants<compute_t<P>>& k, P* __re
   const auto count = static_cast<uint32_t>(end - begin);
   p += begin, g += begin, m += begin;
   for (uint32_t i = 0; i < count; ++i) {
-    const C grad = widen(g[i]);
-    const C mi = widen(m[i]);
-    const C c = mi * k.beta1 + grad * k.one_minus_beta1;
-    store_param(p[i], widen(p[i]) * k.decay - k.lr * sign_of(c));
-    store_state(m[i], mi * k.beta2 + grad * k.one_minus_beta2, k.seed, first + i);
+    const auto [w, mi] = lion_element<C>(k, widen(p[i]), widen(g[i]), widen(m[i]));
+    store_param(p[i], w);
+    store_state(m[i], mi, k.seed, first + i);
   }
 }
 
@@ -248,6 +266,19 @@ struct MomentumConstants {
   uint32_t seed;
 };
 
+// One element of Muon's momentum: the new buffer B and the direction Newton–Schulz takes.
+template <bool Ema, bool Nesterov, class C>
+inline std::array<C, 2> momentum_element(const MomentumConstants<C>& k, C grad, C b) {
+  const C bi = Ema ? k.beta * b + k.one_minus_beta * grad : k.beta * b + grad;
+  if constexpr (!Nesterov) {
+    return {bi, bi};
+  } else if constexpr (Ema) {
+    return {bi, k.one_minus_beta * grad + k.beta * bi};  // lerp(g, B, β)
+  } else {
+    return {bi, grad + k.beta * bi};
+  }
+}
+
 template <class P, class S, bool Ema, bool Nesterov>
 MUON_TARGET_CLONES void momentum_range(const MomentumConstants<compute_t<P>>& k,
                                        const P* __restrict__ g, S* __restrict__ b,
@@ -257,16 +288,9 @@ MUON_TARGET_CLONES void momentum_range(const MomentumConstants<compute_t<P>>& k,
   const auto count = static_cast<uint32_t>(end - begin);
   g += begin, b += begin, q += begin;
   for (uint32_t i = 0; i < count; ++i) {
-    const C grad = widen(g[i]);
-    const C bi = Ema ? k.beta * widen(b[i]) + k.one_minus_beta * grad : k.beta * widen(b[i]) + grad;
+    const auto [bi, qi] = momentum_element<Ema, Nesterov, C>(k, widen(g[i]), widen(b[i]));
     store_state(b[i], bi, k.seed, first + i);
-    if constexpr (!Nesterov) {
-      q[i] = bi;
-    } else if constexpr (Ema) {
-      q[i] = k.one_minus_beta * grad + k.beta * bi;  // lerp(g, B, β)
-    } else {
-      q[i] = grad + k.beta * bi;
-    }
+    q[i] = qi;
   }
 }
 
@@ -421,9 +445,9 @@ void fused_apply_update(at::Tensor& param, const at::Tensor& update, double deca
   });
 }
 
-// ---- 8-bit state: each block decoded into fp32 buffers, updated by the fp32-state kernel, coded
-// again (so an update's arithmetic is fp32 state's, and the bits are those of dequantizing,
-// updating and quantizing whole tensors) ----
+// ---- 8-bit state: each block decoded, updated by the fp32-state element functions and coded
+// again in one pass (so an update's arithmetic is fp32 state's, and the bits are those of
+// dequantizing, updating and quantizing whole tensors) ----
 namespace {
 
 void check_quantized(const at::Tensor& param, const QuantizedState& q, const char* kernel) {
@@ -450,31 +474,119 @@ void dispatch_quantized(const at::Tensor& param, const char* kernel, F&& f) {
   });
 }
 
-// update(first, n, buffers) for every block of `param`, buffers[i] holding states[i] decoded.
-template <size_t N, class F>
-void on_decoded_blocks(const at::Tensor& param, const std::array<QuantizedState*, N>& states,
-                       const std::array<q8::CodeMap, N>& maps, F&& update) {
-  std::array<uint8_t*, N> codes{};
-  std::array<float*, N> absmax{};
-  for (size_t i = 0; i < N; ++i) {
-    QuantizedState& state = *states[i];
-    codes[i] = state.codes.data_ptr<uint8_t>();
-    absmax[i] = state.absmax.data_ptr<float>();
+// A kernel's 8-bit states in order: the first (momentum, first moment) in the signed map, the
+// second (second moment) in the unsigned one.
+template <size_t N>
+using Q8States = std::array<QuantizedState*, N>;
+
+inline float q8_value(size_t state, uint32_t code) {
+  return state == 0 ? q8::detail::signed_value32(code) : q8::detail::unsigned_value32(code);
+}
+
+inline uint32_t q8_code(size_t state, float y) {
+  return state == 0 ? q8::detail::signed_code32(y) : q8::detail::unsigned_code32(y);
+}
+
+// One block of n ≤ kBlock elements starting at element `first`: decodes each element's N state
+// values, runs element(i, old) (which writes what else it updates and returns the new state
+// values), takes the block's new absmax as it goes, then codes the block again. One function, so
+// that the compiler vectorizes decoding, update and maximum as one loop with the values in
+// registers. (Element is a class, not a lambda: GCC clones no function templates of local types.)
+template <size_t N, class Element>
+MUON_TARGET_CLONES void q8_block(const Element& element, const std::array<uint8_t*, N>& codes,
+                                 const std::array<float*, N>& absmax, int64_t first, int64_t n) {
+  float fresh[N][q8::kBlock];
+  std::array<float, N> step{};
+  std::array<uint32_t, N> top{};
+  for (size_t j = 0; j < N; ++j) step[j] = q8::decode_step(*absmax[j]);
+  // The next block's inputs, into L2: the coding loops below load nothing from memory, and the
+  // hardware prefetcher alone leaves the update loop waiting (a quarter of the step). A whole
+  // block's worth whatever n is (a prefetch past the end does nothing): a fixed count unrolls.
+  for (int64_t i = 0; i < q8::kBlock; i += 16) element.prefetch(first + q8::kBlock + i);
+  for (size_t j = 0; j < N; ++j) {
+    for (int64_t i = 0; i < q8::kBlock; i += 64) __builtin_prefetch(codes[j] + q8::kBlock + i, 1, 2);
   }
+  for (int64_t i = 0; i < n; ++i) {
+    std::array<float, N> old{};
+    for (size_t j = 0; j < N; ++j) old[j] = step[j] * q8_value(j, codes[j][i]);
+    const std::array<float, N> now = element(first + i, old);
+    for (size_t j = 0; j < N; ++j) {
+      fresh[j][i] = now[j];
+      top[j] = std::max(top[j], q8::detail::bits_of(now[j]) & 0x7FFFFFFFu);
+    }
+  }
+  for (size_t j = 0; j < N; ++j) {
+    const float stored = q8::stored_absmax(q8::detail::from_bits(top[j]));
+    const float factor = q8::code_factor(stored);
+    *absmax[j] = stored;
+    uint32_t wide[q8::kBlock];  // codes in 32-bit lanes, narrowed apart (muon/quantize.h: why)
+    for (int64_t i = 0; i < n; ++i) wide[i] = q8_code(j, fresh[j][i] * factor);
+    uint8_t* __restrict__ out = codes[j];  // a byte store may alias anything, `codes` included
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(wide[i]);
+  }
+}
+
+// element(i, old) → new state values, for every element of `param`, block by block.
+template <size_t N, class Element>
+void on_q8_blocks(const at::Tensor& param, const Q8States<N>& states, const Element& element) {
   q8::for_each_block(param.sizes(), [&](int64_t b, int64_t first, int64_t n) {
-    float buffers[N][q8::kBlock];
-    for (size_t i = 0; i < N; ++i) {
-      q8::decode_block(maps[i], codes[i] + first, absmax[i][b], buffers[i], n);
+    std::array<uint8_t*, N> codes{};
+    std::array<float*, N> absmax{};
+    for (size_t j = 0; j < N; ++j) {
+      codes[j] = states[j]->codes.template data_ptr<uint8_t>() + first;
+      absmax[j] = states[j]->absmax.template data_ptr<float>() + b;
     }
-    update(first, n, buffers);
-    for (size_t i = 0; i < N; ++i) {
-      absmax[i][b] = q8::encode_block(maps[i], buffers[i], codes[i] + first, n);
-    }
+    q8_block<N>(element, codes, absmax, first, n);
   });
 }
 
-constexpr auto kSigned = q8::CodeMap::signed_e4m3;
-constexpr auto kUnsigned = q8::CodeMap::unsigned_e5m3;
+template <class P, bool Nesterov, bool Masked>
+struct AdamQ8 {
+  AdamConstants<float> k;
+  P* p;
+  const P* g;
+  void prefetch(int64_t i) const {
+    __builtin_prefetch(p + i, 1, 2);
+    __builtin_prefetch(g + i, 0, 2);
+  }
+  std::array<float, 2> operator()(int64_t i, const std::array<float, 2>& mv) const {
+    const auto e = adam_element<Nesterov, Masked, float>(k, widen(p[i]), widen(g[i]), mv[0], mv[1]);
+    store_param(p[i], e.w);
+    return {e.m, e.v};
+  }
+};
+
+template <class P>
+struct LionQ8 {
+  LionConstants<float> k;
+  P* p;
+  const P* g;
+  void prefetch(int64_t i) const {
+    __builtin_prefetch(p + i, 1, 2);
+    __builtin_prefetch(g + i, 0, 2);
+  }
+  std::array<float, 1> operator()(int64_t i, const std::array<float, 1>& m) const {
+    const auto [w, mi] = lion_element<float>(k, widen(p[i]), widen(g[i]), m[0]);
+    store_param(p[i], w);
+    return {mi};
+  }
+};
+
+template <class P, bool Ema, bool Nesterov>
+struct MomentumQ8 {
+  MomentumConstants<float> k;
+  const P* g;
+  float* q;
+  void prefetch(int64_t i) const {
+    __builtin_prefetch(q + i, 1, 2);
+    __builtin_prefetch(g + i, 0, 2);
+  }
+  std::array<float, 1> operator()(int64_t i, const std::array<float, 1>& b) const {
+    const auto [bi, qi] = momentum_element<Ema, Nesterov, float>(k, widen(g[i]), b[0]);
+    q[i] = qi;
+    return {bi};
+  }
+};
 
 }  // namespace
 
@@ -486,16 +598,14 @@ void fused_adam_step(at::Tensor& param, const at::Tensor& grad, QuantizedState& 
   dispatch_quantized(param, "fused_adam_step", [&](auto p_tag) {
     using P = decltype(p_tag);
     const auto k = adam_constants<float>(s);
-    auto* p = param.data_ptr<P>();
-    const auto* g = grad.data_ptr<P>();
-    const auto range = s.nesterov ? (s.cautious ? adam_range<P, float, true, true>
-                                                : adam_range<P, float, true, false>)
-                                  : (s.cautious ? adam_range<P, float, false, true>
-                                                : adam_range<P, float, false, false>);
-    on_decoded_blocks<2>(param, {&exp_avg, &exp_avg_sq}, {kSigned, kUnsigned},
-                         [&](int64_t first, int64_t n, float (*moments)[q8::kBlock]) {
-                           range(k, p + first, g + first, moments[0], moments[1], 0, n);
-                         });
+    const auto run = [&](auto nesterov, auto masked) {
+      on_q8_blocks<2>(param, {&exp_avg, &exp_avg_sq},
+                      AdamQ8<P, nesterov(), masked()>{k, param.data_ptr<P>(), grad.data_ptr<P>()});
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    s.nesterov ? (s.cautious ? run(Yes{}, Yes{}) : run(Yes{}, No{}))
+               : (s.cautious ? run(No{}, Yes{}) : run(No{}, No{}));
   });
 }
 
@@ -505,13 +615,8 @@ void fused_lion_step(at::Tensor& param, const at::Tensor& grad, QuantizedState& 
   check_quantized(param, exp_avg, "fused_lion_step");
   dispatch_quantized(param, "fused_lion_step", [&](auto p_tag) {
     using P = decltype(p_tag);
-    const auto k = lion_constants<float>(s);
-    auto* p = param.data_ptr<P>();
-    const auto* g = grad.data_ptr<P>();
-    on_decoded_blocks<1>(param, {&exp_avg}, {kSigned},
-                         [&](int64_t first, int64_t n, float (*m)[q8::kBlock]) {
-                           lion_range<P, float>(k, p + first, g + first, m[0], 0, n);
-                         });
+    on_q8_blocks<1>(param, {&exp_avg},
+                    LionQ8<P>{lion_constants<float>(s), param.data_ptr<P>(), grad.data_ptr<P>()});
   });
 }
 
@@ -524,16 +629,14 @@ void fused_momentum(const at::Tensor& grad, QuantizedState& buffer, at::Tensor& 
     using P = decltype(p_tag);
     const MomentumConstants<float> k{static_cast<float>(s.beta),
                                      static_cast<float>(1.0 - s.beta), s.seed};
-    const auto* g = grad.data_ptr<P>();
-    auto* q = direction.data_ptr<float>();
-    const auto range = s.ema ? (s.nesterov ? momentum_range<P, float, true, true>
-                                           : momentum_range<P, float, true, false>)
-                             : (s.nesterov ? momentum_range<P, float, false, true>
-                                           : momentum_range<P, float, false, false>);
-    on_decoded_blocks<1>(grad, {&buffer}, {kSigned},
-                         [&](int64_t first, int64_t n, float (*b)[q8::kBlock]) {
-                           range(k, g + first, b[0], q + first, 0, n);
-                         });
+    const auto run = [&](auto ema, auto nesterov) {
+      on_q8_blocks<1>(grad, {&buffer}, MomentumQ8<P, ema(), nesterov()>{
+                                           k, grad.data_ptr<P>(), direction.data_ptr<float>()});
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    s.ema ? (s.nesterov ? run(Yes{}, Yes{}) : run(Yes{}, No{}))
+          : (s.nesterov ? run(No{}, Yes{}) : run(No{}, No{}));
   });
 }
 
