@@ -208,10 +208,42 @@ inline at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closur
   return closure();
 }
 
+// An optimizer that can update its parameters one at a time, each as soon as its gradient is
+// complete — the step inside backward (muon/step_in_backward.h) — with the bits step() gives it.
+// One step of that form: begin_parameter_steps(), step_parameter(p) for each parameter with a
+// gradient, in any order, then end_parameter_steps().
+class ParameterSteps {
+ public:
+  virtual ~ParameterSteps() = default;
+  // Checks the settings and refuses, naming the setting and its alternative, what needs every
+  // gradient before the first update; then does what step() does first (schedules).
+  virtual void begin_parameter_steps() = 0;
+  // Updates `param` (one of this optimizer's, with a gradient) alone, as step() would update it.
+  virtual void step_parameter(const at::Tensor& param) = 0;
+  // What step() does after the updates (QK-clip, the step count).
+  virtual void end_parameter_steps() {}
+};
+
+// Each parameter's param group, index in it and position among the optimizer's parameters (in
+// group order: the position is part of a parameter's seeds), by its TensorImpl.
+struct ParamPlace {
+  size_t group, index;
+  int64_t position;
+  std::string label() const {  // as step()'s messages name a parameter
+    return "parameter " + std::to_string(index) + " of param group " + std::to_string(group);
+  }
+};
+std::map<const void*, ParamPlace> param_places(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups);
+
+// The place of `param` in `places`; throws muon::Error naming `who` when it is not there.
+const ParamPlace& place_of(const std::map<const void*, ParamPlace>& places,
+                           const at::Tensor& param, const char* who);
+
 // The standalone optimizer of an elementwise algorithm (ParamKind::any): owns groups and state and
 // calls Algorithm<Options>::update on them (muon::AdamW, muon::Lamb, ...).
 template <class OptionsType>
-class ElementwiseOptimizer : public torch::optim::Optimizer {
+class ElementwiseOptimizer : public torch::optim::Optimizer, public ParameterSteps {
  public:
   using Options = OptionsType;
   explicit ElementwiseOptimizer(std::vector<torch::optim::OptimizerParamGroup> groups,
@@ -223,10 +255,15 @@ class ElementwiseOptimizer : public torch::optim::Optimizer {
   at::Tensor step(LossClosure closure = nullptr) override;
   // Throws muon::Error for whatever would stop step(), changing nothing.
   void check_step() const;
+  void begin_parameter_steps() override;
+  void step_parameter(const at::Tensor& param) override;
   // torch::save / torch::load: state and each group's settings (save_optimizer_state in
   // muon/param_state.h).
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  std::map<const void*, ParamPlace> places_;  // as begin_parameter_steps found them
 };
 
 // An optimizer that updates some parameters in a (batch..., rows, cols) view of their own.
@@ -258,7 +295,7 @@ using ScratchOf = typename detail::ScratchTypeOf<Algorithm<Options>>::type;
 // (an expert stack (E, rows, cols) is updated expert by expert); set_matrix_view() gives it
 // another view first, e.g. a conv kernel (out, in, kh, kw) → (out, in·kh·kw).
 template <class OptionsType>
-class MatrixOptimizer : public torch::optim::Optimizer, public MatrixViews {
+class MatrixOptimizer : public torch::optim::Optimizer, public MatrixViews, public ParameterSteps {
  public:
   using Options = OptionsType;
   explicit MatrixOptimizer(std::vector<torch::optim::OptimizerParamGroup> param_groups,
@@ -284,6 +321,9 @@ class MatrixOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // The view `param` is updated in (its own shape unless set).
   std::vector<int64_t> matrix_view(const at::Tensor& param) const override;
 
+  void begin_parameter_steps() override;
+  void step_parameter(const at::Tensor& param) override;
+
   // torch::save / torch::load: state and each group's settings (save_optimizer_state in
   // muon/param_state.h).
   void save(torch::serialize::OutputArchive& archive) const override;
@@ -292,6 +332,7 @@ class MatrixOptimizer : public torch::optim::Optimizer, public MatrixViews {
  private:
   std::map<const void*, std::vector<int64_t>> views_;
   ScratchOf<Options> scratch_;
+  std::map<const void*, ParamPlace> places_;  // as begin_parameter_steps found them
 };
 
 // What the entry implies. The standalone optimizer of the algorithm:

@@ -109,7 +109,7 @@ struct ParameterReport {
   double weight_decay = 0;
 };
 
-class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
+class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews, public ParameterSteps {
  public:
   HybridOptimizer(const std::vector<RoutedParameter>& routes, const HybridOptions& options);
   // Muon and AdamW settings only: one group, no clipping.
@@ -171,6 +171,15 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   // Throws muon::Error for whatever would stop step() (settings, parameters, gradients, QK-clip's
   // source), changing nothing: step() calls it before its first write.
   void check_step() const;
+
+  // The step inside backward (muon/step_in_backward.h), one parameter at a time with the bits of
+  // step(): begin refuses what needs every gradient before the first update — global-norm
+  // clipping (grad_clip), the nonfinite policies skip and error (nonfinite: ignore steps each
+  // parameter as torch.optim does), several ranks — naming the setting, then applies the
+  // schedules; end applies QK-clip and counts the step.
+  void begin_parameter_steps() override;
+  void step_parameter(const at::Tensor& param) override;
+  void end_parameter_steps() override;
 
   // Orthogonalizes the matrices parameter `param` (of a matrices group) in the (batch..., rows,
   // cols) `view` of its elements instead of its shape (a conv kernel as (out, in·kh·kw)); before
@@ -273,7 +282,14 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   Communicator* reducer() const;
   std::vector<QkClipTarget> held_qk_targets(std::vector<QkClipTarget> targets) const;
   void drop_state_of_others();
+  // Each parameter's group, index and position among the parameters of its algorithm (in group
+  // order: part of its seeds).
+  std::map<const void*, ParamPlace> seed_places() const;
   void update(const Gradients& grads, const std::vector<at::Tensor>* only);
+  // The QK-clip targets and checked logits of this step (none without QK-clip).
+  std::pair<std::vector<QkClipTarget>, std::map<std::string, at::Tensor>> qk_clip_inputs();
+  void apply_qk_clip(const std::vector<QkClipTarget>& targets,
+                     const std::map<std::string, at::Tensor>& logits);
   std::string first_nonfinite_gradient() const;
 
   HybridOptions options_;
@@ -290,6 +306,7 @@ class HybridOptimizer : public torch::optim::Optimizer, public MatrixViews {
   std::map<const void*, size_t> groups_;               // each trainable parameter's group
   std::map<const void*, std::vector<int64_t>> views_;  // Muon views other than the shape
   MatrixScratch scratch_;  // each matrices algorithm's buffers, kept across steps
+  std::map<const void*, ParamPlace> places_;  // seed_places() as begin_parameter_steps found them
   StepStats stats_;
   QkClipSource* qk_source_ = nullptr;
   std::shared_ptr<Communicator> communicator_;

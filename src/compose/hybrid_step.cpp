@@ -130,25 +130,37 @@ bool HybridOptimizer::clip_gradients(Gradients& grads) {
   return true;
 }
 
+std::map<const void*, ParamPlace> HybridOptimizer::seed_places() const {
+  std::map<const void*, ParamPlace> places;
+  std::map<std::string, int64_t> next_index;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto& params = param_groups_[g].params();
+    const std::string algorithm = algorithm_name(param_groups_[g].options());
+    for (size_t i = 0; i < params.size(); ++i) {
+      places[params[i].unsafeGetTensorImpl()] = {g, i, next_index[algorithm]++};
+    }
+  }
+  return places;
+}
+
 // Runs the rules over every parameter with a gradient in `grads` (only those in `only`, if given).
-// Seeds count a parameter's position among the parameters of its algorithm, in group order.
 void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tensor>* only) {
   std::set<const void*> selected;
   if (only != nullptr) {
     for (const auto& p : *only) selected.insert(p.unsafeGetTensorImpl());
   }
+  const auto places = seed_places();
   MatrixItemLists matrix_items;  // Muon's orthogonalized together across groups
-  std::map<std::string, int64_t> next_index;
   for (auto& group : param_groups_) {
     visit_algorithm(group.options(), [&](const auto& o) {
       using Options = std::decay_t<decltype(o)>;
       using Entry = Algorithm<Options>;
       std::vector<ItemOf<Options>> items;
       for (auto& p : group.params()) {
-        const int64_t position = next_index[Entry::name]++;
         const auto* impl = p.unsafeGetTensorImpl();
         const auto grad = grads.find(impl);
         if (grad == grads.end() || (only != nullptr && selected.count(impl) == 0)) continue;
+        const int64_t position = places.at(impl).position;
         auto& slot = state_[compat::param_state_key(p)];
         if constexpr (Entry::kind == ParamKind::matrices) {
           auto view = matrix_view(p);
@@ -167,27 +179,36 @@ void HybridOptimizer::update(const Gradients& grads, const std::vector<at::Tenso
   matrix_items.update(scratch_);
 }
 
+std::pair<std::vector<QkClipTarget>, std::map<std::string, at::Tensor>>
+HybridOptimizer::qk_clip_inputs() {
+  if (!options_.qk_clip_tau || qk_source_ == nullptr) return {};
+  auto targets = qk_source_->qk_clip_targets();
+  auto logits = qk_source_->qk_max_logits();
+  if (auto* ranks = reducer()) {  // the largest logit seen by any rank
+    for (auto& [layer, layer_logits] : logits) {
+      auto reduced = layer_logits.to(at::kFloat).contiguous().clone();
+      ranks->all_reduce(reduced, ReduceOp::max);
+      layer_logits = reduced;
+    }
+  }
+  check_qk_clip(targets, logits, *options_.qk_clip_tau);
+  return {std::move(targets), std::move(logits)};
+}
+
+void HybridOptimizer::apply_qk_clip(const std::vector<QkClipTarget>& targets,
+                                    const std::map<std::string, at::Tensor>& logits) {
+  stats_.qk_clip.clear();
+  if (!options_.qk_clip_tau || qk_source_ == nullptr) return;
+  stats_.qk_clip = qk_clip(held_qk_targets(targets), logits, *options_.qk_clip_tau);
+}
+
 at::Tensor HybridOptimizer::step(LossClosure closure) {
   const auto loss = run_closure(closure);
   at::NoGradGuard no_grad;
   adopt_added_groups("HybridOptimizer::step");
   apply_schedules();
   check_step();
-  std::vector<QkClipTarget> qk_targets;
-  std::map<std::string, at::Tensor> qk_logits;
-  const bool clipping_qk = options_.qk_clip_tau && qk_source_ != nullptr;
-  if (clipping_qk) {
-    qk_targets = qk_source_->qk_clip_targets();
-    qk_logits = qk_source_->qk_max_logits();
-    if (auto* ranks = reducer()) {  // the largest logit seen by any rank
-      for (auto& [layer, logits] : qk_logits) {
-        auto reduced = logits.to(at::kFloat).contiguous().clone();
-        ranks->all_reduce(reduced, ReduceOp::max);
-        logits = reduced;
-      }
-    }
-    check_qk_clip(qk_targets, qk_logits, *options_.qk_clip_tau);
-  }
+  const auto [qk_targets, qk_logits] = qk_clip_inputs();
   stats_.qk_clip.clear();
   auto grads = gradients();
   if (!clip_gradients(grads)) return loss;
@@ -197,11 +218,58 @@ at::Tensor HybridOptimizer::step(LossClosure closure) {
     parallel_->update_and_gather(
         [&](const std::vector<at::Tensor>& owned) { update(grads, &owned); });
   }
-  if (clipping_qk) {
-    stats_.qk_clip = qk_clip(held_qk_targets(qk_targets), qk_logits, *options_.qk_clip_tau);
-  }
+  apply_qk_clip(qk_targets, qk_logits);
   ++step_count_;
   return loss;
+}
+
+void HybridOptimizer::begin_parameter_steps() {
+  const char* why = "needs every gradient before the first update, and here each parameter is "
+                    "updated as its gradient arrives";
+  check(!options_.max_grad_norm, "the step inside backward: global-norm clipping (grad_clip ",
+        options_.max_grad_norm.value_or(0), ") ", why,
+        "; remove grad_clip, or step after backward (optimizer.step())");
+  check(options_.nonfinite == NonfinitePolicy::ignore, "the step inside backward: nonfinite: ",
+        enum_name(options_.nonfinite), " judges the whole step by the global gradient norm, which ",
+        why, "; set nonfinite: ignore (each parameter steps as torch.optim does), or step after "
+        "backward");
+  check(parallel_ == nullptr && !partition_, "the step inside backward runs in one process: on several "
+        "ranks the gradients are averaged across ranks before any update (docs/algorithms.md, "
+        "\"The step inside backward\"); step after backward there");
+  adopt_added_groups("the step inside backward");
+  apply_schedules();
+  for (const auto& group : param_groups_) check_group_options(group.options());
+  qk_clip_inputs();  // refused now, before any parameter changes
+  stats_ = StepStats{std::numeric_limits<double>::quiet_NaN(), 1, false, stats_.skipped_steps, {}};
+  places_ = seed_places();
+}
+
+void HybridOptimizer::step_parameter(const at::Tensor& param) {
+  at::NoGradGuard no_grad;
+  const auto& place = place_of(places_, param, "the step inside backward");
+  auto& group = param_groups_[place.group];
+  auto& p = group.params()[place.index];
+  visit_algorithm(group.options(), [&](const auto& o) {
+    using Options = std::decay_t<decltype(o)>;
+    using Entry = Algorithm<Options>;
+    auto view = Entry::kind == ParamKind::matrices ? matrix_view(p) : p.sizes().vec();
+    check_item(p, p.grad(), o, view, place.label());
+    auto& state = make_state(state_[compat::param_state_key(p)], p, o, view);
+    if constexpr (Entry::kind == ParamKind::matrices) {
+      MatrixItemLists items;
+      items.of<Options>().push_back({p, p.grad(), &state, &o, std::move(view), place.position});
+      items.update(scratch_);
+    } else {
+      Entry::update(o, {{p, p.grad(), &state, place.position}});
+    }
+  });
+}
+
+void HybridOptimizer::end_parameter_steps() {
+  at::NoGradGuard no_grad;
+  const auto [qk_targets, qk_logits] = qk_clip_inputs();
+  apply_qk_clip(qk_targets, qk_logits);
+  ++step_count_;
 }
 
 Communicator* HybridOptimizer::reducer() const {

@@ -1,4 +1,5 @@
-// The registry's lookups (muon/algorithms.h).
+// The registry's lookups (muon/algorithms.h), and where an owner keeps each parameter
+// (muon/algorithm.h's param_places).
 #include "muon/algorithms.h"
 
 #include <cctype>
@@ -92,6 +93,27 @@ void set_group_settings(torch::optim::OptimizerOptions& options, const SettingVa
 
 void check_group_options(const torch::optim::OptimizerOptions& options) {
   algorithm_row(options).validate(options);
+}
+
+std::map<const void*, ParamPlace> param_places(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  std::map<const void*, ParamPlace> places;
+  int64_t position = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& params = groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      places[params[i].unsafeGetTensorImpl()] = {g, i, position++};
+    }
+  }
+  return places;
+}
+
+const ParamPlace& place_of(const std::map<const void*, ParamPlace>& places,
+                           const at::Tensor& param, const char* who) {
+  const auto it = places.find(param.unsafeGetTensorImpl());
+  check(it != places.end(), who, ": a tensor of shape ", param.sizes(),
+        " is not one of this optimizer's parameters (as they were when its step began)");
+  return it->second;
 }
 
 }  // namespace muon

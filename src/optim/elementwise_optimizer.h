@@ -71,6 +71,26 @@ at::Tensor ElementwiseOptimizer<Options>::step(LossClosure closure) {
 }
 
 template <class Options>
+void ElementwiseOptimizer<Options>::begin_parameter_steps() {
+  for (const auto& group : param_groups_) {
+    Algorithm<Options>::validate(static_cast<const Options&>(group.options()));
+  }
+  places_ = param_places(param_groups_);
+}
+
+template <class Options>
+void ElementwiseOptimizer<Options>::step_parameter(const at::Tensor& param) {
+  at::NoGradGuard no_grad;
+  const auto& place = place_of(places_, param, Algorithm<Options>::name);
+  auto& group = param_groups_[place.group];
+  const auto& o = static_cast<const Options&>(group.options());
+  auto& p = group.params()[place.index];
+  Algorithm<Options>::check_item(p, p.grad(), o, place.label());
+  auto& state = make_state(state_[compat::param_state_key(p)], p, o, p.sizes());
+  Algorithm<Options>::update(o, {{p, p.grad(), &state, place.position}});
+}
+
+template <class Options>
 void ElementwiseOptimizer<Options>::save(torch::serialize::OutputArchive& archive) const {
   save_optimizer_state(*this, archive);
 }

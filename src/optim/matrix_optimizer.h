@@ -114,6 +114,28 @@ at::Tensor MatrixOptimizer<Options>::step(LossClosure closure) {
 }
 
 template <class Options>
+void MatrixOptimizer<Options>::begin_parameter_steps() {
+  for (const auto& group : param_groups_) {
+    Algorithm<Options>::validate(static_cast<const Options&>(group.options()));
+  }
+  places_ = param_places(param_groups_);
+}
+
+template <class Options>
+void MatrixOptimizer<Options>::step_parameter(const at::Tensor& param) {
+  at::NoGradGuard no_grad;
+  const auto& place = place_of(places_, param, Algorithm<Options>::name);
+  auto& group = param_groups_[place.group];
+  const auto& o = static_cast<const Options&>(group.options());
+  auto& p = group.params()[place.index];
+  auto view = matrix_view(p);
+  Algorithm<Options>::check_item(p, p.grad(), o, view,
+                                 place.label());
+  auto& state = make_state(state_[compat::param_state_key(p)], p, o, view);
+  update_matrices<Options>({{p, p.grad(), &state, &o, std::move(view), place.position}}, scratch_);
+}
+
+template <class Options>
 void MatrixOptimizer<Options>::save(torch::serialize::OutputArchive& archive) const {
   save_optimizer_state(*this, archive);
 }
