@@ -29,6 +29,7 @@
 #include "muon/param_state.h"
 #include "muon/quantize.h"
 #include "muon/presets.h"
+#include "muon/step_in_backward.h"
 #include "muon/stochastic_rounding.h"
 #include "values.h"
 
@@ -318,6 +319,8 @@ class Engine {
     return *hybrid_;
   }
 
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+
   // `source` (kept alive here) provides qk_clip_targets() and qk_max_logits(); None detaches.
   void set_qk_clip_source(py::object source) {
     if (source.is_none()) {
@@ -396,6 +399,8 @@ void bind_engine(py::module_& m) {
       .def("settings", &Engine::settings)
       .def("set_options", &Engine::set_options)
       .def("check_step", &Engine::check_step)
+      .def("begin_parameter_steps",
+           [](Engine& e) { dynamic_cast<ParameterSteps&>(e.optimizer()).begin_parameter_steps(); })
       .def("step", &Engine::step)
       .def("state", &Engine::state)
       .def("load", &Engine::load)
@@ -443,6 +448,34 @@ py::list routed_roles(const py::list& named, const std::string& yaml) {
     out.append(py::make_tuple(r.name, to_string(r.role)));
   }
   return out;
+}
+
+// A Python callable as a C++ callback of the step inside backward, which runs on autograd's thread
+// without the GIL: it takes the GIL to call and to let go of the callable.
+std::function<void()> python_callback(py::object f) {
+  if (f.is_none()) return nullptr;
+  std::shared_ptr<py::object> held(new py::object(std::move(f)), [](py::object* o) {
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  return [held] {
+    py::gil_scoped_acquire gil;
+    (*held)();
+  };
+}
+
+void bind_step_in_backward(py::module_& m) {
+  py::class_<StepInBackward>(m, "StepInBackward")
+      .def(py::init([](Engine& engine, int64_t every, py::object before, py::object after) {
+             return std::make_unique<StepInBackward>(engine.optimizer(), every,
+                                                     python_callback(std::move(before)),
+                                                     python_callback(std::move(after)));
+           }),
+           py::arg("engine"), py::arg("every"), py::arg("before"), py::arg("after"),
+           py::keep_alive<1, 2>())  // the engine lives as long as its hooks
+      .def("remove", &StepInBackward::remove)
+      .def_property_readonly("steps", &StepInBackward::steps)
+      .def_property_readonly("seconds", &StepInBackward::seconds);
 }
 
 // The collectives of the Python optimizers' data parallelism (muon_cpp/_distributed.py and
@@ -514,6 +547,7 @@ PYBIND11_MODULE(_core, m) {
     }
   });
   bind_engine(m);
+  bind_step_in_backward(m);
   bind_collectives(m);
   m.def("orthogonalize", &orthogonalize_binding, py::arg("x"), py::arg("coefficients"),
         py::arg("steps"), py::arg("method"), py::arg("dtype"), py::arg("gram_restarts"));

@@ -29,6 +29,7 @@ from ._aux_adam import MuonWithAuxAdam, SingleDeviceMuonWithAuxAdam
 from ._dion import Dion
 from ._engine import AMSGRAD as _AMSGRAD, USE_ADDMM as _USE_ADDMM, _EngineOptimizer
 from ._hybrid import HybridOptimizer, build_optimizer
+from ._in_backward import StepInBackward, step_in_backward
 from . import optim  # noqa: F401 (muon_cpp.optim.Muon after a bare `import muon_cpp`)
 
 _torch_muon.count_steps_through_torch_muon()
@@ -44,6 +45,8 @@ __all__ = [
     "build_optimizer",
     "MuonWithAuxAdam",
     "SingleDeviceMuonWithAuxAdam",
+    "step_in_backward",
+    "StepInBackward",
     "orthogonalize",
     "orthogonality_error",
 ]

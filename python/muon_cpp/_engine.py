@@ -53,6 +53,8 @@ class _EngineOptimizer(Optimizer):
         if "__init__" not in cls.__dict__:
             cls.__init__ = init_from_schema(algorithm, **schema)
 
+    _in_backward = None  # the muon_cpp.step_in_backward handle while its hooks are on
+
     def __init__(self, params, defaults, engine=None, process_group=None, shards=None):
         self._engine = None
         self._plan = None
@@ -191,21 +193,44 @@ class _EngineOptimizer(Optimizer):
 
     def step(self, closure=None):
         """Calls ``closure`` (if any) with gradients enabled, then updates every parameter that
-        has a gradient. Returns the closure's loss."""
+        has a gradient. Returns the closure's loss. Under muon_cpp.step_in_backward the updates
+        happen inside backward: step() only calls the closure (whose backward updates)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._in_backward is not None:
+            return loss
+        self._begin_step()
+        if self._shards is not None:
+            self._shards.step(self._params(), self._engine.step)
+        elif self._plan is None:
+            self._engine.step()
+        else:
+            self._step_owned()
+        self._end_step()
+        return loss
+
+    def zero_grad(self, *args, **kwargs):
+        """PyTorch's; under muon_cpp.step_in_backward nothing (the updates released the
+        gradients, and with ``every=k`` the passes between add theirs up for the k-th)."""
+        if self._in_backward is None:
+            super().zero_grad(*args, **kwargs)
+
+    # The step's first and last parts, outside the engine's updates (step_in_backward runs them
+    # around the updates it makes inside backward).
+    def _begin_step(self):
+        """Rebinds the engine to param_groups' tensors if they changed and pushes every group's
+        settings into it (lr as a scheduler left it)."""
         self._sync_params("step()")
         for group in self.param_groups:  # settings written under torch.optim's names
             self._from_torch_names(group)
         self._engine.set_options([self._engine_settings(group) for group in self.param_groups])
-        if self._shards is not None:
-            self._shards.step(self._params(), self._engine.step)
-            return loss
-        if self._plan is None:
-            self._engine.step()
-            return loss
+
+    def _end_step(self):
+        pass
+
+    def _step_owned(self):
         # The engine updates what has a gradient: this rank's own parameters only. It still sees
         # all of them, so that each keeps the position one process gives it (the seed of its
         # stochastic rounding and of Dion's first Q).
@@ -219,7 +244,6 @@ class _EngineOptimizer(Optimizer):
             for p, grad in others:
                 p.grad = grad
         self._plan.share(self._params())
-        return loss
 
     def state_dict(self):
         """PyTorch's layout: {'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]},

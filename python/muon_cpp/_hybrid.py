@@ -215,15 +215,13 @@ class HybridOptimizer(_EngineOptimizer):
         if self._qk_source is not None:
             self.set_qk_clip_source(self._qk_source)
 
-    def step(self, closure=None):
-        loss = super().step(closure)
+    def _end_step(self):
         # The configuration's schedules may have moved lr, momentum and weight decay.
         for group, settings in zip(self.param_groups, self._engine.settings()):
             for key in ("lr", "weight_decay", "momentum"):
                 if key in settings:
                     group[key] = settings[key]
         self._show_counters()
-        return loss
 
     @property
     def step_count(self):

@@ -67,13 +67,13 @@ def falls(losses):
 
 # ---- HF transformers: Trainer ----
 
-def hf_run(out_dir, make_trainer_kwargs, resume=None):
+def hf_run(out_dir, make_trainer_kwargs, resume=None, **arguments):
     from transformers import Trainer, TrainingArguments
     model = gpt2()
     args = TrainingArguments(output_dir=str(out_dir), use_cpu=True, report_to=[],
                              save_strategy="steps", save_steps=4, max_steps=8,
                              per_device_train_batch_size=4, logging_steps=1, seed=42,
-                             data_seed=42, disable_tqdm=True, weight_decay=0.05)
+                             data_seed=42, disable_tqdm=True, weight_decay=0.05, **arguments)
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(32),
                       **make_trainer_kwargs(model))
     trainer.train(resume_from_checkpoint=resume)
@@ -125,6 +125,25 @@ def test_hf_trainer_trains_and_resumes_from_its_checkpoint_exactly(tmp_path, for
     _, resumed, _ = hf_run(tmp_path / "resumed", HF_FORMS[form],
                            resume=str(tmp_path / "whole" / "checkpoint-4"))
     assert_same(resumed, whole)
+
+
+def test_hf_trainer_steps_inside_backward_as_it_steps_after(tmp_path):
+    """muon_cpp.step_in_backward under the Trainer's loop, with its gradient accumulation (every=2)
+    and its LR schedule, clipping off (it needs every gradient): the parameters of the ordinary
+    run, bit for bit."""
+    def form(in_backward):
+        def make(model):
+            optimizer = muon_cpp.build_optimizer(model, lr=0.02, adamw_lr=3e-3, nonfinite="ignore")
+            if in_backward:
+                muon_cpp.step_in_backward(optimizer, every=2)
+            return {"optimizers": (optimizer, None)}
+        return make
+    accumulate = dict(gradient_accumulation_steps=2, max_grad_norm=0.0)
+    _, ordinary, _ = hf_run(tmp_path / "ordinary", form(False), **accumulate)
+    trainer, inside, losses = hf_run(tmp_path / "inside", form(True), **accumulate)
+    assert trainer.optimizer.optimizer._in_backward.steps == 8
+    assert len(losses) == 8 and falls(losses), losses
+    assert_same(inside, ordinary)
 
 
 # ---- Lightning ----
@@ -304,6 +323,15 @@ def test_a_compiled_model_trains_as_the_eager_one():
     assert falls(compiled_losses), compiled_losses
     for a, b in zip(compiled_module.parameters(), eager.parameters()):
         assert torch.allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
+def test_a_compiled_model_steps_inside_backward_as_after():
+    compiled_modules = [mlp(), mlp()]
+    optimizers = [muon_cpp.build_optimizer(m, lr=0.02, nonfinite="ignore") for m in compiled_modules]
+    muon_cpp.step_in_backward(optimizers[1])
+    losses = [regression(10, torch.compile(m), o) for m, o in zip(compiled_modules, optimizers)]
+    assert falls(losses[1]) and losses[0] == losses[1]
+    assert all(torch.equal(a, b) for a, b in zip(*(m.parameters() for m in compiled_modules)))
 
 
 def test_grad_scaler_steps_finite_gradients_and_skips_the_rest():
