@@ -159,6 +159,45 @@ TEST(Train, ResumedRunEqualsAnUninterruptedOne) {
   EXPECT_NE(log.str().find("resumed from"), std::string::npos);
 }
 
+// train.step_in_backward trains the run the ordinary step trains, bit for bit (the same final
+// loss and sample); a run switches between the forms on resume; the default policy for a
+// non-finite gradient, skip, is refused before the first step.
+TEST(Train, StepInBackwardTrainsTheSameRunAndSwitchesOnResume) {
+  const auto dir = std::filesystem::temp_directory_path();
+  auto straight = fixture_config((dir / "muon_in_backward_straight").string());
+  straight.steps = 40;
+  straight.log_every = straight.eval_every = 20;
+  straight.optimizer.hybrid.nonfinite = NonfinitePolicy::ignore;
+  std::ostringstream log;
+  const auto whole = train(straight, log);
+
+  auto inside = straight;
+  inside.out_dir = (dir / "muon_in_backward_inside").string();
+  inside.step_in_backward = true;
+  std::ostringstream inside_log;
+  const auto inside_result = train(inside, inside_log);
+  EXPECT_EQ(inside_result.final_val_loss, whole.final_val_loss);
+  EXPECT_EQ(inside_result.sample, whole.sample);
+  EXPECT_NE(inside_log.str().find("; steps inside backward"), std::string::npos)
+      << inside_log.str();
+
+  auto interrupted = straight;
+  interrupted.out_dir = (dir / "muon_in_backward_part").string();
+  interrupted.stop_after = 20;
+  train(interrupted, log);
+  auto resumed = inside;
+  resumed.out_dir = (dir / "muon_in_backward_rest").string();
+  resumed.resume_dir = interrupted.out_dir;
+  EXPECT_EQ(train(resumed, log).final_val_loss, whole.final_val_loss);
+
+  auto skipping = inside;
+  skipping.optimizer.hybrid.nonfinite = NonfinitePolicy::skip;
+  testing::expect_error<Error>(
+      [&] { train(skipping, log); },
+      {"train: step_in_backward: the step inside backward: nonfinite: skip",
+       "set nonfinite: ignore"});
+}
+
 TEST(Train, TheFirstRowAfterAResumeTimesOnlyItsOwnSteps) {
   // Stopped after 16 of a 20-step log window: the resumed window's loss mean holds all 20 steps,
   // but this process ran 4 of them; counting 20 in the throughput made it 5× too high. The bound

@@ -16,16 +16,20 @@ namespace muon::cli {
 
 namespace {
 
+// A field's value as its flag's text ("" for a type no flag sets).
+template <class T>
+std::string text_of(const T&) {
+  return "";
+}
 std::string text_of(const std::string& v) {
   return v;
 }
 std::string text_of(int64_t v) {
   return std::to_string(v);
 }
-
-}  // namespace
-
-namespace {
+std::string text_of(bool v) {
+  return v ? "true" : "false";
+}
 
 // A number's text as the user wrote it, quoted when it is not a number at all.
 std::string shown(const std::string& text, bool numeric) {
@@ -86,7 +90,12 @@ namespace {
 template <class T>
 RunFlag field_flag(CLI::App& app, TrainConfig& parsed, const FieldFlag& flag,
                    const OptionInfo& info, T& value) {
-  auto* option = app.add_option(flag.name, value, info.doc)->capture_default_str();
+  CLI::Option* option = nullptr;
+  if constexpr (std::is_same_v<T, bool>) {
+    option = app.add_flag(flag.name, value, info.doc);  // on when given, no value
+  } else {
+    option = app.add_option(flag.name, value, info.doc)->capture_default_str();
+  }
   if constexpr (std::is_same_v<T, int64_t>) {
     // Whole numbers a double holds exactly; CLI11 alone would clamp 1e20 to 2^63 − 1 silently.
     option->check(whole_number(least_of(info)));
@@ -102,10 +111,7 @@ RunFlag field_flag(CLI::App& app, TrainConfig& parsed, const FieldFlag& flag,
   };
   const auto text = [flag](const TrainConfig& c) {
     std::string out;
-    with_field(c, flag, [&](const OptionInfo&, const auto& v) {
-      using V = std::decay_t<decltype(v)>;
-      if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, std::string>) out = text_of(v);
-    });
+    with_field(c, flag, [&](const OptionInfo&, const auto& v) { out = text_of(v); });
     return out;
   };
   return {flag.name, std::string(flag.section) + "." + flag.key, flag.safe_on_resume, option, apply,
@@ -234,6 +240,7 @@ const std::vector<FieldFlag>& field_flags() {
       {"--eval-every", "train", "eval_every", true},
       {"--eval-batches", "train", "eval_batches", true},
       {"--checkpoint-every", "train", "checkpoint_every", true},
+      {"--step-in-backward", "train", "step_in_backward", true},
       {"--layers", "model", "n_layers", false},
       {"--d-model", "model", "d_model", false},
       {"--heads", "model", "n_heads", false},
@@ -249,7 +256,8 @@ std::vector<RunFlag> add_run_flags(CLI::App& train, ParsedFlags& values) {
   for (const auto& flag : field_flags()) {
     with_field(parsed, flag, [&](const OptionInfo& info, auto& value) {
       using T = std::decay_t<decltype(value)>;
-      if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, std::string>) {
+      if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, std::string> ||
+                    std::is_same_v<T, bool>) {
         flags.push_back(field_flag(train, parsed, flag, info, value));
       }
     });
@@ -268,6 +276,11 @@ TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
     if (!config_path.empty()) run = train_config_from_yaml_file(config_path);
     apply_given(flags, run, world);
     run = split_batch(run, world);
+    // The embedded default's policy for a non-finite gradient, skipping the whole step, needs
+    // every gradient before the first update: inside backward it steps as torch.optim does.
+    if (config_path.empty() && run.step_in_backward) {
+      run.optimizer.hybrid.nonfinite = NonfinitePolicy::ignore;
+    }
   } else {
     const auto& dir = invocation.resume_dir;
     const auto stored = read_stored_run(dir);
@@ -309,85 +322,6 @@ TrainConfig resolve_run(const TrainConfig& invocation, bool out_given,
   run.program = invocation.program;
   run.threads_reason = invocation.threads_reason;
   return run;
-}
-
-namespace {
-
-// "'a'", "'a' or 'b'", "'a', 'b' or 'c'".
-std::string alternatives(const std::vector<std::string>& names) {
-  std::string text;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) text += i + 1 == names.size() ? " or " : ", ";
-    text += "'" + names[i] + "'";
-  }
-  return text;
-}
-
-// The known names close to `word`, in their order in `known`: those that hold it as a
-// dash-separated part ("--lr" in "--muon-lr"), and those nearest by edit distance (at most a
-// third of its length, at least 2).
-std::vector<std::string> close_names(const std::string& word, const std::vector<std::string>& known) {
-  const auto parts = [](const std::string& name) {
-    std::vector<std::string> out;
-    const auto start = name.find_first_not_of('-');
-    if (start == std::string::npos) return out;  // "", "---": no parts
-    std::istringstream in(name.substr(start));
-    for (std::string part; std::getline(in, part, '-');) out.push_back(part);
-    return out;
-  };
-  const auto word_parts = parts(word);
-  size_t nearest = std::max<size_t>(2, word.size() / 3);
-  for (const auto& k : known) nearest = std::min(nearest, detail::distance(word, k));
-  std::vector<std::string> close;
-  for (const auto& k : known) {
-    const auto name_parts = parts(k);
-    const bool holds = word_parts.size() == 1 &&
-        std::find(name_parts.begin(), name_parts.end(), word_parts[0]) != name_parts.end();
-    if ((holds || detail::distance(word, k) == nearest) &&
-        std::find(close.begin(), close.end(), k) == close.end()) {
-      close.push_back(k);
-    }
-  }
-  return close;
-}
-
-std::string unknown_command(const std::string& word, const std::vector<std::string>& commands) {
-  const auto close = close_names(word, commands);
-  std::string text = "unknown command '" + word + "'";
-  if (!close.empty()) text += "; did you mean " + alternatives(close) + "?";
-  std::string all;
-  for (const auto& c : commands) all += (all.empty() ? "" : ", ") + c;
-  return text + " (the commands: " + all + ")";
-}
-
-}  // namespace
-
-UsageHint did_you_mean(const CLI::App& app, const std::vector<std::string>& args) {
-  if (args.empty() || args[0].rfind("-", 0) == 0) return {};
-  std::vector<std::string> commands;
-  const CLI::App* command = nullptr;
-  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-    commands.push_back(sub->get_name());
-    if (sub->get_name() == args[0]) command = sub;
-  }
-  if (command == nullptr) return {unknown_command(args[0], commands), true};
-  std::vector<std::string> flags;
-  for (const auto* option : command->get_options()) {
-    for (const auto& name : option->get_lnames()) flags.push_back("--" + name);
-  }
-  for (size_t i = 1; i < args.size(); ++i) {
-    const auto word = args[i].substr(0, args[i].find('='));
-    if (word.rfind("--", 0) != 0 || word.size() == 2 ||
-        std::find(flags.begin(), flags.end(), word) != flags.end()) {
-      continue;
-    }
-    const auto close = close_names(word, flags);
-    if (!close.empty()) {
-      return {"unknown option '" + word + "' of " + command->get_name() + "; did you mean " +
-              alternatives(close) + "?"};
-    }
-  }
-  return {};
 }
 
 }  // namespace muon::cli

@@ -22,6 +22,7 @@
 #include "muon/hybrid.h"
 #include "muon/internal/number_text.h"
 #include "muon/routing.h"
+#include "muon/step_in_backward.h"
 #include "system/memory.h"
 #include "training/plot.h"
 #include "training/signals.h"
@@ -179,6 +180,7 @@ class TrainingRun {
   const TextDataset data_;
   Gpt model_{nullptr};
   std::unique_ptr<HybridOptimizer> optimizer_;
+  std::unique_ptr<StepInBackward> in_backward_;  // with train.step_in_backward
   int64_t first_step_ = 0;
   Progress progress_;
   std::optional<MetricsLog> metrics_;
@@ -221,6 +223,16 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
   optimizer_->set_communicator(communicator_);
   optimizer_->set_qk_clip_source(model_.get());  // used when the config sets qk_clip
   if (!config_.resume_dir.empty()) resume();
+  if (config_.step_in_backward) {
+    try {  // what the optimizer cannot do inside backward, refused before the first step
+      optimizer_->begin_parameter_steps();
+    } catch (const Error& e) {
+      throw Error(std::string("train: step_in_backward: ") + e.what() +
+                  (config_.resume_dir.empty() ? "" : " (a resumed run keeps its optimizer "
+                   "settings: continue this one without --step-in-backward)"));
+    }
+    in_backward_ = std::make_unique<StepInBackward>(*optimizer_);
+  }
   if (writer_) open_files();
   log_start();
   if (writer_ && first_step_ == 0) {
@@ -288,7 +300,8 @@ void TrainingRun::log_start() {
        << " tensors; " << data_.train_bytes() << " training bytes, " << at::get_num_threads()
        << (at::get_num_threads() == 1 ? " thread" : " threads")
        << (config_.threads_reason.empty() ? "" : " (" + config_.threads_reason + ")")
-       << (world_ > 1 ? ", " + std::to_string(world_) + " ranks" : "") << "\n";
+       << (world_ > 1 ? ", " + std::to_string(world_) + " ranks" : "")
+       << (in_backward_ ? "; steps inside backward" : "") << "\n";
 }
 
 void TrainingRun::step() {
@@ -302,11 +315,17 @@ void TrainingRun::step() {
   x = x.narrow(0, rank_ * config_.batch_size, config_.batch_size);
   y = y.narrow(0, rank_ * config_.batch_size, config_.batch_size);
   const auto loss = model_->loss(x, y);
-  optimizer_->zero_grad();
-  loss.backward();
-  const auto optimizer_start = Clock::now();
-  optimizer_->step();
-  optimizer_seconds_ += seconds_since(optimizer_start);
+  if (in_backward_) {  // the updates run inside backward
+    const double before = in_backward_->seconds();
+    loss.backward();
+    optimizer_seconds_ += in_backward_->seconds() - before;
+  } else {
+    optimizer_->zero_grad();
+    loss.backward();
+    const auto optimizer_start = Clock::now();
+    optimizer_->step();
+    optimizer_seconds_ += seconds_since(optimizer_start);
+  }
   const double step_loss = world_ > 1 ? global_mean(loss, *communicator_) : loss.item<double>();
   progress_.window_loss += step_loss;
   ++progress_.window_steps;

@@ -43,6 +43,9 @@ MUON_DEFINE_VISIT(DataConfig, MUON_DATA_FIELDS)
   X(int64_t, eval_batches, eval_batches, "", 8, positive, "", "validation batches per evaluation") \
   X(int64_t, checkpoint_every, checkpoint_every, "", 0, nonnegative, "",                           \
     "also write checkpoint.pt every N steps (0: at the end and on a signal only)")                 \
+  X(bool, step_in_backward, step_in_backward, "", false, any, "",                                  \
+    "update each parameter inside backward as its gradient completes, holding no full set of "    \
+    "gradients (needs nonfinite: ignore and no grad_clip)")                                       \
   X(int64_t, seed, seed, "", 1337, nonnegative, "", "seed of initialization and batches")          \
   X(int64_t, sample_bytes, sample_bytes, "", 240, nonnegative, "", "bytes of the final sample")    \
   X(std::string, sample_prompt, sample_prompt, "", "And God said", any, "", "the sample's prompt")

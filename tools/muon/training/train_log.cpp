@@ -57,14 +57,16 @@ std::string progress_line(const MetricsRow& row, int64_t steps, int64_t steps_he
   const double per_step = seconds_here / static_cast<double>(std::max<int64_t>(steps_here, 1));
   char val[32] = "  -   ";  // rounded as the loss beside it, never cut
   if (row.val_loss) std::snprintf(val, sizeof val, "%.4f", *row.val_loss);
+  char grad[32] = "  -  ";  // not measured (nonfinite: ignore without clipping)
+  if (!std::isnan(row.grad_norm)) std::snprintf(grad, sizeof grad, "%.3f", row.grad_norm);
   char line[320];
   std::snprintf(
       line, sizeof line,
-      "step %5lld/%lld | loss %.4f | val %s | lr muon %s %s %s | grad %.3f | %7.0f tok/s | "
+      "step %5lld/%lld | loss %.4f | val %s | lr muon %s %s %s | grad %s | %7.0f tok/s | "
       "%.2f it/s | %s / ETA %s",
       static_cast<long long>(row.step), static_cast<long long>(steps), row.train_loss,
       val,
-      rate(row.muon_lr).c_str(), others.c_str(), rate(row.adamw_lr).c_str(), row.grad_norm, row.tokens_per_s,
+      rate(row.muon_lr).c_str(), others.c_str(), rate(row.adamw_lr).c_str(), grad, row.tokens_per_s,
       1.0 / per_step, clock_text(row.elapsed_s).c_str(),
       clock_text(per_step * static_cast<double>(steps - row.step)).c_str());
   return line;
