@@ -16,7 +16,8 @@ import sys
 
 BENCH = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH.parents[1]
-DOCS = {"README.md": ["summary", "state"], "docs/benchmarks.md": ["summary", "state", "cli"]}
+DOCS = {"README.md": ["summary", "state", "backward"],
+        "docs/benchmarks.md": ["summary", "state", "backward", "cli"]}
 PEER_MUON = "torch.optim.Muon"
 PEER_ADAMW = "torch.optim.AdamW(fused=True)"
 
@@ -224,7 +225,40 @@ def state():
     return "\n".join(lines)
 
 
-TABLES = {"summary": summary, "state": state, "cli": cli}
+def backward_rows(data):
+    """(candidate, peak, step, speed vs fused AdamW, time vs the ordinary step) rows of one
+    bench/step_in_backward.py run."""
+    rows = []
+    for name, row in data["candidates"].items():
+        if "peak_bytes_per_param" not in row:
+            rows.append((name, "—", "—", "—", f"not run: {row['error']}"))
+            continue
+        peak = f"{row['peak_MB']:.0f} MB ({row['peak_bytes_per_param']:.2f} B/param)"
+        step = step_figure(row) if row.get("step_ms") is not None else "—"
+        speed = ratio(row["speed_vs_fused_adamw"]) if row.get("speed_vs_fused_adamw") else "—"
+        versus = ratio(row["time_vs_ordinary"]) if row.get("time_vs_ordinary") else "—"
+        rows.append((name, peak, step, speed, versus))
+    return rows
+
+
+def backward():
+    lines = ["| CPU, 2 cores | model | training step | peak over the process before the model "
+             "(bytes / parameter) | step | speed vs fused AdamW | time vs the ordinary step | run "
+             "(date, commit) |", "|---|---|---|---|---|---|---|---|"]
+    for cls in classes():
+        if "step-in-backward.json" not in cls["runs"]:
+            continue
+        data, meta = cls["runs"]["step-in-backward.json"]
+        model = (f"GPT {data['layers']} × {data['width']}, {data['parameters'] / 1e6:.1f}M "
+                 f"parameters, batch {data['batch']} × {data['seq']}")
+        for i, row in enumerate(backward_rows(data)):
+            first = (cls["name"], model) if i == 0 else ("", "")
+            lines.append("| " + " | ".join(first + row + ((when(meta),) if i == 0 else ("",)))
+                         + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"summary": summary, "state": state, "backward": backward, "cli": cli}
 
 
 def block(name):
