@@ -1,36 +1,40 @@
 """The step inside backward (muon_cpp.step_in_backward): a training step's peak memory and time,
 beside the ordinary step and torch's optimizers, in one run.
 
-    python3 bench/step_in_backward.py [--threads N] [--layers 4] [--width 768] [--vocab 50304]
+    python3 bench/step_in_backward.py [--threads N] [--layers 4] [--width 768] [--vocab 256]
                                       [--batch 1] [--seq 32] [--steps 10] [--budget 60]
                                       [--json FILE]
 
-The model is the GPT of the shapes bench/torch_peers.py uses (4 layers of width 768, the
-embedding tied to the output: 66.9M parameters), trained on random tokens at a batch small
-enough that activations are a few percent of the peak. Candidates: torch.optim.AdamW(fused=True)
-on every tensor; torch.optim.Muon on the hidden matrices with it on the rest (where torch has
-Muon); muon_cpp's hybrid (Muon for the matrices, AdamW for the rest, nonfinite: ignore) with
-float32 and int8 state, each with the ordinary step and inside backward.
+The model is a GPT of 4 layers of width 768 (the hidden matrices of the set bench/torch_peers.py
+uses) over the demo model's byte vocabulary (256; the embedding tied to the output), 28.5M
+parameters, trained on random tokens at a batch small enough that activations are a few percent
+of the peak. (With a 50304-token vocabulary the embedding holds 58% of the parameters, and its
+gradient — one tensor, whole at once in either form — alone is 2.3 bytes per parameter.)
+Candidates: torch.optim.AdamW(fused=True) on every tensor; torch.optim.Muon on the hidden
+matrices with it on the rest (where torch has Muon); muon_cpp's hybrid (Muon with bf16
+Newton–Schulz as torch's, AdamW for the rest, nonfinite: ignore) with float32 and int8 state,
+each with the ordinary step and inside backward.
 
-Memory is measured in a fresh process per candidate (this script with --child): the resident
-set before the model exists (VmRSS), then its peak (VmHWM) over four training steps; the figure
-is the peak's growth per parameter — weights, gradients, state, workspaces and activations
-together. "forward and backward" is the same without an optimizer (gradients kept): weights,
+Memory is measured in a fresh process per candidate (this script with --child): after one step of
+a small model with the same optimizer (the imports and set-up any first step costs), the resident
+set (VmRSS), then its peak (VmHWM) over four training steps of the model; the figure is the
+peak's growth per parameter — weights, gradients, state, workspaces and activations together. "forward and backward" is the same without an optimizer (gradients kept): weights,
 gradients and activations alone. Step times (forward, backward and update) come from one
 process, in alternating rounds (bench/peer_timing.py).
 """
 import argparse
+import json
 import math
 import os
 import subprocess
 import sys
-import json
 
 import torch
 
 import muon_cpp
 from peer_machine import cpu_name, run_metadata, write_json
 from peer_timing import gflops, median_times, mm_rates, record
+from state_memory import status_bytes
 
 
 class Norm(torch.nn.Module):
@@ -78,7 +82,8 @@ class Gpt(torch.nn.Module):
         return self.norm(x) @ self.embedding.weight.t()  # tied output
 
 
-HYBRID = "optimizer: {{name: muon, lr: 0.02, adamw_lr: 3e-4, nonfinite: ignore, state_dtype: {}}}\n"
+HYBRID = ("optimizer: {{name: muon, lr: 0.02, adamw_lr: 3e-4, ns_dtype: bfloat16, nonfinite: ignore, "
+          "state_dtype: {}}}\n")
 
 
 def hybrid(state_dtype, in_backward):
@@ -126,28 +131,29 @@ def model_and_tokens(args):
     return model, tokens
 
 
-def status_bytes(field):
-    """VmRSS (resident now) or VmHWM (its peak) of /proc/self/status, in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def child(args):
-    """One candidate's peak, printed as JSON."""
-    torch.set_num_threads(args.threads)
-    before = status_bytes("VmRSS")
-    model, tokens = model_and_tokens(args)
-    optimizers = candidates()[args.child](model)
-    for _ in range(4):
+def steps(model, optimizers, tokens, count):
+    for _ in range(count):
         if optimizers:
             training_step(model, optimizers, tokens)
         else:  # forward and backward alone: the gradients stay, as before a step
             model.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1),
                                               tokens[:, 1:].flatten()).backward()
+
+
+def child(args):
+    """One candidate's peak, printed as JSON. A step of a one-layer model of width 64 first, so
+    that what the first step of any model costs — the imports torch.optim makes when an optimizer
+    is built, kernels and thread pools set up — is in the baseline, not counted per parameter."""
+    torch.set_num_threads(args.threads)
+    make = candidates()[args.child]
+    tiny = argparse.Namespace(**dict(vars(args), layers=1, width=64))
+    model, tokens = model_and_tokens(tiny)
+    steps(model, make(model), tokens, 1)
+    del model
+    before = status_bytes("VmRSS")
+    model, tokens = model_and_tokens(args)
+    steps(model, make(model), tokens, 4)
     count = sum(p.numel() for p in model.parameters())
     peak = status_bytes("VmHWM")
     print(json.dumps({"peak_MB": (peak - before) / 2 ** 20,
@@ -170,7 +176,7 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=768)
-    parser.add_argument("--vocab", type=int, default=50304)
+    parser.add_argument("--vocab", type=int, default=256)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10, help="timed rounds")

@@ -242,19 +242,20 @@ def backward_rows(data):
 
 
 def backward():
-    lines = ["| CPU, 2 cores | model | training step | peak over the process before the model "
+    lines = ["| CPU, 2 cores | model | training step | peak of a step over the warmed-up process "
              "(bytes / parameter) | step | speed vs fused AdamW | time vs the ordinary step | run "
              "(date, commit) |", "|---|---|---|---|---|---|---|---|"]
     for cls in classes():
-        if "step-in-backward.json" not in cls["runs"]:
-            continue
-        data, meta = cls["runs"]["step-in-backward.json"]
-        model = (f"GPT {data['layers']} × {data['width']}, {data['parameters'] / 1e6:.1f}M "
-                 f"parameters, batch {data['batch']} × {data['seq']}")
-        for i, row in enumerate(backward_rows(data)):
-            first = (cls["name"], model) if i == 0 else ("", "")
-            lines.append("| " + " | ".join(first + row + ((when(meta),) if i == 0 else ("",)))
-                         + " |")
+        runs = [run for name, run in sorted(cls["runs"].items())
+                if name.startswith("step-in-backward")]
+        for number, (data, meta) in enumerate(runs):
+            model = (f"GPT {data['layers']} × {data['width']}, vocab {data['vocab']}, "
+                     f"{data['parameters'] / 1e6:.1f}M parameters, batch {data['batch']} × "
+                     f"{data['seq']}")
+            for i, row in enumerate(backward_rows(data)):
+                first = ((cls["name"] if number == 0 else "", model) if i == 0 else ("", ""))
+                lines.append("| " + " | ".join(first + row + ((when(meta),) if i == 0 else ("",)))
+                             + " |")
     return "\n".join(lines)
 
 
