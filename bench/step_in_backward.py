@@ -188,6 +188,7 @@ def main():
     if args.child:
         child(args)
         return
+    meta = run_metadata()  # the date and the load when the run begins
     torch.set_num_threads(args.threads)
     args.mm_rates = mm_rates(torch.device("cpu"))
     model, _ = model_and_tokens(args)
@@ -241,7 +242,7 @@ def main():
     write_json(args.json, dict(torch=torch.__version__, device=cpu_name(), threads=args.threads,
                                layers=args.layers, width=args.width, vocab=args.vocab,
                                batch=args.batch, seq=args.seq, parameters=count,
-                               run=run_metadata(), candidates=rows))
+                               run=meta, candidates=rows))
 
 
 if __name__ == "__main__":
