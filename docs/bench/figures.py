@@ -246,8 +246,8 @@ def backward():
              "(bytes / parameter) | step | speed vs fused AdamW | time vs the ordinary step | run "
              "(date, commit) |", "|---|---|---|---|---|---|---|---|"]
     for cls in classes():
-        runs = [run for name, run in sorted(cls["runs"].items())
-                if name.startswith("step-in-backward")]
+        runs = sorted((run for name, run in cls["runs"].items()
+                       if name.startswith("step-in-backward")), key=lambda run: run[0]["layers"])
         for number, (data, meta) in enumerate(runs):
             model = (f"GPT {data['layers']} × {data['width']}, vocab {data['vocab']}, "
                      f"{data['parameters'] / 1e6:.1f}M parameters, batch {data['batch']} × "
