@@ -86,41 +86,49 @@ TEST(StepInBackward, GivesTheBitsOfTheOrdinaryStepForEveryAlgorithm) {
 }
 
 // Two layers, the second used only by the first of two micro-batches: its gradient comes in the
-// pass before the step's and is stepped at the end of the step's pass. The standalone owners.
+// pass before the step's and is stepped at the end of the step's pass. The standalone owners, on
+// both kernel paths (the fused CPU kernels and the ATen form), fp32 and int8 state.
 TEST(StepInBackward, StandaloneOptimizersAndGradientsOfEarlierPassesOnly) {
-  for (const bool matrices : {false, true}) {
-    SCOPED_TRACE(matrices ? "muon::Muon" : "muon::AdamW");
-    const auto make = [&](std::vector<torch::nn::Linear>& layers) {
-      at::manual_seed(5);
-      layers = {torch::nn::Linear(torch::nn::LinearOptions(8, 8).bias(false)),
-                torch::nn::Linear(torch::nn::LinearOptions(8, 8).bias(false))};
-      std::vector<at::Tensor> params{layers[0]->weight, layers[1]->weight};
-      return matrices ? std::unique_ptr<torch::optim::Optimizer>(
-                            std::make_unique<Muon>(params, MuonOptions(0.02)))
-                      : std::make_unique<AdamW>(params, AdamWOptions(0.01));
-    };
-    const auto pass = [](std::vector<torch::nn::Linear>& layers, int64_t step, int64_t micro) {
-      auto gen = testing::seeded(static_cast<uint64_t>(step * 2 + micro));
-      auto y = layers[0]->forward(at::randn({4, 8}, gen));
-      if (micro == 0) y = layers[1]->forward(y);
-      y.square().mean().backward();
-    };
-    std::vector<torch::nn::Linear> ordinary, inside;
-    auto ordinary_opt = make(ordinary);
-    auto inside_opt = make(inside);
-    StepInBackward in_backward(*inside_opt, 2);
-    for (int64_t s = 0; s < 5; ++s) {
-      ordinary_opt->zero_grad();
-      pass(ordinary, s, 0);
-      pass(ordinary, s, 1);
-      ordinary_opt->step();
-      pass(inside, s, 0);
-      ASSERT_TRUE(inside[1]->weight.grad().defined());  // the first pass only adds up
-      pass(inside, s, 1);
-      ASSERT_FALSE(inside[1]->weight.grad().defined());
-    }
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_TRUE(at::equal(ordinary[i]->weight, inside[i]->weight)) << i;
+  for (const auto& fused : testing::kernel_paths()) {
+    for (const auto state : {at::kFloat, at::kChar}) {
+      for (const bool matrices : {false, true}) {
+        SCOPED_TRACE(std::string(matrices ? "muon::Muon, " : "muon::AdamW, ") +
+                     testing::path_name(fused) + (state == at::kChar ? ", int8" : ", fp32"));
+        const auto make = [&](std::vector<torch::nn::Linear>& layers) {
+          at::manual_seed(5);
+          layers = {torch::nn::Linear(torch::nn::LinearOptions(64, 64).bias(false)),
+                    torch::nn::Linear(torch::nn::LinearOptions(64, 64).bias(false))};
+          std::vector<at::Tensor> params{layers[0]->weight, layers[1]->weight};
+          return matrices ? std::unique_ptr<torch::optim::Optimizer>(std::make_unique<Muon>(
+                                params, MuonOptions(0.02).fused(fused).state_dtype(state)))
+                          : std::make_unique<AdamW>(
+                                params, AdamWOptions(0.01).fused(fused).state_dtype(state));
+        };
+        const auto pass = [](std::vector<torch::nn::Linear>& layers, int64_t step,
+                             int64_t micro) {
+          auto gen = testing::seeded(static_cast<uint64_t>(step * 2 + micro));
+          auto y = layers[0]->forward(at::randn({4, 64}, gen));
+          if (micro == 0) y = layers[1]->forward(y);
+          y.square().mean().backward();
+        };
+        std::vector<torch::nn::Linear> ordinary, inside;
+        auto ordinary_opt = make(ordinary);
+        auto inside_opt = make(inside);
+        StepInBackward in_backward(*inside_opt, 2);
+        for (int64_t s = 0; s < 5; ++s) {
+          ordinary_opt->zero_grad();
+          pass(ordinary, s, 0);
+          pass(ordinary, s, 1);
+          ordinary_opt->step();
+          pass(inside, s, 0);
+          ASSERT_TRUE(inside[1]->weight.grad().defined());  // the first pass only adds up
+          pass(inside, s, 1);
+          ASSERT_FALSE(inside[1]->weight.grad().defined());
+        }
+        for (size_t i = 0; i < 2; ++i) {
+          EXPECT_TRUE(at::equal(ordinary[i]->weight, inside[i]->weight)) << i;
+        }
+      }
     }
   }
 }

@@ -233,7 +233,9 @@ struct ParamPlace {
     return "parameter " + std::to_string(index) + " of param group " + std::to_string(group);
   }
 };
-std::map<const void*, ParamPlace> param_places(
+// Each parameter's place, after every group's options are validated as step() validates them: a
+// standalone owner's begin_parameter_steps().
+std::map<const void*, ParamPlace> checked_places(
     const std::vector<torch::optim::OptimizerParamGroup>& groups);
 
 // The place of `param` in `places`; throws muon::Error naming `who` when it is not there.

@@ -1,5 +1,5 @@
 // The registry's lookups (muon/algorithms.h), and where an owner keeps each parameter
-// (muon/algorithm.h's param_places).
+// (muon/algorithm.h's checked_places).
 #include "muon/algorithms.h"
 
 #include <cctype>
@@ -95,11 +95,12 @@ void check_group_options(const torch::optim::OptimizerOptions& options) {
   algorithm_row(options).validate(options);
 }
 
-std::map<const void*, ParamPlace> param_places(
+std::map<const void*, ParamPlace> checked_places(
     const std::vector<torch::optim::OptimizerParamGroup>& groups) {
   std::map<const void*, ParamPlace> places;
   int64_t position = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
+    check_group_options(groups[g].options());
     const auto& params = groups[g].params();
     for (size_t i = 0; i < params.size(); ++i) {
       places[params[i].unsafeGetTensorImpl()] = {g, i, position++};

@@ -115,10 +115,7 @@ at::Tensor MatrixOptimizer<Options>::step(LossClosure closure) {
 
 template <class Options>
 void MatrixOptimizer<Options>::begin_parameter_steps() {
-  for (const auto& group : param_groups_) {
-    Algorithm<Options>::validate(static_cast<const Options&>(group.options()));
-  }
-  places_ = param_places(param_groups_);
+  places_ = checked_places(param_groups_);
 }
 
 template <class Options>
