@@ -3,7 +3,8 @@
 Every class here is a ``torch.optim.Optimizer`` whose update runs in muon-cpp's C++ library:
 ``param_groups`` are ordinary dicts (learning-rate schedulers write ``lr`` into them and the next
 ``step()`` uses it), ``state_dict()`` / ``load_state_dict()`` use PyTorch's layout, and
-``zero_grad()`` is PyTorch's own.
+``zero_grad()`` is PyTorch's own. ``step_in_backward(optimizer)`` moves the updates into backward,
+each parameter's as its gradient completes (docs/python.md §The step inside backward).
 
     model = MyModel()
     optimizer = muon_cpp.build_optimizer(model, "optimizer: muon\\nlr: 0.02\\n", total_steps=1000)
