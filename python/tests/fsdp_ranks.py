@@ -6,6 +6,7 @@ INIT_FILE (a file:// rendezvous), as distributed_ranks.py is.
     python fsdp_ranks.py dcp-load:ALGORITHM STEPS OUT_DIR
     python fsdp_ranks.py killed 0 OUT_DIR
     python fsdp_ranks.py accelerate:ALGORITHM STEPS OUT_DIR
+    python fsdp_ranks.py int8-shards 0 OUT_DIR
 
 The parameters of distributed_ranks.py, held by a module that FSDP2's fully_shard shards over the
 ranks (DTensors, Shard(0); some ranks hold no rows of the smallest), are stepped by ALGORITHM's
@@ -16,7 +17,9 @@ one-process state dict halfway. `dcp-save` runs the first half of the steps on t
 and saves module and optimizer with torch.distributed.checkpoint (get_optimizer_state_dict);
 `dcp-load`, at any world size, loads them (set_optimizer_state_dict), runs the second half and
 writes how far the whole parameters are from the one-process run that never stopped. `killed`:
-the last rank exits mid-run and the others write what their next step raised."""
+the last rank exits mid-run and the others write what their next step raised. `int8-shards`:
+AdamW with int8 state over a (2, 3000) parameter, which keeps int8 state whole but not in one
+row; each rank writes what building the optimizer raised."""
 
 import gc
 import json
@@ -138,7 +141,15 @@ def main():
         params = sharded(parameters(0), mesh)
         killed(out_dir, rank, make("muon", params, None),
                lambda step: set_sharded_gradients(params, step, mesh))
-    if algorithm.startswith("dcp-"):
+    if algorithm == "int8-shards":
+        param = sharded([torch.zeros(2, 3000)], mesh)[0]
+        try:
+            import muon_cpp
+            muon_cpp.AdamW([param], state_dtype="int8")
+            report = {"error": None}
+        except ValueError as e:
+            report = {"error": str(e)}
+    elif algorithm.startswith("dcp-"):
         phase, algorithm = algorithm.split(":")
         report = checkpoint(phase, algorithm, steps, out_dir, mesh)
     elif algorithm.startswith("accelerate:"):

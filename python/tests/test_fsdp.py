@@ -79,6 +79,18 @@ def test_distributed_checkpoint_of_sharded_parameters_resumes_at_another_world_s
         assert report["resumed"] <= ROUND_OFF, report
 
 
+def test_int8_state_whose_shards_would_keep_none_is_refused_on_every_rank(tmp_path):
+    """A parameter with int8 state whole (2 x 3000) whose rows alone fall under the 4096-element
+    threshold: its state would differ in kind between ranks, so every rank refuses it by name."""
+    run_ranks(tmp_path, 2, "int8-shards", 0, tmp_path, script=FSDP_RANKS)
+    for rank in range(2):
+        error = json.loads((tmp_path / f"rank{rank}.json").read_text())["error"]
+        assert error is not None and error.startswith("AdamW: parameter 0 of shape (2, 3000) keeps "
+                                                      "int8 state whole, but its rows on rank 0 of 2 "
+                                                      "((1, 3000)) do not"), error
+        assert "give it a param group with state_dtype float32" in error
+
+
 def test_a_sharded_rank_that_exits_mid_run_is_an_error_on_the_others_not_a_hang(tmp_path):
     """The last of 3 ranks exits after its first step: the next step of the others, gathering
     rows to an owner, raises a RuntimeError naming the collective and this rank within the group's
