@@ -369,6 +369,26 @@ TEST(Orthogonalize, AutomaticPicksByShapeAndWorkspacesAreReused) {
   EXPECT_EQ(second.data_ptr(), storage);  // same buffer: no allocation in the steady state
   EXPECT_TRUE(at::equal(second, expected));
   EXPECT_TRUE(at::equal(second, orthogonalize(x)));
+  // A smaller batch of another shape takes the front of the same buffers (one set of buffers for
+  // every shape: the largest's), and the larger one finds them again.
+  const auto small = at::randn({2, 40, 24}, gen);
+  const auto third = orthogonalize(small, {}, &ws);
+  EXPECT_EQ(third.data_ptr(), storage);
+  EXPECT_TRUE(at::equal(third, orthogonalize(small)));
+  EXPECT_EQ(orthogonalize(x, {}, &ws).data_ptr(), storage);
+  // Given up by the caller, the input's own memory holds the iterates: the same bits, in x.
+  for (const auto method : {NsMethod::symmetric, NsMethod::gram}) {
+    auto scratch = x.clone();
+    const auto options = OrthogonalizeOptions().method(method);
+    const auto in_x = orthogonalize_overwriting(scratch, options, &ws);
+    EXPECT_EQ(in_x.data_ptr(), scratch.data_ptr()) << to_string(method);
+    EXPECT_TRUE(at::equal(in_x, orthogonalize(x, options))) << to_string(method);
+  }
+  auto doubles = x.to(at::kDouble);  // a cast first (working dtype float32): x is not touched
+  const auto kept = doubles.clone();
+  const auto cast = orthogonalize_overwriting(doubles, OrthogonalizeOptions().dtype(at::kFloat));
+  EXPECT_TRUE(at::equal(doubles, kept));
+  EXPECT_NE(cast.data_ptr(), doubles.data_ptr());
   expect_error<Error>([] { ns_method_from_string("fast"); },
                       {"'fast'", "automatic, plain, symmetric, gram"});
 }

@@ -255,6 +255,17 @@ TEST(OrthogonalizeBf16, AReusedWorkspaceGivesItsBufferAndTheSameBits) {
   }
   EXPECT_TRUE(at::equal(orthogonalize(tall, options, &ws), orthogonalize(tall, options)));
   EXPECT_TRUE(at::equal(orthogonalize(wide, options, &ws), first));
+  // The input's own memory as the iterates' (Muon's momentum directions): the same bits, wide and
+  // tall, by every method.
+  for (const auto method : {NsMethod::plain, NsMethod::symmetric, NsMethod::gram}) {
+    const auto by_method = OrthogonalizeOptions(options).method(method);
+    for (const auto& x : {wide, tall}) {
+      auto scratch = x.clone();
+      const auto result = orthogonalize_overwriting(scratch, by_method, &ws);
+      EXPECT_EQ(result.data_ptr(), scratch.data_ptr()) << to_string(method);
+      EXPECT_TRUE(at::equal(result, orthogonalize(x, by_method))) << to_string(method);
+    }
+  }
 }
 
 // The passes' element kernels against ATen, on lengths around the 16-wide vectors (the AVX512_BF16

@@ -120,15 +120,15 @@ MUON_PARAM_STATE(MuonParamState, MUON_MUON_STATE);
 using MuonItem = MatrixItem<MuonOptions, MuonParamState>;
 
 // The buffers of Muon's batched orthogonalizations, kept across steps by the optimizer that owns
-// them: one workspace per matrix shape, dtype, device and orthogonalization setting.
+// them: one workspace per dtype, device and orthogonalization setting, which the batches of every
+// shape share one after the other (its buffers sized for the largest).
 class MuonWorkspaces {
  public:
-  OrthogonalizeWorkspace& get(int64_t rows, int64_t cols, at::ScalarType dtype, at::Device device,
+  OrthogonalizeWorkspace& get(at::ScalarType dtype, at::Device device,
                               const OrthogonalizeOptions& options);
 
  private:
   struct Entry {
-    int64_t rows, cols;
     at::ScalarType dtype;
     at::Device device;
     OrthogonalizeOptions options;

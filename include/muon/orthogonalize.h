@@ -88,9 +88,9 @@ inline NsMethod ns_method_from_string(const std::string& name) {
   return enum_from_name<NsMethod>(name);
 }
 
-// Buffers orthogonalize() keeps between calls so that the steady state allocates nothing; give
-// one workspace per recurring problem shape. A result computed with a workspace lives in it and
-// is overwritten by the next call with the same workspace.
+// Buffers orthogonalize() keeps between calls so that the steady state allocates nothing. One
+// workspace serves problems of every shape in turn (its buffers grow to the largest). A result
+// computed with a workspace lives in it and is overwritten by the next call with the workspace.
 class OrthogonalizeWorkspace {
  public:
   // What each buffer holds.
@@ -102,7 +102,8 @@ class OrthogonalizeWorkspace {
     directions,  // Muon: the stacked momentum directions of one batch
     count,
   };
-  // Buffer `slot` resized to `sizes`/`options` only when they differ from the last call's.
+  // Buffer `slot` as a contiguous tensor of `sizes`/`options`: the front of the slot's buffer,
+  // which is allocated again only when it is too small or of another dtype or device.
   at::Tensor get(Slot slot, at::IntArrayRef sizes, const at::TensorOptions& options);
   // The buffers of lane `index`, one of the threads that iterate whole matrices of a batch at once
   // on CPU (docs/algorithms.md §Lanes), made on first use.
@@ -138,6 +139,13 @@ bool operator==(const OrthogonalizeOptions& a, const OrthogonalizeOptions& b);
 // workspace the result is a new tensor; with one it may live in the workspace.
 at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options = {},
                          OrthogonalizeWorkspace* workspace = nullptr);
+
+// The same result, computed in x's own memory where x is a contiguous tensor of the working dtype
+// (the iterations would otherwise start from a workspace buffer of x's size): x is overwritten
+// with anything, and the result may live in it. For an input that is itself scratch, such as
+// Muon's momentum directions, whose copy would be the largest buffer of a step.
+at::Tensor orthogonalize_overwriting(at::Tensor& x, const OrthogonalizeOptions& options = {},
+                                     OrthogonalizeWorkspace* workspace = nullptr);
 
 // The restarts method `gram` makes when it computes in `dtype`: options.gram_restarts() if set;
 // otherwise every coefficients().gram_restart_interval iterations — in bfloat16 every 2 at most —

@@ -16,12 +16,15 @@ namespace muon {
 
 at::Tensor OrthogonalizeWorkspace::get(Slot slot, at::IntArrayRef sizes,
                                        const at::TensorOptions& options) {
-  auto& t = slots_[static_cast<size_t>(slot)];
-  if (!t.defined() || t.sizes() != sizes || t.dtype() != options.dtype() ||
-      t.device() != options.device()) {
-    t = at::empty(sizes, options);
+  // A slot only grows: a smaller request is the front of its buffer, so that matrices of every
+  // shape share one set of buffers (the largest's) instead of one set per shape.
+  auto& buffer = slots_[static_cast<size_t>(slot)];
+  const auto elements = c10::multiply_integers(sizes);
+  if (!buffer.defined() || buffer.numel() < elements || buffer.dtype() != options.dtype() ||
+      buffer.device() != options.device()) {
+    buffer = at::empty({elements}, options);
   }
-  return t;
+  return buffer.narrow(0, 0, elements).view(sizes);
 }
 
 OrthogonalizeWorkspace& OrthogonalizeWorkspace::lane(size_t index) {
@@ -159,8 +162,11 @@ std::string bf16_products() {
   return detail::bf16_products_description();
 }
 
-at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options,
-                         OrthogonalizeWorkspace* workspace) {
+namespace {
+
+// orthogonalize(), in x's memory where `overwrite` allows it and x needs no cast or copy.
+at::Tensor orthogonalize_batch(const at::Tensor& x, const OrthogonalizeOptions& options,
+                               OrthogonalizeWorkspace* workspace, bool overwrite) {
   check_input(x);
   check_options(options);
   const auto method = resolve_method(x, options);
@@ -185,8 +191,12 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
   } else {
     OrthogonalizeWorkspace local;
     auto& ws = workspace != nullptr ? *workspace : local;
+    // Every method reads a matrix only before it writes that matrix's first iterate (elementwise,
+    // in the same pass), so x's own memory can hold the iterates.
+    const bool in_x = overwrite && batch.is_contiguous() && batch.data_ptr() == x.data_ptr();
     auto normalized =
-        ws.get(OrthogonalizeWorkspace::Slot::normalized, batch.sizes(), batch.options());
+        in_x ? batch
+             : ws.get(OrthogonalizeWorkspace::Slot::normalized, batch.sizes(), batch.options());
     const auto inputs = cpu_bf16 ? batch.contiguous() : batch;  // bf16 reads it by pointer
     const auto restarts = gram_restart_points(options, cpu_bf16 ? at::kBFloat16 : at::kFloat);
     const auto products = detail::default_bf16_products();  // one choice for the whole batch
@@ -217,6 +227,18 @@ at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& option
     iterate_in_lanes(batch.size(0), cpu_bf16, ws, iterate);
   }
   return X.to(x.scalar_type()).reshape(x.sizes());
+}
+
+}  // namespace
+
+at::Tensor orthogonalize(const at::Tensor& x, const OrthogonalizeOptions& options,
+                         OrthogonalizeWorkspace* workspace) {
+  return orthogonalize_batch(x, options, workspace, /*overwrite=*/false);
+}
+
+at::Tensor orthogonalize_overwriting(at::Tensor& x, const OrthogonalizeOptions& options,
+                                     OrthogonalizeWorkspace* workspace) {
+  return orthogonalize_batch(x, options, workspace, /*overwrite=*/true);
 }
 
 double orthogonality_error(const at::Tensor& x) {

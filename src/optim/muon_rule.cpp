@@ -32,16 +32,12 @@ OrthogonalizeOptions orthogonalize_options(const MuonOptions& o, int64_t rows, i
       .gram_restarts(o.gram_restarts());
 }
 
-OrthogonalizeWorkspace& MuonWorkspaces::get(int64_t rows, int64_t cols, at::ScalarType dtype,
-                                            at::Device device,
+OrthogonalizeWorkspace& MuonWorkspaces::get(at::ScalarType dtype, at::Device device,
                                             const OrthogonalizeOptions& options) {
   for (auto& e : entries_) {
-    if (e.rows == rows && e.cols == cols && e.dtype == dtype && e.device == device &&
-        e.options == options) {
-      return e.workspace;
-    }
+    if (e.dtype == dtype && e.device == device && e.options == options) return e.workspace;
   }
-  entries_.push_back(Entry{rows, cols, dtype, device, options, {}});
+  entries_.push_back(Entry{dtype, device, options, {}});
   return entries_.back().workspace;
 }
 
@@ -260,7 +256,7 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
     const auto rows = batch.first->rows;
     const auto cols = first.view.back();
     const auto dtype = full_precision(first.param.scalar_type());
-    auto& workspace = workspaces.get(rows, cols, dtype, first.param.device(), batch.options);
+    auto& workspace = workspaces.get(dtype, first.param.device(), batch.options);
     auto directions = workspace.get(OrthogonalizeWorkspace::Slot::directions,
                                     {batch.total, rows, cols}, first.param.options().dtype(dtype));
     const auto slot = [&](const at::Tensor& stack, size_t i) {
@@ -280,7 +276,7 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
       }
       if (item.options->row_equilibration()) equilibrate_rows(Q);
     });
-    const auto U = orthogonalize(directions, batch.options, &workspace);
+    const auto U = orthogonalize_overwriting(directions, batch.options, &workspace);
     for_each_piece(batch, [&](size_t i) {
       const auto& piece = *batch.pieces[i];
       const auto& item = *piece.item;
