@@ -28,7 +28,8 @@ _check_build(_torch.__version__)
 from . import _core, _torch_muon  # noqa: E402 (after the check: a mismatched _core fails to load)
 from ._aux_adam import MuonWithAuxAdam, SingleDeviceMuonWithAuxAdam
 from ._dion import Dion
-from ._engine import AMSGRAD as _AMSGRAD, USE_ADDMM as _USE_ADDMM, _EngineOptimizer
+from ._engine import _EngineOptimizer
+from ._schema import AMSGRAD as _AMSGRAD, USE_ADDMM as _USE_ADDMM
 from ._hybrid import HybridOptimizer, build_optimizer
 from ._in_backward import StepInBackward, step_in_backward
 from . import optim  # noqa: F401 (muon_cpp.optim.Muon after a bare `import muon_cpp`)

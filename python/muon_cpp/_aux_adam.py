@@ -6,7 +6,8 @@ muon.py; docs/python.md §KellerJordan/Muon)."""
 import torch
 
 from . import _core
-from ._engine import _EngineOptimizer, check_group_keys, check_torch_flags
+from ._engine import _EngineOptimizer, check_group_keys
+from ._schema import check_torch_flags
 
 # KellerJordan/Muon's defaults of each kind of group, under its keys.
 MUON_GROUP_DEFAULTS = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0}

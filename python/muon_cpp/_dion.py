@@ -13,7 +13,7 @@ _MUON_DEFAULTS = {name: default for name, default, _doc, _range in _core.option_
 _MUON_ONLY = (set(_MUON_DEFAULTS) - set(_DION)) | {"dion"}
 # Dion's momentum is summed, without Nesterov: these values of Muon's settings say so.
 _DIONS_MOMENTUM = {"nesterov": False, "momentum_form": "sum"}
-_DION_INIT = init_from_schema("dion", positional=0)
+_DION_INIT = init_from_schema("dion", _EngineOptimizer.__init__, positional=0)
 
 
 class Dion(_EngineOptimizer, algorithm="dion"):

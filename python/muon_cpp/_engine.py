@@ -14,6 +14,7 @@ from torch.optim import Optimizer
 
 from . import _core
 from ._distributed import OwnerPlan, gather_state
+from ._schema import check_torch_flags, init_from_schema
 from ._sharded import ShardedParams, is_sharded
 
 
@@ -41,8 +42,6 @@ class _EngineOptimizer(Optimizer):
         super().__init_subclass__()
         if algorithm is None:
             return
-        from ._schema import init_from_schema  # not above: _schema imports this module
-
         registered = [name for name, _matrices in _core.algorithms()]
         if algorithm not in registered:
             raise ValueError(f"{cls.__name__}: algorithm {algorithm!r} is not registered; "
@@ -51,7 +50,7 @@ class _EngineOptimizer(Optimizer):
         cls._make_engine = staticmethod(getattr(_core.Engine, algorithm))
         cls._own_torch_flags = schema.get("own_flags") or {}
         if "__init__" not in cls.__dict__:
-            cls.__init__ = init_from_schema(algorithm, **schema)
+            cls.__init__ = init_from_schema(algorithm, _EngineOptimizer.__init__, **schema)
 
     _in_backward = None  # the muon_cpp.step_in_backward handle while its hooks are on
 
@@ -609,36 +608,3 @@ def _split_state_dict(state_dict):
     if not isinstance(state, dict):
         raise TypeError(f"state_dict['state'] must be a dict, got {type(state).__name__}")
     return groups, state
-
-
-# torch.optim's keywords that pick among its implementations (PyTorch 2.x). muon-cpp has one
-# implementation per device, so `foreach` is accepted and changes nothing; the others are accepted
-# at the value that means "off" (torch's default), and refused otherwise, saying why.
-TORCH_IMPLEMENTATION_FLAGS = ("foreach", "maximize", "capturable", "differentiable")
-_WHY_NOT = {
-    "maximize": "negate the loss instead",
-    "capturable": "muon-cpp's steps read their scalars on the host, so a CUDA graph cannot "
-                  "capture them",
-    "differentiable": "muon-cpp's updates run outside autograd",
-}
-# Flags of one optimizer class's peers, name → why True is refused (None: any bool is accepted,
-# the arithmetic being the same).
-AMSGRAD = {"amsgrad": "AMSGrad's running maximum of the second moment is not implemented"}
-USE_ADDMM = {"use_addmm": None}  # an older torch.optim.Muon's choice of addmm for a·X + B·X
-
-
-def check_torch_flags(settings, who, own_flags=None):
-    """Checks and removes torch.optim's implementation flags, and the class's ``own_flags``, from
-    ``settings`` (in place)."""
-    why_not = dict(_WHY_NOT, **(own_flags or {}))
-    for name in TORCH_IMPLEMENTATION_FLAGS + tuple(own_flags or ()):
-        if name not in settings:
-            continue
-        value = settings.pop(name)
-        if value is None and name not in _WHY_NOT:  # foreach's default; "not given" otherwise
-            continue
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool{' or None' if name not in _WHY_NOT else ''}, "
-                            f"got {type(value).__name__}")
-        if value and why_not.get(name):
-            raise ValueError(f"{who}: {name}=True is not supported; {why_not[name]}")

@@ -4,19 +4,20 @@
 import inspect
 
 from . import _core
-from ._engine import TORCH_IMPLEMENTATION_FLAGS, _EngineOptimizer
 
 
-def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flags=None,
+def init_from_schema(algorithm, base_init, positional, aliases=None, presets=None, own_flags=None,
                      presets_elsewhere=None):
     """An __init__(self, params, <options>) whose keywords, defaults and order are the C++
     option schema's (muon/option_schema.h): the first ``positional`` options may also be given
     by position, as in torch.optim; the rest are keyword-only. After them come torch.optim's
-    implementation flags and the class's ``own_flags`` (_engine.AMSGRAD, ...), ``aliases``
+    implementation flags and the class's ``own_flags`` (AMSGRAD, ...), ``aliases``
     (torch.optim's name → ours) and, with ``presets`` (name → defaults under our names), a
     keyword ``preset``. With a preset (another library's defaults) options are taken by keyword
     only, since that library's positional order may differ from ours. ``presets_elsewhere``: the
-    presets of another class (name → that class), which the error for such a name points to."""
+    presets of another class (name → that class), which the error for such a name points to.
+    The settings go to ``base_init(self, params, settings, process_group=...)``, the base class's
+    __init__ (passed in: this module imports no optimizer class)."""
     options = _core.option_schema(algorithm)
     aliases = aliases or {}
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
@@ -57,8 +58,7 @@ def init_from_schema(algorithm, positional, aliases=None, presets=None, own_flag
                                  f"(torch.optim's name for it), not both")
         process_group = given.pop("process_group", None)
         settings.update(given)
-        _EngineOptimizer.__init__(self, params, self._from_torch_names(settings),
-                                  process_group=process_group)
+        base_init(self, params, self._from_torch_names(settings), process_group=process_group)
 
     __init__.__signature__ = signature
     __init__.__doc__ = "Options:\n" + "\n".join(
@@ -111,3 +111,36 @@ def _preset(presets, name, elsewhere):
         raise ValueError(f"preset must be None (muon-cpp's defaults) or one of {valid}, "
                          f"got {name!r}{hint}")
     return dict(presets[name])
+
+
+# torch.optim's keywords that pick among its implementations (PyTorch 2.x). muon-cpp has one
+# implementation per device, so `foreach` is accepted and changes nothing; the others are accepted
+# at the value that means "off" (torch's default), and refused otherwise, saying why.
+TORCH_IMPLEMENTATION_FLAGS = ("foreach", "maximize", "capturable", "differentiable")
+_WHY_NOT = {
+    "maximize": "negate the loss instead",
+    "capturable": "muon-cpp's steps read their scalars on the host, so a CUDA graph cannot "
+                  "capture them",
+    "differentiable": "muon-cpp's updates run outside autograd",
+}
+# Flags of one optimizer class's peers, name → why True is refused (None: any bool is accepted,
+# the arithmetic being the same).
+AMSGRAD = {"amsgrad": "AMSGrad's running maximum of the second moment is not implemented"}
+USE_ADDMM = {"use_addmm": None}  # an older torch.optim.Muon's choice of addmm for a·X + B·X
+
+
+def check_torch_flags(settings, who, own_flags=None):
+    """Checks and removes torch.optim's implementation flags, and the class's ``own_flags``, from
+    ``settings`` (in place)."""
+    why_not = dict(_WHY_NOT, **(own_flags or {}))
+    for name in TORCH_IMPLEMENTATION_FLAGS + tuple(own_flags or ()):
+        if name not in settings:
+            continue
+        value = settings.pop(name)
+        if value is None and name not in _WHY_NOT:  # foreach's default; "not given" otherwise
+            continue
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool{' or None' if name not in _WHY_NOT else ''}, "
+                            f"got {type(value).__name__}")
+        if value and why_not.get(name):
+            raise ValueError(f"{who}: {name}=True is not supported; {why_not[name]}")

@@ -12,7 +12,8 @@ move between the two in both directions mid-run (docs/python.md §torch.optim.Mu
 """
 
 from . import _core, _torch_muon
-from ._engine import _EngineOptimizer, check_group_keys, check_torch_flags
+from ._engine import _EngineOptimizer, check_group_keys
+from ._schema import check_torch_flags
 
 __all__ = ["Muon"]
 

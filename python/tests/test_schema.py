@@ -168,3 +168,19 @@ def test_every_schedule_and_group_key_is_accepted_from_a_dict_and_typos_are_not(
                                          "schedule has a pct_start"):
         muon_cpp.build_optimizer(model, {"optimizer": {"schedule": {"name": "cosine",
                                                                     "pct_start": 0.5}}}, 100)
+
+
+def test_the_package_imports_in_one_direction():
+    """scripts/import_graph.py over the package's source: no module imports one that imports it
+    back, deferred imports included; and the script finds a circle where there is one."""
+    import importlib.util
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("import_graph", root / "scripts/import_graph.py")
+    import_graph = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(import_graph)
+    edges = import_graph.graph(root / "python/muon_cpp")
+    assert "_schema" in edges["_engine"] and edges["_schema"] == []
+    assert import_graph.circles(edges) == []
+    assert import_graph.circles({"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": []}) == [
+        ["a", "b", "c", "a"]]
