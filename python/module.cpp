@@ -567,6 +567,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("bf16_products", &muon::bf16_products,
         "Where the CPU bfloat16 Newton–Schulz products run (LibTorch's oneDNN or the linked one).");
   m.def("routed_roles", &routed_roles, py::arg("named"), py::arg("yaml"));
+  m.def("optimizer_keys", &muon::optimizer_keys,
+        "Every key of a configuration's optimizer section, sorted (HybridOptimizer's keywords).");
   m.def("with_optimizer_keys", &muon::with_optimizer_keys, py::arg("yaml"), py::arg("keys"),
         "The configuration with the mapping `keys` (YAML or JSON) merged into its optimizer "
         "section; a key set both ways is an error.");

@@ -64,6 +64,10 @@ struct ConfigKey {
 // momentum_schedule or param_group. For generated docs and the schema tests.
 std::vector<ConfigKey> config_schema(const std::string& section);
 
+// Every key the optimizer section takes (docs/config.md), sorted: what the reader asks for, and a
+// section per registered algorithm. Python's HybridOptimizer takes them as keyword arguments.
+std::vector<std::string> optimizer_keys();
+
 // The configuration `yaml` with the keys of the mapping `keys` (YAML or JSON text) set in its
 // optimizer section, as keyword arguments set them in Python; mappings merge key by key, and a key
 // both give is an error naming it (muon::Error).

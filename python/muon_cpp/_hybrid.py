@@ -20,17 +20,8 @@ from ._engine import _EngineOptimizer, _check_disjoint, _param_list, check_group
 from ._sharded import HeldQkClipSource, is_sharded, sharded_hybrid
 
 # The keys of a configuration's optimizer section (docs/config.md), which HybridOptimizer also
-# takes as keyword arguments: the reader's own, then a section per registered algorithm, then the
-# earlier spellings the reader still takes; a test holds the list to the C++ reader's.
-OPTIMIZER_KEYS = (
-    "name", "matrices", "others", "lr", "adamw_lr", "weight_decay", "weight_decay_method",
-    "betas", "eps", "momentum", "nesterov", "momentum_form", "ns_steps", "ns_coefficients",
-    "coefficients", "ns_eps", "ns_method", "ns_dtype", "gram_restarts", "gram_coefficients",
-    "row_equilibration", "adjust_lr", "normuon", "cautious", "cautious_weight_decay", "fused",
-    "muon_plus", "state_dtype", "qk_clip", "preset", "routing", "scaling", "param_groups",
-    "grad_clip", "max_grad_norm", "nonfinite", "schedule", "momentum_schedule",
-    "weight_decay_schedule") + tuple(name for name, _matrices in _core.algorithms()) + (
-    "muon_momentum", "muon_ns_steps", "muon_norm_eps")
+# takes as keyword arguments: the C++ reader's own list.
+OPTIMIZER_KEYS = tuple(_core.optimizer_keys())
 
 # A param group's keys that HybridOptimizer reads (a configuration's param_groups entry's settings).
 _GROUP_KEYS = tuple(key for key, *_ in _core.config_schema("param_group")

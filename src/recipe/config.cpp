@@ -265,6 +265,18 @@ OptimConfig read_config(const YAML::Node& root);
 
 }  // namespace
 
+std::vector<std::string> optimizer_keys() {  // those of an empty section, and every algorithm's
+  Section top(YAML::Node(YAML::NodeType::Map), "");
+  Section optimizer(YAML::Node(YAML::NodeType::Map), "optimizer");
+  detail::know_earlier_spellings(top, optimizer);
+  OptimConfig config;
+  read_optimizer(optimizer, config);
+  for_each_algorithm([&](auto* tag) {
+    optimizer.know(Algorithm<std::remove_pointer_t<decltype(tag)>>::name);
+  });
+  return optimizer.known();
+}
+
 namespace {
 
 // `text` as a YAML node; an empty document is an empty mapping. `what` names it in errors.

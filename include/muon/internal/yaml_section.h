@@ -66,6 +66,9 @@ class Section {
   // Whether a reader asked for `key` (or has it as an alias).
   bool knows(const std::string& key) const { return known_.count(key) != 0; }
 
+  // Every key a reader asked for so far, sorted.
+  std::vector<std::string> known() const { return {known_.begin(), known_.end()}; }
+
   // The node at `key` or an alias of it (the first present), marking all as known.
   YAML::Node find(const std::string& key, std::initializer_list<const char*> aliases = {}) {
     known_.insert(key);
