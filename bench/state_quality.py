@@ -3,7 +3,7 @@ Bible, byte level) trained under the same seeds with float32, bfloat16 and int8 
 hybrid (Muon + AdamW) and by AdamW alone; final validation losses side by side, and the curves.
 
     python3 bench/state_quality.py [--muon build/muon] [--steps 400] [--seeds 1 2] [--jobs 2]
-        [--out runs/state-quality] [--json FILE] [--svg FILE]
+        [--optimizers muon adamw] [--out runs/state-quality] [--json FILE] [--svg FILE]
 
 Each run is `muon train --steps N --seed S --optimizer O --state-dtype D --threads 1`; --jobs
 runs go at once (one thread each). A run whose directory holds its final row already is read
@@ -46,11 +46,12 @@ def train(args, optimizer, dtype, seed):
     return points
 
 
-def svg(results, steps):
-    """Two panels (hybrid, AdamW): mean validation loss over the seeds against step."""
+def svg(results, steps, optimizers):
+    """A panel per optimizer (hybrid, AdamW): mean validation loss over the seeds against step."""
     width, height, pad = 360, 260, 40
     parts = []
-    for panel, (optimizer, title) in enumerate(OPTIMIZERS.items()):
+    for panel, optimizer in enumerate(optimizers):
+        title = OPTIMIZERS[optimizer]
         curves = {d: results[optimizer][d]["mean_curve"] for d in DTYPES}
         values = [v for c in curves.values() for _, v in c if _ >= steps * 0.25]
         low, high = min(values), max(values)
@@ -76,7 +77,7 @@ def svg(results, steps):
         parts.append(f'<text x="{x0}" y="{pad + height + 16}" font-size="11">step {steps // 4}'
                      f'</text><text x="{x0 + width - 50}" y="{pad + height + 16}" '
                      f'font-size="11">step {steps}</text>')
-    total = 2 * (width + pad) + pad
+    total = len(optimizers) * (width + pad) + pad
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total}" height="{height + 2 * pad}"'
             f' font-family="sans-serif">\n' + "\n".join(parts) + "\n</svg>\n")
 
@@ -88,16 +89,18 @@ def main():
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=list(OPTIMIZERS))
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/state-quality"))
     parser.add_argument("--json", default=None)
     parser.add_argument("--svg", default=None)
     args = parser.parse_args()
-    runs = [(o, d, s) for o in OPTIMIZERS for d in DTYPES for s in args.seeds]
+    runs = [(o, d, s) for o in args.optimizers for d in DTYPES for s in args.seeds]
     with ThreadPoolExecutor(args.jobs) as pool:
         curves = dict(zip(runs, pool.map(lambda r: train(args, *r), runs)))
     results = {"cpu": cpu_name(), "steps": args.steps, "seeds": args.seeds,
                "command": " ".join(["python3"] + sys.argv), "run": run_metadata()}
-    for optimizer, title in OPTIMIZERS.items():
+    for optimizer in args.optimizers:
+        title = OPTIMIZERS[optimizer]
         results[optimizer] = {}
         print(f"\n{title}, {args.steps} steps: final validation loss")
         for dtype in DTYPES:
@@ -118,7 +121,7 @@ def main():
     write_json(args.json, results)
     if args.svg:
         with open(args.svg, "w") as f:
-            f.write(svg(results, args.steps))
+            f.write(svg(results, args.steps, args.optimizers))
         print(f"wrote {args.svg}")
 
 
