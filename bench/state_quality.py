@@ -3,7 +3,8 @@ Bible, byte level) trained under the same seeds with float32, bfloat16 and int8 
 hybrid (Muon + AdamW) and by AdamW alone; final validation losses side by side, and the curves.
 
     python3 bench/state_quality.py [--muon build/muon] [--steps 400] [--seeds 1 2] [--jobs 2]
-        [--optimizers muon adamw] [--out runs/state-quality] [--json FILE] [--svg FILE]
+        [--optimizers muon adamw] [--dtypes float32 bfloat16 int8] [--out runs/state-quality]
+        [--json FILE] [--svg FILE]
 
 Each run is `muon train --steps N --seed S --optimizer O --state-dtype D --threads 1`; --jobs
 runs go at once (one thread each). A run whose directory holds its final row already is read
@@ -46,13 +47,13 @@ def train(args, optimizer, dtype, seed):
     return points
 
 
-def svg(results, steps, optimizers):
+def svg(results, steps, optimizers, dtypes):
     """A panel per optimizer (hybrid, AdamW): mean validation loss over the seeds against step."""
     width, height, pad = 360, 260, 40
     parts = []
     for panel, optimizer in enumerate(optimizers):
         title = OPTIMIZERS[optimizer]
-        curves = {d: results[optimizer][d]["mean_curve"] for d in DTYPES}
+        curves = {d: results[optimizer][d]["mean_curve"] for d in dtypes}
         values = [v for c in curves.values() for _, v in c if _ >= steps * 0.25]
         low, high = min(values), max(values)
         x0 = panel * (width + pad) + pad
@@ -66,7 +67,7 @@ def svg(results, steps, optimizers):
                      f'({low:.3f}–{high:.3f})</text>')
         parts.append(f'<rect x="{x0}" y="{pad}" width="{width}" height="{height}" fill="none" '
                      f'stroke="#999"/>')
-        for i, dtype in enumerate(DTYPES):
+        for i, dtype in enumerate(dtypes):
             shown = [(s, v) for s, v in curves[dtype] if s >= steps * 0.25]
             line = " ".join(point(s, v) for s, v in shown)
             parts.append(f'<polyline points="{line}" fill="none" stroke="{COLOURS[dtype]}" '
@@ -90,11 +91,14 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=list(OPTIMIZERS))
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=DTYPES)
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/state-quality"))
     parser.add_argument("--json", default=None)
     parser.add_argument("--svg", default=None)
     args = parser.parse_args()
-    runs = [(o, d, s) for o in args.optimizers for d in DTYPES for s in args.seeds]
+    if "float32" not in args.dtypes:
+        parser.error("--dtypes: float32 is the reference the others are compared with")
+    runs = [(o, d, s) for o in args.optimizers for d in args.dtypes for s in args.seeds]
     with ThreadPoolExecutor(args.jobs) as pool:
         curves = dict(zip(runs, pool.map(lambda r: train(args, *r), runs)))
     results = {"cpu": cpu_name(), "steps": args.steps, "seeds": args.seeds,
@@ -103,7 +107,7 @@ def main():
         title = OPTIMIZERS[optimizer]
         results[optimizer] = {}
         print(f"\n{title}, {args.steps} steps: final validation loss")
-        for dtype in DTYPES:
+        for dtype in args.dtypes:
             finals = [curves[(optimizer, dtype, s)][-1][1] for s in args.seeds]
             steps = [s for s, _ in curves[(optimizer, dtype, args.seeds[0])]]
             mean_curve = [(step, statistics.mean(dict(curves[(optimizer, dtype, s)])[step]
@@ -112,7 +116,7 @@ def main():
                                          "mean_final": statistics.mean(finals),
                                          "mean_curve": mean_curve}
         base = results[optimizer]["float32"]["mean_final"]
-        for dtype in DTYPES:
+        for dtype in args.dtypes:
             row = results[optimizer][dtype]
             row["vs_float32"] = row["mean_final"] / base - 1
             seeds = "  ".join(f"{v:.4f}" for v in row["final_by_seed"])
@@ -121,7 +125,7 @@ def main():
     write_json(args.json, results)
     if args.svg:
         with open(args.svg, "w") as f:
-            f.write(svg(results, args.steps, args.optimizers))
+            f.write(svg(results, args.steps, args.optimizers, args.dtypes))
         print(f"wrote {args.svg}")
 
 
