@@ -44,7 +44,27 @@ struct AdamDefaults {
   static constexpr double eps = R == AdamRule::lamb ? 1e-6 : 1e-8;
 };
 
-// The options of one member of the family: the list MUON_ADAM_OPTIONS in muon/option_schema.h.
+// The family's settings; the defaults that differ between its members are AdamDefaults<R>'s.
+// clang-format off
+#define MUON_ADAM_OPTIONS(X)                                                                       \
+  X(double, lr, 1e-3, nonnegative, "learning rate")                                                \
+  X(Betas, betas, default_betas(), unit_interval, "(β1, β2) of the first and second moments")      \
+  X(double, eps, AdamDefaults<R>::eps, positive, "added to the denominator")                      \
+  X(double, weight_decay, AdamDefaults<R>::weight_decay, nonnegative,                              \
+    "weight decay λ, applied as weight_decay_method says (LAMB: inside the trust ratio)")          \
+  X(WeightDecayMethod, weight_decay_method, AdamDefaults<R>::weight_decay_method, any,             \
+    "decoupled W·(1 − lr·λ) (AdamW's default), independent W·(1 − λ), l2 g + λ·W (Adam's "         \
+    "default), palm W·(1 − lr²·λ); LAMB: decoupled only")                                          \
+  X(bool, nesterov, false, any, "NAdam's look-ahead first moment (optax's form); not for LAMB")    \
+  X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
+    "moment storage: float32 (float64 for float64 parameters), bfloat16 or int8 (8-bit blocks, "   \
+    "tensors of 4096+ elements in 2+ dims); LAMB: float32 only")                                   \
+  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
+  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC "; not for LAMB")                               \
+  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
+// clang-format on
+
+// The options of one member of the family: the list MUON_ADAM_OPTIONS above.
 // The formulas are fused_adam_step's and fused_lamb_step's (muon/fused_update.h).
 template <AdamRule R>
 struct AdamFamilyOptions : public torch::optim::OptimizerCloneableOptions<AdamFamilyOptions<R>> {

@@ -20,8 +20,32 @@
 
 namespace muon {
 
-// Dion's settings; their names, defaults, ranges and meanings are the list MUON_DION_OPTIONS in
-// muon/option_schema.h. Its momentum is always the summed, error-corrected buffer, without
+// clang-format off
+// Dion's (microsoft/dion's names and defaults; Ahn et al., arXiv 2504.05295): the update's rank
+// is r = min(⌈rank_fraction·min(rows, cols) / rank_multiple_of⌉·rank_multiple_of, rows, cols).
+#define MUON_DION_OPTIONS(X)                                                                       \
+  X(double, lr, 0.01, nonnegative,                                                                 \
+    MUON_MATRIX_LR_DOC)                                                                            \
+  X(double, momentum, 0.95, unit_interval,                                                         \
+    "μ: the buffer M ← M + g keeps μ of the part the update took (M −= (1 − μ)·P·Rᵀ)")             \
+  X(double, weight_decay, 0.01, nonnegative,                                                       \
+    MUON_MATRIX_DECAY_DOC)                                                                         \
+  X(WeightDecayMethod, weight_decay_method, WeightDecayMethod::decoupled, any,                     \
+    MUON_MATRIX_DECAY_METHOD_DOC)                                                                  \
+  X(double, rank_fraction, 1.0, share, "the update's rank as a share of min(rows, cols)")          \
+  X(int64_t, rank_multiple_of, 1, positive, "the rank is rounded up to a multiple of this")        \
+  X(double, epsilon, 1e-8, positive, "guards the column normalization of R")                      \
+  X(AdjustLr, adjust_lr, AdjustLr::spectral, any,                                                  \
+    "shape factor: spectral √(rows/cols) (Dion's), original √max(1, rows/cols), "                  \
+    "match_rms_adamw 0.2·√max(rows, cols), none 1")                                                \
+  X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
+  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC)                                                 \
+  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
+  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
+// clang-format on
+
+// Dion's settings; their names, defaults, ranges and meanings are the list MUON_DION_OPTIONS
+// above. Its momentum is always the summed, error-corrected buffer, without
 // Nesterov.
 struct DionOptions : public torch::optim::OptimizerCloneableOptions<DionOptions> {
   DionOptions() = default;

@@ -29,6 +29,10 @@ void generic_adam_step(const std::vector<AdamTensors>& entries);
 // the device without a host round trip.
 void generic_lamb_step(const std::vector<AdamTensors>& entries, double weight_decay);
 
+// fused_lion_step; `exp_avg` may be bf16.
+void generic_lion_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                       const LionStepScalars& k);
+
 // fused_momentum: `direction` (the compute dtype) receives Q; `buffer` may be bf16.
 void generic_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& direction,
                       const MomentumScalars& k);

@@ -78,8 +78,58 @@ struct NorMuonOptions {
   bool operator==(const NorMuonOptions& o) const { return beta2 == o.beta2 && axis == o.axis; }
 };
 
-// Muon's settings; their names, defaults, ranges and meanings are the list MUON_MUON_OPTIONS in
-// muon/option_schema.h.
+// clang-format off
+#define MUON_MUON_OPTIONS(X)                                                                       \
+  X(double, lr, 0.02, nonnegative,                                                                 \
+    MUON_MATRIX_LR_DOC)                                                                            \
+  X(double, momentum, 0.95, unit_interval, "momentum coefficient β of the buffer")                 \
+  X(bool, nesterov, true, any, "orthogonalize the Nesterov look-ahead instead of the buffer")      \
+  X(double, weight_decay, 0.0, nonnegative,                                                        \
+    MUON_MATRIX_DECAY_DOC)                                                                         \
+  X(WeightDecayMethod, weight_decay_method, WeightDecayMethod::decoupled, any,                     \
+    MUON_MATRIX_DECAY_METHOD_DOC)                                                                  \
+  X(int64_t, ns_steps, 5, iteration_count, "Newton–Schulz iterations")                            \
+  X(CoefficientTable, coefficients, CoefficientTable::quintic(), any,                              \
+    ::muon::coefficients_option_doc())                                                             \
+  X(std::optional<double>, ns_eps, std::nullopt, positive,                                         \
+    "eps of the normalization X / (‖X‖_F·safety + eps) before the iterations; unset: none, so the "\
+    "update does not depend on the gradient's scale")                                              \
+  X(bool, row_equilibration, false, any,                                                           \
+    "MuonEq: scale each row of the direction to the matrix's RMS row norm before orthogonalizing") \
+  X(std::optional<int64_t>, num_heads, std::nullopt, positive,                                     \
+    "orthogonalize each matrix's rows as this many equal heads, each alone (dion's num_heads)")    \
+  X(std::optional<std::vector<int64_t>>, split_sizes, std::nullopt, any,                           \
+    "orthogonalize each matrix's rows in blocks of these sizes, each alone: a fused QKV "          \
+    "projection (dion's split_sizes)")                                                             \
+  X(MomentumForm, momentum_form, MomentumForm::ema, any,                                           \
+    "ema: B ← β·B + (1−β)·g (Keller Jordan); sum: B ← β·B + g (Moonlight)")                        \
+  X(AdjustLr, adjust_lr, AdjustLr::original, any,                                                  \
+    "shape factor: original √max(1, rows/cols), match_rms_adamw 0.2·√max(rows, cols), "           \
+    "spectral √(rows/cols), none 1")                                                               \
+  X(NsMethod, ns_method, NsMethod::automatic, any,                                                 \
+    "how the iterations multiply: automatic, plain, symmetric, gram")                              \
+  X(std::optional<at::ScalarType>, ns_dtype, std::nullopt, any,                                    \
+    "Newton–Schulz dtype; unset: float32 on CPU, bfloat16 on GPUs")                                \
+  X(std::optional<std::vector<int64_t>>, gram_restarts, std::nullopt, any,                         \
+    "gram: the iteration counts after which the Gram matrix is formed afresh; unset: the table's") \
+  X(std::optional<CoefficientTable>, gram_coefficients, std::nullopt, any,                         \
+    "non-square matrices iterate by this table instead, one iteration per row (ns_steps then "     \
+    "counts for square ones): torch.optim.Muon's Gram Newton–Schulz schedule; unset: coefficients")\
+  X(PostNorm, post_norm, PostNorm::none, any,                                                      \
+    "Muon+: none, row, col, row_col, col_row or frobenius normalization after orthogonalizing")    \
+  X(double, post_norm_eps, 1e-8, positive, "Muon+'s eps")                                          \
+  X(std::optional<NorMuonOptions>, normuon, std::nullopt, any,                                     \
+    "NorMuon: unset (off) or {beta2, axis}, a per-row or per-column second moment")                \
+  X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
+  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC)                                                 \
+  X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
+    "momentum storage: float32 (float64 for float64 parameters), bfloat16 (stochastic rounding) "  \
+    "or int8 (8-bit blocks, tensors of 4096+ elements in 2+ dims)")                                \
+  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
+  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
+// clang-format on
+
+// Muon's settings; their names, defaults, ranges and meanings are the list MUON_MUON_OPTIONS above.
 struct MuonOptions : public torch::optim::OptimizerCloneableOptions<MuonOptions> {
   MuonOptions() = default;
   MuonOptions(double lr) { lr_ = lr; }  // NOLINT(google-explicit-constructor): libtorch style

@@ -4,11 +4,13 @@
 // the option tables in docs/config.md and docs/python.md. A new option is one line in its list
 // (plus, for a new type, its conversions).
 //
-// The optimizers' lists are here, X(type, name, default, range, doc), in the Python order (the
-// first ones are also positional, as in torch.optim). The lists of the plain structs the
-// configuration adds (schedules, parameter groups, the hybrid's own settings) stand beside their
-// structs, X(type, member, key, alias, default, range, kinds, doc): `key` is the YAML and Python
-// name, `alias` another accepted spelling ("" none), `kinds` the schedule kinds a field belongs to
+// Each algorithm's list stands in its own header beside its options struct (MUON_MUON_OPTIONS in
+// muon/muon.h, MUON_LION_OPTIONS in muon/lion.h, ...), X(type, name, default, range, doc), in the
+// Python order (the first ones are also positional, as in torch.optim); the documentation lines
+// several algorithms share are here. The lists of the plain structs the configuration adds
+// (schedules, parameter groups, the hybrid's own settings) stand beside their structs too,
+// X(type, member, key, alias, default, range, kinds, doc): `key` is the YAML and Python name,
+// `alias` another accepted spelling ("" none), `kinds` the schedule kinds a field belongs to
 // ("" all).
 #pragma once
 
@@ -104,93 +106,6 @@ const char* coefficients_option_doc();
   "decoupled W·(1 − lr·λ), independent W·(1 − λ), l2 g + λ·W before the momentum, "                \
   "palm W·(1 − lr²·λ)"
 
-#define MUON_MUON_OPTIONS(X)                                                                       \
-  X(double, lr, 0.02, nonnegative,                                                                 \
-    MUON_MATRIX_LR_DOC)                                                                            \
-  X(double, momentum, 0.95, unit_interval, "momentum coefficient β of the buffer")                 \
-  X(bool, nesterov, true, any, "orthogonalize the Nesterov look-ahead instead of the buffer")      \
-  X(double, weight_decay, 0.0, nonnegative,                                                        \
-    MUON_MATRIX_DECAY_DOC)                                                                         \
-  X(WeightDecayMethod, weight_decay_method, WeightDecayMethod::decoupled, any,                     \
-    MUON_MATRIX_DECAY_METHOD_DOC)                                                                  \
-  X(int64_t, ns_steps, 5, iteration_count, "Newton–Schulz iterations")                            \
-  X(CoefficientTable, coefficients, CoefficientTable::quintic(), any,                              \
-    ::muon::coefficients_option_doc())                                                             \
-  X(std::optional<double>, ns_eps, std::nullopt, positive,                                         \
-    "eps of the normalization X / (‖X‖_F·safety + eps) before the iterations; unset: none, so the "\
-    "update does not depend on the gradient's scale")                                              \
-  X(bool, row_equilibration, false, any,                                                           \
-    "MuonEq: scale each row of the direction to the matrix's RMS row norm before orthogonalizing") \
-  X(std::optional<int64_t>, num_heads, std::nullopt, positive,                                     \
-    "orthogonalize each matrix's rows as this many equal heads, each alone (dion's num_heads)")    \
-  X(std::optional<std::vector<int64_t>>, split_sizes, std::nullopt, any,                           \
-    "orthogonalize each matrix's rows in blocks of these sizes, each alone: a fused QKV "          \
-    "projection (dion's split_sizes)")                                                             \
-  X(MomentumForm, momentum_form, MomentumForm::ema, any,                                           \
-    "ema: B ← β·B + (1−β)·g (Keller Jordan); sum: B ← β·B + g (Moonlight)")                        \
-  X(AdjustLr, adjust_lr, AdjustLr::original, any,                                                  \
-    "shape factor: original √max(1, rows/cols), match_rms_adamw 0.2·√max(rows, cols), "           \
-    "spectral √(rows/cols), none 1")                                                               \
-  X(NsMethod, ns_method, NsMethod::automatic, any,                                                 \
-    "how the iterations multiply: automatic, plain, symmetric, gram")                              \
-  X(std::optional<at::ScalarType>, ns_dtype, std::nullopt, any,                                    \
-    "Newton–Schulz dtype; unset: float32 on CPU, bfloat16 on GPUs")                                \
-  X(std::optional<std::vector<int64_t>>, gram_restarts, std::nullopt, any,                         \
-    "gram: the iteration counts after which the Gram matrix is formed afresh; unset: the table's") \
-  X(std::optional<CoefficientTable>, gram_coefficients, std::nullopt, any,                         \
-    "non-square matrices iterate by this table instead, one iteration per row (ns_steps then "     \
-    "counts for square ones): torch.optim.Muon's Gram Newton–Schulz schedule; unset: coefficients")\
-  X(PostNorm, post_norm, PostNorm::none, any,                                                      \
-    "Muon+: none, row, col, row_col, col_row or frobenius normalization after orthogonalizing")    \
-  X(double, post_norm_eps, 1e-8, positive, "Muon+'s eps")                                          \
-  X(std::optional<NorMuonOptions>, normuon, std::nullopt, any,                                     \
-    "NorMuon: unset (off) or {beta2, axis}, a per-row or per-column second moment")                \
-  X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
-  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC)                                                 \
-  X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
-    "momentum storage: float32 (float64 for float64 parameters), bfloat16 (stochastic rounding) "  \
-    "or int8 (8-bit blocks, tensors of 4096+ elements in 2+ dims)")                                \
-  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
-  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
-
-// Dion's (microsoft/dion's names and defaults; Ahn et al., arXiv 2504.05295): the update's rank
-// is r = min(⌈rank_fraction·min(rows, cols) / rank_multiple_of⌉·rank_multiple_of, rows, cols).
-#define MUON_DION_OPTIONS(X)                                                                       \
-  X(double, lr, 0.01, nonnegative,                                                                 \
-    MUON_MATRIX_LR_DOC)                                                                            \
-  X(double, momentum, 0.95, unit_interval,                                                         \
-    "μ: the buffer M ← M + g keeps μ of the part the update took (M −= (1 − μ)·P·Rᵀ)")             \
-  X(double, weight_decay, 0.01, nonnegative,                                                       \
-    MUON_MATRIX_DECAY_DOC)                                                                         \
-  X(WeightDecayMethod, weight_decay_method, WeightDecayMethod::decoupled, any,                     \
-    MUON_MATRIX_DECAY_METHOD_DOC)                                                                  \
-  X(double, rank_fraction, 1.0, share, "the update's rank as a share of min(rows, cols)")          \
-  X(int64_t, rank_multiple_of, 1, positive, "the rank is rounded up to a multiple of this")        \
-  X(double, epsilon, 1e-8, positive, "guards the column normalization of R")                      \
-  X(AdjustLr, adjust_lr, AdjustLr::spectral, any,                                                  \
-    "shape factor: spectral √(rows/cols) (Dion's), original √max(1, rows/cols), "                  \
-    "match_rms_adamw 0.2·√max(rows, cols), none 1")                                                \
-  X(bool, cautious_weight_decay, false, any, "decay only the entries where U·W ≥ 0")               \
-  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC)                                                 \
-  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
-  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
-
-#define MUON_ADAM_OPTIONS(X)                                                                       \
-  X(double, lr, 1e-3, nonnegative, "learning rate")                                                \
-  X(Betas, betas, default_betas(), unit_interval, "(β1, β2) of the first and second moments")      \
-  X(double, eps, AdamDefaults<R>::eps, positive, "added to the denominator")                      \
-  X(double, weight_decay, AdamDefaults<R>::weight_decay, nonnegative,                              \
-    "weight decay λ, applied as weight_decay_method says (LAMB: inside the trust ratio)")          \
-  X(WeightDecayMethod, weight_decay_method, AdamDefaults<R>::weight_decay_method, any,             \
-    "decoupled W·(1 − lr·λ) (AdamW's default), independent W·(1 − λ), l2 g + λ·W (Adam's "         \
-    "default), palm W·(1 − lr²·λ); LAMB: decoupled only")                                          \
-  X(bool, nesterov, false, any, "NAdam's look-ahead first moment (optax's form); not for LAMB")    \
-  X(at::ScalarType, state_dtype, at::kFloat, any,                                                  \
-    "moment storage: float32 (float64 for float64 parameters), bfloat16 or int8 (8-bit blocks, "   \
-    "tensors of 4096+ elements in 2+ dims); LAMB: float32 only")                                   \
-  X(bool, mantissa_tracking, false, any, MUON_MANTISSA_DOC)                                        \
-  X(bool, cautious, false, any, MUON_CAUTIOUS_DOC "; not for LAMB")                               \
-  X(std::optional<bool>, fused, std::nullopt, any, MUON_FUSED_DOC)
 // clang-format on
 
 // Throws "<who>: <name> must be <range>, got <value>" for the first numeric option of `options`

@@ -231,6 +231,23 @@ void generic_lamb_step(const std::vector<AdamTensors>& entries, double weight_de
                  [&](auto c, const auto& chunk) { lamb_chunk<decltype(c)>(chunk, weight_decay); });
 }
 
+void generic_lion_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                       const LionStepScalars& s) {
+  const auto run = [&](auto c_tag) {
+    using C = decltype(c_tag);
+    const auto k = detail::lion_constants<C>(s);
+    const auto dtype = c10::CppTypeToScalarType<C>::value;
+    const auto w = in_dtype(param, dtype);
+    const auto g = in_dtype(grad, dtype);
+    const auto m = in_dtype(exp_avg, dtype);
+    // c ← β1·m + (1−β1)·g;  W ← W·decay − lr·sign(c);  m ← β2·m + (1−β2)·g
+    const auto c = m.mul(scalar(k.beta1)).add(g.mul(scalar(k.one_minus_beta1)));
+    param.copy_(w.mul(scalar(k.decay)).sub(at::sign(c).mul(scalar(k.lr))));
+    store_state(exp_avg, m.mul(scalar(k.beta2)).add(g.mul(scalar(k.one_minus_beta2))), k.seed);
+  };
+  compute_dtype(param) == at::kDouble ? run(double{}) : run(float{});
+}
+
 void generic_momentum(const at::Tensor& grad, at::Tensor& buffer, at::Tensor& direction,
                       const MomentumScalars& k) {
   const auto dtype = direction.scalar_type();

@@ -1,5 +1,5 @@
-// Internal to the math layer: the per-update constants of the Adam family, computed once in
-// double and rounded into the arithmetic type C, shared by the fused CPU kernels and their
+// Internal to the math layer: the per-update constants of the Adam family and of Lion, computed
+// once in double and rounded into the arithmetic type C, shared by the fused CPU kernels and their
 // device-generic ATen forms so that both multiply by the same numbers.
 #pragma once
 
@@ -50,6 +50,24 @@ AdamConstants<C> adam_constants(const AdamStepScalars& s) {
 template <class C>
 C lamb_inv_bc1(const AdamStepScalars& s) {
   return static_cast<C>(1.0 / (1.0 - std::pow(s.beta1, static_cast<double>(s.step))));
+}
+
+// Lion's: W·decay − lr·sign(β1·m + (1−β1)·g), m ← β2·m + (1−β2)·g.
+template <class C>
+struct LionConstants {
+  C lr, decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
+  uint32_t seed;
+};
+
+template <class C>
+LionConstants<C> lion_constants(const LionStepScalars& s) {
+  return {static_cast<C>(s.lr),
+          static_cast<C>(1.0 - s.decay_fraction),
+          static_cast<C>(s.beta1),
+          static_cast<C>(1.0 - s.beta1),
+          static_cast<C>(s.beta2),
+          static_cast<C>(1.0 - s.beta2),
+          s.seed};
 }
 
 }  // namespace muon::detail

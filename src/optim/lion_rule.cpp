@@ -1,14 +1,14 @@
 // The Lion update rule (docs/algorithms.md, "Lion") and its owner, muon::Lion: the fused CPU kernel
-// (fused_lion_step) on CPU tensors, and on other devices its device-generic form below, written
-// with the kernel's operations in the kernel's order so that on CPU both give the same bits.
+// (fused_lion_step) on CPU tensors, and on other devices its device-generic form
+// (generic_lion_step), the kernel's operations in the kernel's order: on CPU the same bits.
 #include "muon/lion.h"
 
 #include "elementwise_optimizer.h"
 #include "in_place.h"
 #include "master_weights.h"
-#include "muon/dtypes.h"
 #include "muon/error.h"
 #include "muon/fused_update.h"
+#include "muon/generic_update.h"
 #include "muon/stochastic_rounding.h"
 #include "state_precision.h"
 
@@ -16,28 +16,6 @@ namespace muon {
 namespace {
 
 using Item = ItemOf<LionOptions>;
-
-// A constant as the kernel multiplies by it: rounded into the compute dtype of `param`.
-at::Scalar rounded(double value, const at::Tensor& param) {
-  return param.scalar_type() == at::kDouble ? value
-                                            : static_cast<double>(static_cast<float>(value));
-}
-
-// fused_lion_step as ATen operations, for a parameter on any device (strided is fine).
-void generic_lion_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
-                       const LionStepScalars& k) {
-  const auto dtype = full_precision(param.scalar_type());
-  const auto w = param.to(dtype);
-  const auto g = grad.to(dtype);
-  const auto m = exp_avg.to(dtype);
-  const auto c = m.mul(rounded(k.beta1, param)).add(g.mul(rounded(1.0 - k.beta1, param)));
-  param.copy_(
-      w.mul(rounded(1.0 - k.decay_fraction, param)).sub(at::sign(c).mul(rounded(k.lr, param))));
-  const auto m_new = m.mul(rounded(k.beta2, param)).add(g.mul(rounded(1.0 - k.beta2, param)));
-  exp_avg.copy_(exp_avg.scalar_type() == at::kBFloat16
-                    ? sr::round_to_bf16_generic(m_new.to(at::kFloat), k.seed)
-                    : m_new);
-}
 
 void update_items(const LionOptions& o, const std::vector<Item>& items) {
   for (const auto& item : items) {

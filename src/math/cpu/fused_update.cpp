@@ -215,22 +215,8 @@ MUON_TARGET_CLONES void lamb_apply_range(const LambConstants<compute_t<P>>& k, c
 }
 
 // ---- Lion ----
-template <class C>
-struct LionConstants {
-  C lr, decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
-  uint32_t seed;
-};
-
-template <class C>
-LionConstants<C> lion_constants(const LionStepScalars& s) {
-  return {static_cast<C>(s.lr),
-          static_cast<C>(1.0 - s.decay_fraction),
-          static_cast<C>(s.beta1),
-          static_cast<C>(1.0 - s.beta1),
-          static_cast<C>(s.beta2),
-          static_cast<C>(1.0 - s.beta2),
-          s.seed};
-}
+using detail::lion_constants;
+using detail::LionConstants;
 
 template <class C>
 inline C sign_of(C x) {
