@@ -3,6 +3,7 @@
 #include "muon/step_in_backward.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
@@ -143,6 +144,45 @@ TEST(StepInBackward, RemoveLeavesGradientsForStep) {
   loss_of(model, 1).backward();
   for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
   EXPECT_TRUE(at::equal(before, model->parameters().front()));
+  EXPECT_EQ(in_backward.steps(), 1);
+}
+
+// When a parameter's gradient arrives, every other parameter's is already stepped and released:
+// no two sit in .grad together (the whole point: at most one gradient held). A hook on each
+// parameter's incoming gradient, registered first (it runs before accumulation and before any
+// hook of the step's), counts the others that are held.
+TEST(StepInBackward, NoOtherGradientIsHeldWhenOneArrives) {
+  auto model = tiny_gpt(7);
+  auto opt = build_optimizer(*model, OptimConfig::from_yaml("optimizer: {nonfinite: ignore}\n"), 4);
+  const auto params = model->parameters();
+  int64_t arrivals = 0, held = 0;
+  for (auto& p : params) {
+    p.register_hook([&](const at::Tensor&) {
+      ++arrivals;
+      for (const auto& q : params) held += q.grad().defined() ? 1 : 0;
+    });
+  }
+  StepInBackward in_backward(*opt);
+  for (int64_t s = 0; s < 2; ++s) loss_of(model, s).backward();
+  EXPECT_EQ(arrivals, 2 * static_cast<int64_t>(params.size()));
+  EXPECT_EQ(held, 0);
+  EXPECT_EQ(in_backward.steps(), 2);
+}
+
+// torch::autograd::grad() returns gradients without adding them to .grad: no step, nothing held.
+TEST(StepInBackward, AutogradGradLeavesParametersAlone) {
+  auto model = tiny_gpt(8);
+  auto opt = build_optimizer(*model, OptimConfig::from_yaml("optimizer: {nonfinite: ignore}\n"), 4);
+  StepInBackward in_backward(*opt);
+  const auto params = model->parameters();
+  const auto before = params.front().clone();
+  const auto grads = torch::autograd::grad({loss_of(model, 0)}, params);
+  EXPECT_TRUE(grads.front().defined());
+  EXPECT_TRUE(at::equal(before, params.front()));
+  for (const auto& p : params) EXPECT_FALSE(p.grad().defined());
+  EXPECT_EQ(in_backward.steps(), 0);
+  loss_of(model, 1).backward();  // and the next backward pass steps as usual
+  EXPECT_FALSE(at::equal(before, params.front()));
   EXPECT_EQ(in_backward.steps(), 1);
 }
 

@@ -151,6 +151,9 @@ struct MatrixItem {
   const Options* options;     // its group's
   std::vector<int64_t> view;  // the (batch..., rows, cols) view it is updated in
   int64_t index;  // its position among the owner's parameters of the rule: seeds rounding, Dion's Q
+  // The gradient is spent after this step (the step inside backward releases it): the update may
+  // overwrite it, e.g. iterate in it instead of a buffer of its size.
+  bool grad_spent = false;
 };
 
 // (β1, β2) of the Adam family and its like.
@@ -218,7 +221,8 @@ class ParameterSteps {
   // Checks the settings and refuses, naming the setting and its alternative, what needs every
   // gradient before the first update; then does what step() does first (schedules).
   virtual void begin_parameter_steps() = 0;
-  // Updates `param` (one of this optimizer's, with a gradient) alone, as step() would update it.
+  // Updates `param` (one of this optimizer's, with a gradient) alone, as step() would update it,
+  // and spends its gradient: the update may overwrite it (the caller releases it next).
   virtual void step_parameter(const at::Tensor& param) = 0;
   // What step() does after the updates (QK-clip, the step count).
   virtual void end_parameter_steps() {}

@@ -71,7 +71,8 @@ void fused_lion_step(at::Tensor& param, const at::Tensor& grad, QuantizedState& 
 
 // Muon's momentum: B ← β·B + (1−β)·g (ema) or β·B + g (sum), and the direction to orthogonalize
 // written to `direction` (float32/float64): Q = lerp(g, B, β) (ema) or g + β·B (sum) with
-// Nesterov, else Q = B. `buffer` may be bf16 (rounded with `seed`).
+// Nesterov, else Q = B. `buffer` may be bf16 (rounded with `seed`). `direction` may be `grad`
+// itself: each element is read before it is written.
 struct MomentumScalars {
   double beta = 0.95;
   bool ema = true;

@@ -7,12 +7,12 @@
 //   muon::StepInBackward in_backward(optimizer);  // hooks every parameter
 //   for (...) { model->loss(x, y).backward(); }    // updates happen inside; no step(), no zero_grad()
 //
-// How: a hook on each parameter's gradient (LibTorch calls it with the gradient of the whole
-// backward pass, just before adding it to .grad) updates the parameter whose gradient arrived
-// before — its .grad complete by then — and releases that gradient; the last one is updated when
-// the pass ends. At most two gradients are alive at a time, on every LibTorch (1.13 has no hook
-// after accumulation). The optimizer's begin_parameter_steps() runs at the pass's first gradient
-// and end_parameter_steps() at its end (muon/algorithm.h, ParameterSteps).
+// How: a hook after each parameter's gradient accumulator (the autograd node that adds a pass's
+// gradient into .grad) updates that parameter and releases its gradient at once, so that no two
+// parameters' gradients sit in .grad together — on every LibTorch (1.13 has no hook on the tensor after
+// accumulation; the node's hook is the one DDP's reducer uses). The update may use the gradient
+// as its scratch: it is spent. The optimizer's begin_parameter_steps() runs at the pass's first
+// gradient and end_parameter_steps() at its end (muon/algorithm.h, ParameterSteps).
 //
 // With every = k (gradient accumulation) only every k-th backward pass updates; the passes
 // between add their gradients into .grad as usual, and a parameter whose gradient came only in

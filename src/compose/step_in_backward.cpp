@@ -2,9 +2,10 @@
 #include "muon/step_in_backward.h"
 
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,26 +28,26 @@ struct StepInBackward::Hooks {
   int64_t every;
   std::function<void()> before, after;
   std::vector<at::Tensor> params;  // the hooked parameters
-  std::vector<unsigned> handles;   // their hooks' positions
+  // Each parameter's gradient accumulator — the autograd node that adds a pass's gradient into
+  // .grad — and its hook's key there. Held: a parameter keeps only a weak pointer to it, and our
+  // hook lives as long as the node does.
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(at::Tensor()))> accumulators;
+  std::vector<uintptr_t> keys;
   bool removed = false;
 
   int64_t passes = 0, steps = 0;
   double seconds = 0;
   bool in_pass = false, stepping = false;  // a pass has begun; it is a step's (the every-th)
   uint64_t pass_token = 0;                 // tells the current pass's end from a failed one's
-  std::optional<size_t> pending;           // the parameter whose gradient is being added up
 
-  // Parameter i's gradient of this pass is about to be added to its .grad. `self` points here.
-  void arrived(size_t i, const std::weak_ptr<Hooks>& self) {
+  // Parameter i's gradient of this pass has just been added to its .grad. `self` points here.
+  void accumulated(size_t i, const std::weak_ptr<Hooks>& self) {
     if (removed) return;
     try {
       if (!in_pass) begin_pass(self);
-      if (!stepping) return;
-      timed([&] { step_pending(); });
-      pending = i;
+      if (stepping) timed([&] { step(i); });
     } catch (...) {  // the pass fails; the next one starts afresh
       in_pass = false;
-      pending.reset();
       throw;
     }
   }
@@ -72,21 +73,16 @@ struct StepInBackward::Hooks {
     ++passes;
     if (!stepping) return;
     timed([&] {
-      step_pending();
-      for (size_t i = 0; i < params.size(); ++i) step(i);  // gradients of earlier passes only
+      // Gradients of earlier passes only, or of a parameter whose accumulator autograd replaced
+      // (its dtype or device changed under it): updated here, not lost.
+      for (size_t i = 0; i < params.size(); ++i) step(i);
       optimizer.end_parameter_steps();
       if (after) after();
     });
     ++steps;
   }
 
-  void step_pending() {
-    if (!pending) return;
-    const auto i = *pending;
-    pending.reset();
-    step(i);
-  }
-
+  // The step spends the gradient (it may be the step's scratch) and releases it.
   void step(size_t i) {
     auto& p = params[i];
     if (!p.grad().defined()) return;
@@ -124,13 +120,22 @@ StepInBackward::StepInBackward(torch::optim::Optimizer& optimizer, int64_t every
   }
   hooks_ = std::make_shared<Hooks>(*steps, every, std::move(before), std::move(after),
                                    std::move(params));
-  // The parameters hold their hooks and the hooks a weak pointer: no cycle through them, and a
-  // hook or a pass's end that runs after this object is gone does nothing.
+  // The accumulators hold their hooks and the hooks a weak pointer: no cycle through them, and a
+  // hook or a pass's end that runs after this object is gone does nothing. A hook after the
+  // accumulator (not one on the gradient, before it) sees .grad complete, with every pass's
+  // gradient added, and only the gradient being added is alive besides; nor does it run for
+  // torch.autograd.grad(), which leaves .grad alone.
   std::weak_ptr<Hooks> weak = hooks_;
   for (size_t i = 0; i < hooks_->params.size(); ++i) {
-    hooks_->handles.push_back(hooks_->params[i].register_hook([weak, i](const at::Tensor&) {
-      if (auto hooks = weak.lock()) hooks->arrived(i, weak);
-    }));
+    auto accumulator = torch::autograd::impl::grad_accumulator(hooks_->params[i]);
+    hooks_->keys.push_back(accumulator->add_post_hook(
+        std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [weak, i](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list&) {
+              if (auto hooks = weak.lock()) hooks->accumulated(i, weak);
+              return outputs;
+            })));
+    hooks_->accumulators.push_back(std::move(accumulator));
   }
 }
 
@@ -141,9 +146,10 @@ StepInBackward::~StepInBackward() {
 void StepInBackward::remove() {
   if (hooks_ == nullptr || hooks_->removed) return;
   hooks_->removed = true;
-  for (size_t i = 0; i < hooks_->params.size(); ++i) {
-    hooks_->params[i].remove_hook(hooks_->handles[i]);
+  for (size_t i = 0; i < hooks_->accumulators.size(); ++i) {
+    hooks_->accumulators[i]->del_post_hook(hooks_->keys[i]);
   }
+  hooks_->accumulators.clear();
 }
 
 int64_t StepInBackward::steps() const {

@@ -238,6 +238,21 @@ void for_each_piece(const Batch& batch, const Work& work) {
   for (auto i = in_lanes; i < n; ++i) work(i);
 }
 
+// The gradient of a batch of one whole parameter whose gradient is spent (the step inside
+// backward), as the batch's direction tensor: momentum writes Q over g element by element (after
+// reading it) and Newton–Schulz iterates there, so that no buffer of the matrix's size is taken.
+// Undefined where the gradient cannot be that tensor, or is read again (cautious masks the update
+// with it).
+at::Tensor spent_gradient(const Batch& batch, at::ScalarType dtype) {
+  const auto& item = *batch.first->item;
+  const auto& g = item.grad;
+  if (batch.pieces.size() != 1 || !batch.first->whole() || !item.grad_spent ||
+      item.options->cautious() || g.scalar_type() != dtype || !g.is_contiguous()) {
+    return {};
+  }
+  return g.view({batch.total, batch.first->rows, item.view.back()});
+}
+
 // Per batch: momentum into one stacked direction tensor, one orthogonalization, then each piece
 // normalized and scaled by its shape factor. A whole parameter is finished at once (the factor
 // folded into lr·factor); a split one's pieces, orthogonalized in the batches of their shapes,
@@ -257,8 +272,11 @@ void update_batches(const std::vector<MuonItem>& items, MuonWorkspaces& workspac
     const auto cols = first.view.back();
     const auto dtype = full_precision(first.param.scalar_type());
     auto& workspace = workspaces.get(dtype, first.param.device(), batch.options);
-    auto directions = workspace.get(OrthogonalizeWorkspace::Slot::directions,
-                                    {batch.total, rows, cols}, first.param.options().dtype(dtype));
+    auto directions = spent_gradient(batch, dtype);
+    if (!directions.defined()) {
+      directions = workspace.get(OrthogonalizeWorkspace::Slot::directions,
+                                 {batch.total, rows, cols}, first.param.options().dtype(dtype));
+    }
     const auto slot = [&](const at::Tensor& stack, size_t i) {
       const auto& piece = *batch.pieces[i];
       return stack.narrow(0, batch.offsets[i], matrices_in(piece.item->view)).view(piece.shape());

@@ -267,8 +267,8 @@ inline std::array<C, 2> momentum_element(const MomentumConstants<C>& k, C grad, 
 
 template <class P, class S, bool Ema, bool Nesterov>
 MUON_TARGET_CLONES void momentum_range(const MomentumConstants<compute_t<P>>& k,
-                                       const P* __restrict__ g, S* __restrict__ b,
-                                       compute_t<P>* __restrict__ q, int64_t begin, int64_t end) {
+                                       const P* g, S* __restrict__ b, compute_t<P>* q,
+                                       int64_t begin, int64_t end) {
   using C = compute_t<P>;
   const auto first = static_cast<uint32_t>(begin);
   const auto count = static_cast<uint32_t>(end - begin);
