@@ -257,7 +257,8 @@ void HybridOptimizer::step_parameter(const at::Tensor& param) {
     auto& state = make_state(state_[compat::param_state_key(p)], p, o, view);
     if constexpr (Entry::kind == ParamKind::matrices) {
       MatrixItemLists items;
-      items.of<Options>().push_back({p, p.grad(), &state, &o, std::move(view), place.position, /*grad_spent=*/true});
+      items.of<Options>().push_back(
+          {p, p.grad(), &state, &o, std::move(view), place.position, /*grad_spent=*/true});
       items.update(scratch_);
     } else {
       Entry::update(o, {{p, p.grad(), &state, place.position}});

@@ -129,7 +129,8 @@ void MatrixOptimizer<Options>::step_parameter(const at::Tensor& param) {
   Algorithm<Options>::check_item(p, p.grad(), o, view,
                                  place.label());
   auto& state = make_state(state_[compat::param_state_key(p)], p, o, view);
-  update_matrices<Options>({{p, p.grad(), &state, &o, std::move(view), place.position, /*grad_spent=*/true}}, scratch_);
+  update_matrices<Options>(
+      {{p, p.grad(), &state, &o, std::move(view), place.position, /*grad_spent=*/true}}, scratch_);
 }
 
 template <class Options>
