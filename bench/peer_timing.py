@@ -168,16 +168,17 @@ def record(name, run, row):
 
 
 def param_groups_reading(optimizer, repeats=2000):
-    """The Python work muon_cpp's step() does before its engine runs, in microseconds per step:
-    param_groups read for changed tensors (one identity check each) and every group's settings
-    for torch's names and other algorithms' keys. None for torch's own optimizers."""
-    if not hasattr(optimizer, "_sync_params"):
+    """The Python work muon_cpp's step() does around its engine, in microseconds per step:
+    param_groups read for changed tensors (one identity check each) and for changed settings,
+    which are checked and pushed into the engine only then (here, as in a run without a
+    scheduler, they stay the same), and what the step's end reads back. None for torch's own
+    optimizers."""
+    if not hasattr(optimizer, "_begin_step"):
         return None
     begin = time.perf_counter()
     for _ in range(repeats):
-        optimizer._sync_params("step()")
-        for group in optimizer.param_groups:
-            optimizer._from_torch_names(group)
+        optimizer._begin_step()
+        optimizer._end_step()
     return (time.perf_counter() - begin) / repeats * 1e6
 
 

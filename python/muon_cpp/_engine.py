@@ -53,6 +53,7 @@ class _EngineOptimizer(Optimizer):
             cls.__init__ = init_from_schema(algorithm, _EngineOptimizer.__init__, **schema)
 
     _in_backward = None  # the muon_cpp.step_in_backward handle while its hooks are on
+    _pushed = _ending = None  # the settings the engine holds (_Pushed): as of the last step, this one
 
     def __init__(self, params, defaults, engine=None, process_group=None, shards=None):
         self._engine = None
@@ -219,15 +220,21 @@ class _EngineOptimizer(Optimizer):
     # The step's first and last parts, outside the engine's updates (step_in_backward runs them
     # around the updates it makes inside backward).
     def _begin_step(self):
-        """Rebinds the engine to param_groups' tensors if they changed and pushes every group's
-        settings into it (lr as a scheduler left it)."""
+        """Rebinds the engine to param_groups' tensors if they changed, and checks and pushes the
+        groups' settings into it (lr as a scheduler left it) if they changed since it last got
+        them. What it got counts once the step has ended: a step that fails pushes again."""
         self._sync_params("step()")
-        for group in self.param_groups:  # settings written under torch.optim's names
-            self._from_torch_names(group)
-        self._engine.set_options([self._engine_settings(group) for group in self.param_groups])
+        pushed, self._pushed = self._pushed, None
+        if pushed is None or not pushed.holds(self._engine, self.param_groups):
+            for group in self.param_groups:  # settings written under torch.optim's names
+                self._from_torch_names(group)
+            self._engine.set_options([self._engine_settings(group) for group in self.param_groups])
+            pushed = _Pushed(self._engine, self.param_groups)
+        self._ending = pushed
 
     def _end_step(self):
-        pass
+        """The step has ended: the engine holds what _begin_step pushed."""
+        self._pushed, self._ending = self._ending, None
 
     def _step_owned(self):
         # The engine updates what has a gradient: this rank's own parameters only. It still sees
@@ -565,6 +572,51 @@ def check_group_keys(settings, who, algorithm, own_keys=()):
                 "would ignore it and train the group's tensors as its own. For Muon on some "
                 "groups and Adam on others use muon_cpp.MuonWithAuxAdam (KellerJordan/Muon's "
                 "use_muon groups) or muon_cpp.HybridOptimizer (routing by shape)")
+
+
+class _Pushed:
+    """param_groups' settings as an engine got them, to tell at the next step whether they have
+    changed: a copy of each group, and the values that can change in place (a scheduler fills a
+    tensor lr in place) as they were."""
+
+    def __init__(self, engine, groups):
+        self.engine = engine
+        self.groups = [dict(group) for group in groups]
+        self.values = [{key: _frozen(value) for key, value in group.items()
+                        if key not in _NOT_SETTINGS and not _plain(value)} for group in groups]
+
+    def holds(self, engine, groups):
+        if engine is not self.engine or len(groups) != len(self.groups):
+            return False
+        for group, copy, values in zip(groups, self.groups, self.values):
+            if any(group.get(key) is not copy.get(key) for key in _NOT_SETTINGS):
+                return False  # other lists of tensors: not compared by value
+            if not values:
+                if group != copy:
+                    return False
+            elif group.keys() != copy.keys() or any(
+                    _frozen(value) != values[key] if key in values else value != copy[key]
+                    for key, value in group.items() if key not in _NOT_SETTINGS):
+                return False
+        return True
+
+
+_NOT_SETTINGS = ("params", "param_names")  # _sync_params compares the tensors
+_PLAIN = frozenset((float, int, bool, str, type(None), torch.dtype, torch.device))  # immutable
+
+
+def _plain(value):
+    return type(value) in _PLAIN or (type(value) is tuple and all(map(_plain, value)))
+
+
+def _frozen(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, value.tolist())
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_frozen(item) for item in value))
+    if isinstance(value, dict):
+        return (dict, tuple((key, _frozen(item)) for key, item in value.items()))
+    return value
 
 
 def _settings(group):

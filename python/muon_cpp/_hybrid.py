@@ -16,7 +16,7 @@ import torch
 
 from . import _core
 from ._distributed import check_group
-from ._engine import _EngineOptimizer, _check_disjoint, _param_list, check_group_keys
+from ._engine import _EngineOptimizer, _Pushed, _check_disjoint, _param_list, check_group_keys
 from ._sharded import HeldQkClipSource, is_sharded, sharded_hybrid
 
 # The keys of a configuration's optimizer section (docs/config.md), which HybridOptimizer also
@@ -213,6 +213,7 @@ class HybridOptimizer(_EngineOptimizer):
                 if key in settings:
                     group[key] = settings[key]
         self._show_counters()
+        self._pushed, self._ending = _Pushed(self._engine, self.param_groups), None
 
     @property
     def step_count(self):

@@ -460,6 +460,51 @@ def test_a_tensor_learning_rate_is_a_learning_rate(case):
     assert same(model, twin)
 
 
+def test_settings_cross_into_the_engine_when_they_change_and_only_then(case):
+    """A step checks and pushes the groups' settings only when they differ from those the engine
+    got (a tensor lr filled in place included); a twin that pushes at every step, as before,
+    moves the same."""
+    model, twin = net(), net()
+    optimizer, twin_optimizer = case.make(model), case.make(twin)
+    pushes = []
+    checked = optimizer._from_torch_names
+    optimizer._from_torch_names = lambda group: pushes.append(group) or checked(group)
+    groups = len(optimizer.param_groups)
+
+    def step(number):
+        for m, o in ((model, optimizer), (twin, twin_optimizer)):
+            backward(m, number)
+            twin_optimizer._pushed = None  # the twin: everything pushed again
+            o.step()
+    step(0)
+    assert len(pushes) == groups
+    step(1)
+    step(2)
+    assert len(pushes) == groups  # nothing changed: nothing crossed
+    for o in (optimizer, twin_optimizer):
+        o.param_groups[0]["lr"] = torch.tensor(o.param_groups[0]["lr"] / 2)
+    step(3)
+    assert len(pushes) == 2 * groups
+    for o in (optimizer, twin_optimizer):
+        lr = o.param_groups[0]["lr"]  # the hybrid's step wrote its own rate back, a float
+        if isinstance(lr, torch.Tensor):
+            lr.mul_(0.5)  # in place: the same tensor, another rate
+        else:
+            o.param_groups[0]["lr"] = lr * 0.5
+    step(4)
+    assert len(pushes) == 3 * groups
+    # A step that fails on a setting pushed it: the setting put back is pushed again.
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.param_groups[0]["lr"] = -1.0
+    backward(model, 5)
+    with pytest.raises((ValueError, RuntimeError), match="lr must be >= 0, got -1"):
+        optimizer.step()
+    optimizer.param_groups[0]["lr"] = lr
+    twin_optimizer.param_groups[0]["lr"] = lr
+    step(5)
+    assert same(model, twin)
+
+
 def test_parameters_without_gradients_are_left_alone(case):
     model = net()
     optimizer = case.make(model)
