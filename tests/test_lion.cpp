@@ -92,44 +92,6 @@ TEST(Lion, DefaultsAreLionPytorchs) {
   EXPECT_EQ(o.weight_decay(), 0.0);
 }
 
-// Every parameter and state tensor of two runs, bit for bit.
-void run_both_paths(at::ScalarType param_dtype, at::ScalarType state_dtype) {
-  SCOPED_TRACE(c10::toString(param_dtype) + std::string(" / ") + c10::toString(state_dtype));
-  auto gen = seeded(12);
-  auto fused = shapes_of_every_kind(gen, param_dtype);
-  std::vector<at::Tensor> generic;
-  for (const auto& p : fused) generic.push_back(p.detach().clone().requires_grad_(true));
-  const auto options = LionOptions(1e-2).weight_decay(0.1).state_dtype(state_dtype);
-  Lion a(fused, LionOptions(options).fused(true));
-  Lion b(generic, LionOptions(options).fused(false));
-  for (int step = 0; step < 5; ++step) {
-    for (size_t i = 0; i < fused.size(); ++i) {
-      const auto g = at::randn(fused[i].sizes(), gen).to(param_dtype);
-      fused[i].mutable_grad() = g;
-      generic[i].mutable_grad() = g.clone();
-    }
-    a.step();
-    b.step();
-  }
-  for (size_t i = 0; i < fused.size(); ++i) {
-    EXPECT_TRUE(at::equal(fused[i], generic[i])) << "parameter " << i;
-    const auto state_a = read_param_state(a, fused[i]).value();
-    const auto state_b = read_param_state(b, generic[i]).value();
-    for (const auto& [name, t] : state_a.tensors) {
-      EXPECT_TRUE(at::equal(t, state_b.tensors.at(name))) << "state " << i << " " << name;
-    }
-  }
-}
-
-TEST(Lion, FusedKernelAndGenericFormGiveTheSameBits) {
-  run_both_paths(at::kFloat, at::kFloat);
-  run_both_paths(at::kFloat, at::kBFloat16);
-  run_both_paths(at::kBFloat16, at::kFloat);
-  run_both_paths(at::kDouble, at::kFloat);
-  run_both_paths(at::kFloat, at::kChar);
-  run_both_paths(at::kBFloat16, at::kChar);
-}
-
 uint16_t bits_at(const at::Tensor& bf16, int64_t i) {
   return reinterpret_cast<const uint16_t*>(bf16.data_ptr())[i];
 }
@@ -157,46 +119,10 @@ TEST(Lion, Bf16StateHoldsTheStochasticRoundingOfTheFp32Momentum) {
   }
 }
 
-TEST(Lion, CheckpointResumesAsIfUninterrupted) {
-  auto gen = seeded(14);
-  auto W = at::randn({8, 5}, gen).requires_grad_(true);
-  auto v = at::randn({5}, gen).requires_grad_(true);
-  auto W2 = W.detach().clone().requires_grad_(true);
-  auto v2 = v.detach().clone().requires_grad_(true);
-  const auto options = LionOptions(1e-2).weight_decay(0.1).state_dtype(at::kBFloat16);
-  Lion straight({W, v}, options);
-  Lion first({W2, v2}, options);
-  std::vector<std::vector<at::Tensor>> grads;
-  for (int step = 0; step < 6; ++step)
-    grads.push_back({at::randn({8, 5}, gen), at::randn({5}, gen)});
-  for (int step = 0; step < 3; ++step) {
-    W.mutable_grad() = grads[step][0], v.mutable_grad() = grads[step][1];
-    W2.mutable_grad() = grads[step][0], v2.mutable_grad() = grads[step][1];
-    straight.step();
-    first.step();
-  }
-  std::stringstream saved;
-  torch::save(first, saved);
-  Lion resumed({W2, v2}, options);
-  torch::load(resumed, saved);
-  for (int step = 3; step < 6; ++step) {
-    W.mutable_grad() = grads[step][0], v.mutable_grad() = grads[step][1];
-    W2.mutable_grad() = grads[step][0], v2.mutable_grad() = grads[step][1];
-    straight.step();
-    resumed.step();
-  }
-  EXPECT_TRUE(at::equal(W, W2));
-  EXPECT_TRUE(at::equal(v, v2));
-}
-
+// Options out of range, resuming, the fused kernel against the ATen form and Lion as a group of
+// the hybrid: test_conformance.cpp, for every algorithm.
 TEST(Lion, RejectsBadOptionsAndGradientsNamingThemAndChangingNothing) {
   auto W = at::randn({4, 3}).requires_grad_(true);
-  expect_error<Error>([&] { Lion({W}, LionOptions(-1.0)); }, {"Lion: lr must be >= 0, got -1"});
-  expect_error<Error>(
-      [&] {
-        Lion({W}, LionOptions().betas({1.0, 0.99}));
-      },
-      {"Lion: betas[0] must be in [0, 1), got 1"});
   expect_error<Error>([&] { Lion({W}, LionOptions().state_dtype(at::kHalf)); },
                       {"Lion: state_dtype Half is not supported", "float32 (full precision), bfloat16 (stochastic rounding) or int8"});
   Lion opt({W}, LionOptions(0.1));
@@ -206,30 +132,6 @@ TEST(Lion, RejectsBadOptionsAndGradientsNamingThemAndChangingNothing) {
                       {"Lion: parameter 0 of param group 0 has a gradient of shape [3, 4]"});
   EXPECT_TRUE(at::equal(W, before));
   EXPECT_TRUE(opt.state().empty());
-}
-
-TEST(Lion, RunsAsAGroupOfTheHybridAsOnItsOwn) {
-  cli::Gpt model(golden::tiny_gpt());
-  HybridOptions options;
-  HybridOptimizer hybrid(route(*model), options);
-  auto gen = seeded(15);
-  auto extra = at::randn({6, 4}, gen).requires_grad_(true);  // a matrix: Lion takes any tensor
-  auto alone = extra.detach().clone().requires_grad_(true);
-  const auto lion = LionOptions(1e-2).weight_decay(0.2).state_dtype(at::kBFloat16);
-  hybrid.add_param_group({{extra}, std::make_unique<LionOptions>(lion)});
-  Lion reference({alone}, lion);
-  for (int step = 0; step < 4; ++step) {
-    for (auto& p : model->parameters()) p.mutable_grad() = at::zeros_like(p);
-    const auto g = at::randn({6, 4}, gen);
-    extra.mutable_grad() = g;
-    alone.mutable_grad() = g.clone();
-    hybrid.step();
-    reference.step();
-  }
-  EXPECT_TRUE(at::equal(extra, alone));  // the first Lion parameter of each: the same seeds
-  const auto& group = hybrid.param_groups().back();
-  EXPECT_STREQ(algorithm_name(group.options()), "lion");
-  EXPECT_EQ(hybrid.role_of(extra), Role::others);  // the elementwise role
 }
 
 }  // namespace
