@@ -80,10 +80,9 @@ def main():
             row["param_groups_reading_us"] = reading
             line += f"  (reading param_groups {reading:.1f} µs/step)"
         print(line)
-    write_json(args.json, {"meta": dict(meta, threads=args.threads, tensors=args.tensors,
-                                        elements=args.elements, groups=args.groups,
-                                        torch=torch.__version__),
-                           "results": rows})
+    write_json(args.json, dict(torch=torch.__version__, device=cpu_name(), threads=args.threads,
+                               tensors=args.tensors, elements=args.elements, groups=args.groups,
+                               run=meta, candidates=rows))
 
 
 if __name__ == "__main__":
