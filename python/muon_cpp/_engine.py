@@ -358,17 +358,14 @@ class _EngineOptimizer(Optimizer):
         index = {id(p): i for i, p in enumerate(params)}
         self._engine.load([self._engine_settings(group) for group in self.param_groups],
                           [(index[id(p)], p, entry) for p, entry in saved_state.items()])
-        self._load_extra_copy(extra)
 
-    # What a copy needs beyond param_groups and state to rebuild the engine (a subclass's).
+    # What a copy needs beyond param_groups and state to rebuild the engine (a subclass's), and
+    # the engine rebuilt from it (before the state goes in).
     def _copied_extra(self):
         return None
 
     def _copied_engine(self, extra):
         return self._build()[2]
-
-    def _load_extra_copy(self, extra):
-        pass
 
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]

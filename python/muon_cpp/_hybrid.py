@@ -268,7 +268,7 @@ class HybridOptimizer(_EngineOptimizer):
         self._show_counters()
 
     # A copy (copy.deepcopy, pickle) rebuilds the engine from the routing and configuration it
-    # was built with, then takes the groups' tensors, settings, state and counters.
+    # was built with, with the groups' tensors and the step counters; settings and state follow.
     def _copied_extra(self):
         return {"recipe": self._recipe, "counters": self._engine.counters()}
 
@@ -277,10 +277,8 @@ class HybridOptimizer(_EngineOptimizer):
         self._qk_source = None  # the model's; the copy's is set by set_qk_clip_source again
         engine = _core.Engine.hybrid(named, text, total_steps)
         engine.replace_params([group["params"] for group in self.param_groups])
+        engine.restore_counters(*extra["counters"])
         return engine
-
-    def _load_extra_copy(self, extra):
-        self._engine.restore_counters(*extra["counters"])
 
 
 _SIGNATURE = inspect.signature(HybridOptimizer.__init__)
