@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
@@ -76,5 +77,10 @@ inline void keep_group_options(std::vector<torch::optim::OptimizerParamGroup>& i
     if (given[i].has_options()) installed.at(first + i).set_options(given[i].options().clone());
   }
 }
+
+// An owning pointer to a leaf tensor's gradient accumulator (its AccumulateGrad node):
+// std::shared_ptr<Node> in LibTorch 1.13, c10::intrusive_ptr<Node> in 2.14 and 2.15.
+using GradAccumulator =
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
 
 }  // namespace muon::compat

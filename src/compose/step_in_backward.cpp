@@ -3,13 +3,13 @@
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include "muon/algorithm.h"
+#include "muon/compat.h"
 #include "muon/error.h"
 
 namespace muon {
@@ -31,7 +31,7 @@ struct StepInBackward::Hooks {
   // Each parameter's gradient accumulator — the autograd node that adds a pass's gradient into
   // .grad — and its hook's key there. Held: a parameter keeps only a weak pointer to it, and our
   // hook lives as long as the node does.
-  std::vector<decltype(torch::autograd::impl::grad_accumulator(at::Tensor()))> accumulators;
+  std::vector<compat::GradAccumulator> accumulators;
   std::vector<uintptr_t> keys;
   bool removed = false;
 
