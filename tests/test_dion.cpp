@@ -79,6 +79,13 @@ TEST(Dion, RankIsTheFractionOfTheShortSideRoundedUpToItsMultiple) {
   EXPECT_EQ(dion_rank(rank(0.3).rank_multiple_of(4), 8, 12), 4);   // ⌈2.4 / 4⌉·4
   EXPECT_EQ(dion_rank(rank(0.9).rank_multiple_of(4), 10, 10), 10);  // 12, capped at the short side
   EXPECT_EQ(dion_q_shape(rank(0.5), {3, 8, 12}), (std::vector<int64_t>{3, 8, 4}));
+  // Settings the step refuses still give a shape (reading the state computes it): no division
+  // by a multiple of 0, no NaN or infinity turned into an integer.
+  EXPECT_EQ(dion_rank(DionOptions().rank_multiple_of(0), 12, 8), 8);
+  EXPECT_EQ(dion_rank(DionOptions().rank_multiple_of(-4), 12, 8), 8);
+  EXPECT_EQ(dion_rank(rank(std::nan("")), 12, 8), 0);
+  EXPECT_EQ(dion_rank(rank(INFINITY), 12, 8), 8);
+  EXPECT_EQ(dion_rank(rank(-1.0), 12, 8), 0);
 }
 
 TEST(Dion, MatchesThePapersAlgorithmOverSeveralSteps) {

@@ -20,9 +20,12 @@ namespace muon {
 
 int64_t dion_rank(const DionOptions& o, int64_t rows, int64_t cols) {
   const auto short_side = std::min(rows, cols);
-  const auto multiple = o.rank_multiple_of();
-  const auto wanted = static_cast<int64_t>(std::ceil(
-      o.rank_fraction() * static_cast<double>(short_side) / static_cast<double>(multiple)));
+  // Defined for any settings: reading the state under settings that the step refuses (set
+  // between steps) computes this shape too. The clamps change nothing for valid settings.
+  const auto multiple = std::max<int64_t>(o.rank_multiple_of(), 1);
+  const double fraction = o.rank_fraction() >= 0 ? std::min(o.rank_fraction(), 1.0) : 0.0;
+  const auto wanted = static_cast<int64_t>(
+      std::ceil(fraction * static_cast<double>(short_side) / static_cast<double>(multiple)));
   return std::min(wanted * multiple, short_side);
 }
 
